@@ -1,0 +1,405 @@
+//! The single-bucket transition: the only place where the refill and decision arithmetic lives.
+//!
+//! Every front end (the keyed [`crate::Limiter`], the Redis script's tests, the harness) goes through
+//! [`transition`], [`BucketState::refilled`] and [`BucketState::reconfigured`]. They are pure functions of
+//! `(config, state, now, cost)`: no clock, no lock, no allocation.
+//!
+//! Promises, checked by assertions here and by the harness against the reference model:
+//! - `0 <= balance <= capacity_units` after every step, and `last_refill` never moves back;
+//! - refill over `dt` ns adds exactly `dt * p` units (no division, no rounding, saturating so that
+//!   `u64::MAX` times and centuries of idling clamp to capacity instead of overflowing);
+//! - allow iff the refilled balance covers the cost; a denial consumes nothing;
+//! - an invalid cost is an error that leaves the state untouched.
+
+use crate::{AcquireError, Config, Nanos, Tokens, Wait};
+
+/// The whole per-key state: the balance in units and the refill cursor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BucketState {
+    /// Balance in units of `1 / config.units_per_token()` token, `<= config.capacity_units()`.
+    pub balance: u128,
+    /// The time up to which refill has been credited. Never moves back.
+    pub last_refill: Nanos,
+}
+
+impl BucketState {
+    /// A bucket seen for the first time: full, with its cursor at `now`.
+    pub fn full(config: &Config, now: Nanos) -> BucketState {
+        BucketState {
+            balance: config.capacity_units(),
+            last_refill: now,
+        }
+    }
+
+    /// The state refilled up to `max(now, last_refill)`.
+    ///
+    /// `elapsed = max(now, last_refill) - last_refill`, so a clock that runs backwards (or two threads
+    /// that read the clock and then lock in the other order) credits nothing and moves nothing back.
+    #[inline]
+    pub fn refilled(self, config: &Config, now: Nanos) -> BucketState {
+        let refill_to = now.max(self.last_refill);
+        let elapsed = refill_to - self.last_refill;
+        // u64 * u64 always fits u128; the sum saturates, and the clamp makes saturation exact.
+        let credit = elapsed as u128 * config.units_per_nanosecond() as u128;
+        let balance = self
+            .balance
+            .saturating_add(credit)
+            .min(config.capacity_units());
+        BucketState {
+            balance,
+            last_refill: refill_to,
+        }
+    }
+
+    /// True when the balance equals the capacity: such a bucket is indistinguishable from a fresh one
+    /// for every later operation at `now >= last_refill`.
+    pub fn is_full(&self, config: &Config) -> bool {
+        self.balance >= config.capacity_units()
+    }
+
+    /// The balance as exact tokens.
+    pub fn tokens(&self, config: &Config) -> Tokens {
+        Tokens::from_units(self.balance, config.units_per_token())
+    }
+
+    /// Moves this bucket from `old` to `new` config at `now` (design.md section 2): refill up to `now`
+    /// under the old config, convert to the new unit grid rounding **down** (never creates tokens), clamp
+    /// to the new capacity. The cursor stays at the refill time.
+    pub fn reconfigured(self, old: &Config, new: &Config, now: Nanos) -> BucketState {
+        let refilled = self.refilled(old, now);
+        let converted = mul_div_floor(
+            refilled.balance,
+            new.units_per_token(),
+            old.units_per_token(),
+        );
+        let next = BucketState {
+            balance: converted.min(new.capacity_units()),
+            last_refill: refilled.last_refill,
+        };
+        next.assert_valid(new, self.last_refill);
+        next
+    }
+
+    #[inline]
+    fn assert_valid(&self, config: &Config, previous_last_refill: Nanos) {
+        debug_assert!(
+            self.balance <= config.capacity_units(),
+            "balance above capacity"
+        );
+        debug_assert!(
+            self.last_refill >= previous_last_refill,
+            "cursor moved back"
+        );
+    }
+}
+
+/// The result of an acquire: allowed or denied, with the exact remaining balance and the waits.
+///
+/// The waits are derived on demand from what the transition knew, so the allow path never divides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Decision {
+    allowed: bool,
+    remaining: Tokens,
+    capacity_units: u128,
+    /// Units missing to cover the cost (denied only; 0 when allowed).
+    short_units: u128,
+    units_per_ns: u64,
+    /// `last_refill - now` after the refill: how far the cursor is ahead of this caller's clock.
+    lag: Nanos,
+    now: Nanos,
+}
+
+impl Decision {
+    /// True if the request was admitted and charged.
+    #[inline]
+    pub const fn is_allowed(&self) -> bool {
+        self.allowed
+    }
+
+    /// The exact balance after the decision (after the charge if allowed).
+    pub const fn remaining(&self) -> Tokens {
+        self.remaining
+    }
+
+    /// For a denial: how long from `now` until this same request would be allowed with no other
+    /// traffic, rounded up to the nanosecond (so retrying 1 ns earlier fails). `None` when allowed.
+    pub fn retry_after(&self) -> Option<Wait> {
+        (!self.allowed)
+            .then(|| Wait::until(self.short_units, self.units_per_ns, self.lag, self.now))
+    }
+
+    /// How long from `now` until the bucket is full again with no traffic (`After(0)` if full now).
+    pub fn reset_after(&self) -> Wait {
+        let short = self.capacity_units - self.remaining.units();
+        Wait::until(short, self.units_per_ns, self.lag, self.now)
+    }
+
+    /// The `now` the decision was made at.
+    pub const fn decided_at(&self) -> Nanos {
+        self.now
+    }
+}
+
+/// One acquire of `cost` whole tokens at `now` on `state`: the spec's transition, and the only copy.
+///
+/// Returns the next state (refilled, and charged if allowed) and the decision. An invalid cost is an
+/// error and the caller must keep its old state.
+#[inline]
+pub fn transition(
+    config: &Config,
+    state: BucketState,
+    now: Nanos,
+    cost: u64,
+) -> Result<(BucketState, Decision), AcquireError> {
+    let cost_units = config.cost_units(cost).ok_or(AcquireError::InvalidCost {
+        cost,
+        capacity: config.capacity(),
+    })?;
+    let mut next = state.refilled(config, now);
+    let allowed = next.balance >= cost_units;
+    let short_units = if allowed {
+        next.balance -= cost_units;
+        0
+    } else {
+        cost_units - next.balance
+    };
+    next.assert_valid(config, state.last_refill);
+    let decision = Decision {
+        allowed,
+        remaining: next.tokens(config),
+        capacity_units: config.capacity_units(),
+        short_units,
+        units_per_ns: config.units_per_nanosecond(),
+        lag: next.last_refill - now.min(next.last_refill),
+        now,
+    };
+    Ok((next, decision))
+}
+
+/// What [`transition`] would see at `now`, without charging or writing anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The refilled balance.
+    pub remaining: Tokens,
+    /// Time from `now` until full.
+    pub reset_after: Wait,
+}
+
+/// Read-only view of `state` at `now`.
+pub fn snapshot(config: &Config, state: BucketState, now: Nanos) -> Snapshot {
+    let refilled = state.refilled(config, now);
+    Snapshot {
+        remaining: refilled.tokens(config),
+        reset_after: Wait::until(
+            config.capacity_units() - refilled.balance,
+            config.units_per_nanosecond(),
+            refilled.last_refill - now.min(refilled.last_refill),
+            now,
+        ),
+    }
+}
+
+/// `floor(a * b / c)` for `b, c <= 2^62`, saturating at `u128::MAX` (callers clamp anyway).
+fn mul_div_floor(a: u128, b: u128, c: u128) -> u128 {
+    // a = whole * c + rest with rest < c, so a*b/c = whole*b + rest*b/c and rest*b < 2^124.
+    let (whole, rest) = (a / c, a % c);
+    whole.saturating_mul(b).saturating_add(rest * b / c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Rate;
+
+    const SECOND: Nanos = 1_000_000_000;
+
+    fn config(capacity: u64, rate: &str) -> Config {
+        Config::new(capacity, rate.parse().unwrap()).unwrap()
+    }
+
+    fn acquire(config: &Config, state: &mut BucketState, now: Nanos, cost: u64) -> Decision {
+        let (next, decision) = transition(config, *state, now, cost).unwrap();
+        *state = next;
+        decision
+    }
+
+    #[test]
+    fn a_new_bucket_is_full_and_allows_a_burst_up_to_capacity() {
+        let config = config(5, "1/s");
+        let mut state = BucketState::full(&config, 0);
+        for expected_left in (0..5).rev() {
+            let decision = acquire(&config, &mut state, 0, 1);
+            assert!(decision.is_allowed());
+            assert_eq!(decision.remaining().whole(), expected_left);
+        }
+        assert!(!acquire(&config, &mut state, 0, 1).is_allowed());
+    }
+
+    #[test]
+    fn cost_equal_to_capacity_is_allowed_once() {
+        let config = config(10, "1/s");
+        let mut state = BucketState::full(&config, 0);
+        assert!(acquire(&config, &mut state, 0, 10).is_allowed());
+        let denied = acquire(&config, &mut state, 0, 10);
+        assert!(!denied.is_allowed());
+        assert_eq!(denied.retry_after(), Some(Wait::After(10 * SECOND)));
+    }
+
+    #[test]
+    fn repeated_denials_consume_nothing_and_report_the_same_balance() {
+        let config = config(2, "1/s");
+        let mut state = BucketState::full(&config, 0);
+        acquire(&config, &mut state, 0, 2);
+        for _ in 0..3 {
+            let denied = acquire(&config, &mut state, SECOND / 2, 1);
+            assert!(!denied.is_allowed());
+            assert_eq!(
+                denied.remaining().as_ratio(),
+                (SECOND as u128 / 2, SECOND as u128)
+            );
+            assert_eq!(denied.retry_after(), Some(Wait::After(SECOND / 2)));
+        }
+    }
+
+    #[test]
+    fn refill_is_exact_at_a_third_of_a_token_per_second() {
+        let config = config(1, "1/3s");
+        let mut state = BucketState::full(&config, 0);
+        assert!(acquire(&config, &mut state, 0, 1).is_allowed());
+        let mut early = state;
+        let denied = acquire(&config, &mut early, 3 * SECOND - 1, 1);
+        assert!(
+            !denied.is_allowed(),
+            "1 ns before the boundary is too early"
+        );
+        assert_eq!(denied.retry_after(), Some(Wait::After(1)));
+        assert!(acquire(&config, &mut state, 3 * SECOND, 1).is_allowed());
+    }
+
+    #[test]
+    fn retry_after_is_tight_for_awkward_rates() {
+        for rate in ["7/3s", "1/h", "3000000/s", "7000000/s", "5/min"] {
+            let config = config(3, rate);
+            let mut state = BucketState::full(&config, 100);
+            acquire(&config, &mut state, 100, 3);
+            let denied = acquire(&config, &mut state, 101, 2);
+            let wait = denied.retry_after().unwrap().nanos().unwrap();
+            assert!(
+                !transition(&config, state, 101 + wait - 1, 2)
+                    .unwrap()
+                    .1
+                    .is_allowed(),
+                "{rate}"
+            );
+            assert!(
+                transition(&config, state, 101 + wait, 2)
+                    .unwrap()
+                    .1
+                    .is_allowed(),
+                "{rate}"
+            );
+        }
+    }
+
+    #[test]
+    fn no_time_progress_means_no_refill() {
+        let config = config(3, "1000/s");
+        let mut state = BucketState::full(&config, 42);
+        for _ in 0..3 {
+            assert!(acquire(&config, &mut state, 42, 1).is_allowed());
+        }
+        assert!(!acquire(&config, &mut state, 42, 1).is_allowed());
+    }
+
+    #[test]
+    fn a_clock_rollback_credits_nothing_and_never_moves_the_cursor_back() {
+        let config = config(4, "1/s");
+        let mut state = BucketState::full(&config, 10 * SECOND);
+        acquire(&config, &mut state, 10 * SECOND, 4);
+        let denied = acquire(&config, &mut state, 5 * SECOND, 1);
+        assert!(!denied.is_allowed());
+        assert_eq!(state.last_refill, 10 * SECOND);
+        assert_eq!(state.balance, 0);
+        // Retry-after is measured from the caller's (lagging) clock: lag plus the refill time.
+        assert_eq!(denied.retry_after(), Some(Wait::After(6 * SECOND)));
+        // Back at the cursor: still nothing; one second later: one token.
+        assert!(!acquire(&config, &mut state, 10 * SECOND, 1).is_allowed());
+        assert!(acquire(&config, &mut state, 11 * SECOND, 1).is_allowed());
+    }
+
+    #[test]
+    /// A `u64` nanosecond clock spans 584 years, so "1000 years idle" is the whole clock range.
+    fn the_longest_idle_gap_clamps_to_capacity_without_overflow() {
+        let config = config(u64::MAX, &format!("{}/{}s", u64::MAX, 1u64 << 32));
+        let mut state = BucketState::full(&config, 0);
+        acquire(&config, &mut state, 0, u64::MAX);
+        let five_hundred_years = 500 * 365 * 86_400 * SECOND;
+        state = state.refilled(&config, five_hundred_years);
+        assert!(state.is_full(&config));
+        let at_end = state.refilled(&config, u64::MAX);
+        assert_eq!(at_end.last_refill, u64::MAX);
+        assert!(at_end.is_full(&config));
+    }
+
+    #[test]
+    fn waits_past_the_end_of_the_clock_are_never() {
+        let config = config(1, "1/h");
+        let mut state = BucketState::full(&config, u64::MAX - 10);
+        acquire(&config, &mut state, u64::MAX - 10, 1);
+        let denied = acquire(&config, &mut state, u64::MAX - 5, 1);
+        assert_eq!(denied.retry_after(), Some(Wait::Never));
+        assert_eq!(denied.reset_after(), Wait::Never);
+    }
+
+    #[test]
+    fn zero_rate_never_refills_and_says_never() {
+        let config = Config::new(2, Rate::ZERO).unwrap();
+        let mut state = BucketState::full(&config, 0);
+        let allowed = acquire(&config, &mut state, 0, 1);
+        assert_eq!(allowed.reset_after(), Wait::Never);
+        acquire(&config, &mut state, 0, 1);
+        let denied = acquire(&config, &mut state, u64::MAX, 1);
+        assert_eq!(denied.retry_after(), Some(Wait::Never));
+    }
+
+    #[test]
+    fn invalid_costs_are_errors_not_denials() {
+        let config = config(3, "1/s");
+        let state = BucketState::full(&config, 0);
+        for cost in [0, 4, u64::MAX] {
+            assert_eq!(
+                transition(&config, state, 5, cost).unwrap_err(),
+                AcquireError::InvalidCost { cost, capacity: 3 }
+            );
+        }
+    }
+
+    #[test]
+    fn reconfiguration_rounds_down_and_clamps() {
+        let old = config(10, "1/3s"); // grid 1/(3e9)
+        let new = config(4, "1/2s"); // grid 1/(2e9)
+        let mut state = BucketState::full(&old, 0);
+        acquire(&old, &mut state, 0, 9);
+        // 1 token + 1 ns of 1/3 token/s = 1 + 1/(3e9) tokens; on the 1/(2e9) grid that floors to 1 token.
+        let moved = state.reconfigured(&old, &new, 1);
+        assert_eq!(moved.balance, new.units_per_token());
+        assert_eq!(moved.last_refill, 1);
+        let full = BucketState::full(&old, 0).reconfigured(&old, &new, 0);
+        assert_eq!(
+            full.balance,
+            new.capacity_units(),
+            "clamped to the new capacity"
+        );
+    }
+
+    #[test]
+    fn snapshot_matches_what_a_transition_would_see() {
+        let config = config(5, "2/s");
+        let mut state = BucketState::full(&config, 0);
+        acquire(&config, &mut state, 0, 5);
+        let view = snapshot(&config, state, SECOND);
+        assert_eq!(view.remaining.whole(), 2);
+        assert_eq!(view.reset_after, Wait::After(SECOND + SECOND / 2));
+        assert_eq!(state.balance, 0, "snapshot writes nothing");
+    }
+}

@@ -1,0 +1,58 @@
+//! Typed errors. An error is never a denial: it means the request or the configuration was invalid,
+//! and the operation that returned it changed no state.
+
+/// A configuration (rate or capacity) that the limiter refuses, with what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// `capacity` must be at least one token.
+    #[error("capacity must be at least 1 token, got 0")]
+    ZeroCapacity,
+    /// A rate `p/0`.
+    #[error("rate denominator must be positive")]
+    ZeroRateDenominator,
+    /// `Rate::per(n, Duration::ZERO)`.
+    #[error("rate period must be positive")]
+    ZeroRatePeriod,
+    /// The reduced rate does not fit the exact unit grid.
+    #[error(
+        "rate {numer}/{denom} tokens per second is outside the exact range \
+         (reduced numerator <= 2^64-1, denominator <= {max_denom})"
+    )]
+    RateOutOfRange {
+        /// Reduced numerator.
+        numer: u128,
+        /// Reduced denominator.
+        denom: u128,
+        /// [`crate::MAX_RATE_DENOMINATOR`].
+        max_denom: u64,
+    },
+    /// A rate string that does not parse.
+    #[error("cannot parse rate {input:?}: {reason}")]
+    ParseRate {
+        /// The text given.
+        input: String,
+        /// What was expected.
+        reason: &'static str,
+    },
+}
+
+/// Why an acquire was refused as invalid (not denied). State is untouched.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AcquireError {
+    /// `cost == 0` or `cost > capacity`: no amount of waiting would make it valid.
+    #[error("invalid cost {cost}: must be between 1 and the capacity {capacity}")]
+    InvalidCost {
+        /// The cost asked for.
+        cost: u64,
+        /// The key's capacity.
+        capacity: u64,
+    },
+    /// The key is new, the key table is at its bound and the eviction policy found no room.
+    #[error("key table full: {live_keys} live keys in this shard (bound {max_keys} in total)")]
+    KeyLimitReached {
+        /// The configured bound for the whole limiter.
+        max_keys: usize,
+        /// Keys live in the shard that refused.
+        live_keys: usize,
+    },
+}

@@ -1,0 +1,51 @@
+//! # bucketproof-limiter: an exact token-bucket rate limiter
+//!
+//! Every peer rounds somewhere (floats, or a refill interval truncated to whole nanoseconds). This crate
+//! does not: a rate is an exact fraction `p/q` tokens per second, balances are integers in units of
+//! `1 / (q * 10^9)` token, and one nanosecond adds exactly `p` units. Allow and deny are exact,
+//! `retry_after` is exact and rounded up, and a backwards clock credits nothing.
+//!
+//! ```
+//! use bucketproof_limiter::{Config, Limiter, Rate, Wait};
+//!
+//! // 10 tokens of burst, refilled at 5 tokens per second.
+//! let config = Config::new(10, Rate::per_second(5)).unwrap();
+//! let limiter: Limiter<&str> = Limiter::new(config);
+//!
+//! let t0 = 1_000_000_000; // explicit time in ns (or `acquire` to read the monotonic clock)
+//! assert!(limiter.acquire_at(&"alice", 10, t0).unwrap().is_allowed());
+//! let denied = limiter.acquire_at(&"alice", 1, t0).unwrap();
+//! assert!(!denied.is_allowed());
+//! assert_eq!(denied.retry_after(), Some(Wait::After(200_000_000))); // exactly 1/5 s
+//! assert!(limiter.acquire_at(&"alice", 1, t0 + 200_000_000).unwrap().is_allowed());
+//! assert!(limiter.acquire_at(&"alice", 0, t0).is_err()); // an error, never a denial
+//! ```
+//!
+//! Map of the crate (see ARCHITECTURE.md at the repository root for the invariants):
+//! - [`rate`] and [`config`]: validated, reduced rates and capacities;
+//! - [`units`]: exact [`Tokens`] and [`Wait`];
+//! - [`bucket`]: the single transition every front end uses;
+//! - [`keyed`]: the sharded keyed [`Limiter`] with its memory bound, expiry and request ids;
+//! - [`clock`]: [`Clock`], [`MonotonicClock`], [`ManualClock`];
+//! - `sync`: the std / loom / shuttle switch for every lock.
+#![warn(missing_docs)]
+
+pub mod bucket;
+pub mod clock;
+pub mod config;
+mod error;
+pub mod keyed;
+pub mod rate;
+mod sync;
+pub mod units;
+
+pub use bucket::{BucketState, Decision, Snapshot, snapshot, transition};
+pub use clock::{Clock, ManualClock, MonotonicClock};
+pub use config::Config;
+pub use error::{AcquireError, ConfigError};
+pub use keyed::{Acquired, Builder, EvictionPolicy, Limiter, Peek, Request, RequestId, Stats};
+pub use rate::{MAX_RATE_DENOMINATOR, Rate};
+pub use units::{Tokens, Wait};
+
+/// Time in nanoseconds since a clock's origin.
+pub type Nanos = u64;
