@@ -1,0 +1,300 @@
+//! The single-bucket transition, with no keys: refill, decide, peek, reconfigure.
+//!
+//! Owns docs/semantics.md "acquire" steps 1 and 3-5, "peek", and "reconfigure" steps 1-3, for one bucket.
+//! The keyed [`crate::Model`] calls exactly these functions (one transition, reused), adding only the per-key
+//! parts (dedupe records, overrides, versions, expiry).
+//!
+//! Promises: every function is pure (it returns a new bucket, never mutates one); all arithmetic is in big
+//! rationals, so nothing overflows or rounds except where the spec says to round (`ceil` of waits, `floor` of
+//! reconfiguration); no function panics on any input. A bucket only ever holds `0 <= tokens`; after any refill
+//! `tokens <= capacity` of the config used; `last_refill` never decreases.
+
+use std::cmp::{max, min};
+
+use num_bigint::BigInt;
+use num_rational::BigRational;
+use num_traits::{ToPrimitive, Zero};
+
+use crate::config::{ModelConfig, ModelError};
+
+/// A duration in nanoseconds from the decision's `now`, or `Never`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ModelWait {
+    /// After this many nanoseconds from `now`.
+    After(u64),
+    /// "`Never` if `rate == 0`", and "also when `now + value` would exceed `u64::MAX` (the clock cannot get there)".
+    Never,
+}
+
+/// The decision of one acquire.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum ModelDecision {
+    /// Step 4: "If `tokens >= cost`: allowed, `tokens -= cost`."
+    Allowed {
+        /// "The decision carries `remaining = tokens` (exact)", after the charge.
+        remaining: BigRational,
+        /// "ns from `now` until the bucket is full again with no traffic".
+        reset_after: ModelWait,
+    },
+    /// Step 4: "Otherwise denied, tokens unchanged."
+    Denied {
+        /// `remaining = tokens` (exact): the refilled balance, nothing charged.
+        remaining: BigRational,
+        /// "ns from `now` until this same request would be allowed with no other traffic".
+        retry_after: ModelWait,
+        /// "ns from `now` until the bucket is full again with no traffic".
+        reset_after: ModelWait,
+    },
+}
+
+impl ModelDecision {
+    /// Whether the request was allowed.
+    pub fn is_allowed(&self) -> bool {
+        matches!(self, ModelDecision::Allowed { .. })
+    }
+
+    /// The exact remaining tokens carried by the decision.
+    pub fn remaining(&self) -> &BigRational {
+        match self {
+            ModelDecision::Allowed { remaining, .. } | ModelDecision::Denied { remaining, .. } => {
+                remaining
+            }
+        }
+    }
+
+    /// "remaining tokens: exact `balance / (q * 10^9)`; whole tokens are its floor" (design.md section 2).
+    pub fn remaining_whole(&self) -> BigInt {
+        self.remaining().floor().to_integer()
+    }
+
+    /// The decision's `reset_after`.
+    pub fn reset_after(&self) -> ModelWait {
+        match self {
+            ModelDecision::Allowed { reset_after, .. }
+            | ModelDecision::Denied { reset_after, .. } => *reset_after,
+        }
+    }
+
+    /// The decision's `retry_after`: `Some` for a denial only.
+    pub fn retry_after(&self) -> Option<ModelWait> {
+        match self {
+            ModelDecision::Allowed { .. } => None,
+            ModelDecision::Denied { retry_after, .. } => Some(*retry_after),
+        }
+    }
+}
+
+/// What `peek` reports: "what step 3 would compute (remaining, reset_after), without writing anything".
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ModelPeek {
+    /// The refilled balance at `max(now, last_refill)`, exact.
+    pub remaining: BigRational,
+    /// As in step 5: `0` if full, else `(t - now) + ceil((capacity - tokens) / rate_per_ns)`, or `Never`.
+    pub reset_after: ModelWait,
+}
+
+/// One bucket's state: "`tokens` (a rational in `[0, capacity]`) and `last_refill` (ns)".
+///
+/// Fields are private: a bucket is only made by [`ModelBucket::fresh`] and the transitions, so every bucket is a
+/// reachable state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ModelBucket {
+    tokens: BigRational,
+    last_refill: u64,
+}
+
+fn rat(x: u64) -> BigRational {
+    BigRational::from_integer(BigInt::from(x))
+}
+
+/// acquire step 1: "`cost == 0` or `cost > capacity` -> `Err(InvalidCost)`. Nothing changes (no refill, no
+/// request-id record)."
+pub(crate) fn check_cost(config: &ModelConfig, cost: u64) -> Result<(), ModelError> {
+    if cost == 0 || cost > config.capacity() {
+        return Err(ModelError::InvalidCost {
+            cost,
+            capacity: config.capacity(),
+        });
+    }
+    Ok(())
+}
+
+/// acquire step 5, the shared shape of both waits: "`(t - now) + ceil(deficit / rate_per_ns)`; `Never` if
+/// `rate == 0`"; "Both are `Never` also when `now + value` would exceed `u64::MAX` (the clock cannot get there)."
+///
+/// `deficit` is `cost - tokens` (retry_after) or `capacity - tokens` (reset_after), and is `> 0` here.
+fn wait_for(config: &ModelConfig, now: u64, t: u64, deficit: &BigRational) -> ModelWait {
+    debug_assert!(
+        deficit > &BigRational::zero(),
+        "waits are only computed for a positive deficit"
+    );
+    debug_assert!(t >= now, "t = max(now, last_refill) >= now");
+    if !config.refills() {
+        return ModelWait::Never;
+    }
+    let ceil = (deficit / config.rate_per_ns()).ceil().to_integer();
+    let value = BigInt::from(t) - BigInt::from(now) + ceil;
+    if BigInt::from(now) + &value > BigInt::from(u64::MAX) {
+        return ModelWait::Never;
+    }
+    // value <= u64::MAX - now, so it fits; the fallback is unreachable and keeps the function panic-free.
+    value.to_u64().map_or(ModelWait::Never, ModelWait::After)
+}
+
+impl ModelBucket {
+    /// State: "A key with no state behaves as a *fresh* bucket: `tokens = capacity`, `last_refill = now` of the
+    /// operation that creates it."
+    pub fn fresh(config: &ModelConfig, now: u64) -> Self {
+        ModelBucket {
+            tokens: config.capacity_tokens(),
+            last_refill: now,
+        }
+    }
+
+    /// The exact token balance.
+    pub fn tokens(&self) -> &BigRational {
+        &self.tokens
+    }
+
+    /// The time of the last refill, in ns.
+    pub fn last_refill(&self) -> u64 {
+        self.last_refill
+    }
+
+    /// acquire step 3: "Refill: `t = max(now, last_refill)`; `tokens = min(capacity, tokens + (t - last_refill) *
+    /// rate)`; `last_refill = t`."
+    ///
+    /// `rate` is per second and times are ns, so the product is `(t - last_refill) * rate_per_ns` with
+    /// `rate_per_ns = p / (q * 10^9)`.
+    pub fn refilled(&self, config: &ModelConfig, now: u64) -> ModelBucket {
+        let t = max(now, self.last_refill);
+        let elapsed = rat(t) - rat(self.last_refill);
+        let tokens = min(
+            config.capacity_tokens(),
+            &self.tokens + elapsed * config.rate_per_ns(),
+        );
+        let next = ModelBucket {
+            tokens,
+            last_refill: t,
+        };
+        assert!(
+            next.last_refill >= self.last_refill,
+            "last_refill is monotone"
+        );
+        assert!(!next.tokens.is_negative_rat(), "tokens >= 0");
+        assert!(
+            next.tokens <= config.capacity_tokens(),
+            "tokens <= capacity after refill"
+        );
+        next
+    }
+
+    /// step 5, `reset_after`: "ns from `now` until the bucket is full again with no traffic: `(t - now) +
+    /// ceil((capacity - tokens) / rate_per_ns)`, `0` if full; `Never` if it is not full and `rate == 0`."
+    ///
+    /// Decision pinned here: "`0` if full" wins over the `(t - now)` term, so a full bucket reports `After(0)` even
+    /// when `now` is behind `last_refill` (a rollback): it is full at `now` already.
+    fn reset_after(&self, config: &ModelConfig, now: u64) -> ModelWait {
+        let capacity = config.capacity_tokens();
+        if self.tokens >= capacity {
+            return ModelWait::After(0);
+        }
+        wait_for(config, now, self.last_refill, &(capacity - &self.tokens))
+    }
+
+    /// acquire steps 1 and 3-5 on one bucket: returns the state to write back and the decision.
+    ///
+    /// 1. "`cost == 0` or `cost > capacity` -> `Err(InvalidCost)`. Nothing changes."
+    /// 3. Refill (see [`ModelBucket::refilled`]). "This is written back even when the request is denied."
+    /// 4. "If `tokens >= cost`: allowed, `tokens -= cost`. Otherwise denied, tokens unchanged."
+    /// 5. "The decision carries `remaining = tokens` (exact) and `reset_after` ... denied only, `retry_after`: ns
+    ///    from `now` until this same request would be allowed with no other traffic: `(t - now) + ceil((cost -
+    ///    tokens) / rate_per_ns)`; `Never` if `rate == 0`."
+    pub fn decide(
+        &self,
+        config: &ModelConfig,
+        now: u64,
+        cost: u64,
+    ) -> Result<(ModelBucket, ModelDecision), ModelError> {
+        check_cost(config, cost)?;
+        let refilled = self.refilled(config, now);
+        let t = refilled.last_refill;
+        let cost_tokens = rat(cost);
+        if refilled.tokens >= cost_tokens {
+            let next = ModelBucket {
+                tokens: &refilled.tokens - &cost_tokens,
+                last_refill: t,
+            };
+            assert!(!next.tokens.is_negative_rat(), "tokens >= 0 after a charge");
+            let decision = ModelDecision::Allowed {
+                remaining: next.tokens.clone(),
+                reset_after: next.reset_after(config, now),
+            };
+            Ok((next, decision))
+        } else {
+            let retry_after = wait_for(config, now, t, &(cost_tokens - &refilled.tokens));
+            let decision = ModelDecision::Denied {
+                remaining: refilled.tokens.clone(),
+                retry_after,
+                reset_after: refilled.reset_after(config, now),
+            };
+            Ok((refilled, decision))
+        }
+    }
+
+    /// peek: "Read-only: what step 3 would compute (remaining, reset_after), without writing anything."
+    pub fn peek(&self, config: &ModelConfig, now: u64) -> ModelPeek {
+        let refilled = self.refilled(config, now);
+        ModelPeek {
+            reset_after: refilled.reset_after(config, now),
+            remaining: refilled.tokens,
+        }
+    }
+
+    /// reconfigure steps 1-3 on one bucket:
+    /// 1. "Refill the key to `t = max(now, last_refill)` under its old config."
+    /// 2. "Convert to the new unit grid, rounding DOWN: with the new rate `p'/q'`, one unit is `1/(q' * 10^9)` token;
+    ///    `tokens = floor(tokens * q' * 10^9) / (q' * 10^9)`. This never creates tokens."
+    /// 3. "Clamp to the new capacity; `last_refill = t`." (The version bump is the keyed model's.)
+    pub fn reconfigured(&self, old: &ModelConfig, new: &ModelConfig, now: u64) -> ModelBucket {
+        let refilled = self.refilled(old, now);
+        let scale = BigRational::from_integer(new.units_per_token());
+        let on_grid = (&refilled.tokens * &scale).floor() / &scale;
+        let next = ModelBucket {
+            tokens: min(new.capacity_tokens(), on_grid),
+            last_refill: refilled.last_refill,
+        };
+        assert!(
+            next.tokens <= refilled.tokens,
+            "reconfigure never creates tokens"
+        );
+        assert!(!next.tokens.is_negative_rat(), "tokens >= 0");
+        assert!(
+            next.last_refill >= self.last_refill,
+            "last_refill is monotone"
+        );
+        next
+    }
+
+    /// Expiry: "its refilled balance at `max(s, last_refill)` equals capacity" (the bucket half of "evictable").
+    pub fn is_full_at(&self, config: &ModelConfig, s: u64) -> bool {
+        self.refilled(config, s).tokens == config.capacity_tokens()
+    }
+
+    /// Whether `tokens` is a whole number of units `1/(q * 10^9)` of `config`'s grid. Every state the keyed model
+    /// holds satisfies this for the key's current config (the integer-unit limiter relies on it).
+    pub fn is_on_grid(&self, config: &ModelConfig) -> bool {
+        (&self.tokens * BigRational::from_integer(config.units_per_token())).is_integer()
+    }
+}
+
+/// `x < 0` for rationals, spelled so it reads as an invariant.
+trait NegativeRat {
+    fn is_negative_rat(&self) -> bool;
+}
+
+impl NegativeRat for BigRational {
+    fn is_negative_rat(&self) -> bool {
+        self < &BigRational::zero()
+    }
+}

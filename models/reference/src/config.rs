@@ -1,0 +1,233 @@
+//! Configurations and errors.
+//!
+//! Owns the rules of docs/semantics.md, "Values":
+//! > Rate: tokens per second as a reduced fraction `p/q`, `p >= 0`, `1 <= q <= 2^32`. `p == 0` means "no refill".
+//! > Config: `capacity >= 1` tokens and a rate.
+//!
+//! Promise: a [`ModelConfig`] value is always valid and always holds the *reduced* fraction, because its fields are
+//! private and its only constructor validates. Invalid input becomes a typed [`ConfigError`], never a panic.
+
+use std::fmt;
+
+use num_bigint::BigInt;
+use num_rational::BigRational;
+
+/// Nanoseconds per second. Time is `u64` nanoseconds; rates are tokens per *second*.
+pub const NANOS_PER_SECOND: u64 = 1_000_000_000;
+
+/// The largest allowed reduced rate denominator: "`1 <= q <= 2^32`".
+pub const MAX_RATE_DENOM: u64 = 1 << 32;
+
+/// Why a configuration was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ConfigError {
+    /// "Config: `capacity >= 1` tokens": capacity 0 was given.
+    ZeroCapacity,
+    /// "`1 <= q`": the rate denominator was 0 (not a fraction at all).
+    ZeroRateDenom,
+    /// "`q <= 2^32`": the *reduced* denominator is larger than 2^32. Carries the values as given.
+    RateDenomTooLarge {
+        /// The numerator as given (before reduction).
+        rate_numer: u64,
+        /// The denominator as given (before reduction).
+        rate_denom: u64,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::ZeroCapacity => write!(f, "capacity must be at least 1 token"),
+            ConfigError::ZeroRateDenom => write!(f, "rate denominator must be at least 1"),
+            ConfigError::RateDenomTooLarge {
+                rate_numer,
+                rate_denom,
+            } => write!(
+                f,
+                "rate {rate_numer}/{rate_denom} reduces to a denominator above 2^32"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Errors of the model's operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ModelError {
+    /// acquire step 1: "`cost == 0` or `cost > capacity` -> `Err(InvalidCost)`. Nothing changes."
+    InvalidCost {
+        /// The cost that was asked for.
+        cost: u64,
+        /// The capacity of the key's config at that moment.
+        capacity: u64,
+    },
+    /// reconfigure step 4: "Invalid new config -> error, nothing changes." Also returned by [`ModelConfig::new`].
+    InvalidConfig(ConfigError),
+}
+
+impl fmt::Display for ModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelError::InvalidCost { cost, capacity } => write!(
+                f,
+                "invalid cost {cost}: must be between 1 and the capacity {capacity}"
+            ),
+            ModelError::InvalidConfig(e) => write!(f, "invalid config: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ModelError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ModelError::InvalidConfig(e) => Some(e),
+            ModelError::InvalidCost { .. } => None,
+        }
+    }
+}
+
+impl From<ConfigError> for ModelError {
+    fn from(e: ConfigError) -> Self {
+        ModelError::InvalidConfig(e)
+    }
+}
+
+/// A valid bucket configuration: capacity (whole tokens) and a reduced rate `p/q` tokens per second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ModelConfig {
+    capacity: u64,
+    rate_numer: u64,
+    rate_denom: u64,
+}
+
+/// Greatest common divisor (Euclid). `gcd(0, q) == q`, so `0/q` reduces to `0/1`.
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+impl ModelConfig {
+    /// "Config: `capacity >= 1` tokens and a rate." "Rate: tokens per second as a reduced fraction `p/q`, `p >= 0`,
+    /// `1 <= q <= 2^32`."
+    ///
+    /// Decisions pinned here: a denominator of 0 is refused before anything else is looked at (it is no fraction);
+    /// otherwise the fraction is reduced first and the bound `q <= 2^32` applies to the *reduced* denominator, so
+    /// `2 / 2^33` is accepted as `1 / 2^32`, and `0/q` is accepted as `0/1` for every `q >= 1`.
+    pub fn new(capacity: u64, rate_numer: u64, rate_denom: u64) -> Result<Self, ConfigError> {
+        if capacity < 1 {
+            return Err(ConfigError::ZeroCapacity);
+        }
+        if rate_denom < 1 {
+            return Err(ConfigError::ZeroRateDenom);
+        }
+        let g = gcd(rate_numer, rate_denom);
+        let (p, q) = (rate_numer / g, rate_denom / g);
+        if q > MAX_RATE_DENOM {
+            return Err(ConfigError::RateDenomTooLarge {
+                rate_numer,
+                rate_denom,
+            });
+        }
+        debug_assert_eq!(gcd(p, q), 1, "the stored fraction is reduced");
+        Ok(ModelConfig {
+            capacity,
+            rate_numer: p,
+            rate_denom: q,
+        })
+    }
+
+    /// Capacity in whole tokens ("`capacity >= 1`").
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// The reduced numerator `p` of the rate `p/q` tokens per second.
+    pub fn rate_numer(&self) -> u64 {
+        self.rate_numer
+    }
+
+    /// The reduced denominator `q` of the rate `p/q` tokens per second, `1 <= q <= 2^32`.
+    pub fn rate_denom(&self) -> u64 {
+        self.rate_denom
+    }
+
+    /// "`p == 0` means 'no refill'."
+    pub fn refills(&self) -> bool {
+        self.rate_numer != 0
+    }
+
+    /// The capacity as an exact rational number of tokens.
+    pub fn capacity_tokens(&self) -> BigRational {
+        BigRational::from_integer(BigInt::from(self.capacity))
+    }
+
+    /// The rate in tokens per second, `p/q`, exact.
+    pub fn rate_per_second(&self) -> BigRational {
+        BigRational::new(BigInt::from(self.rate_numer), BigInt::from(self.rate_denom))
+    }
+
+    /// The rate in tokens per nanosecond, `rate_per_ns = p / (q * 10^9)`, exact.
+    pub fn rate_per_ns(&self) -> BigRational {
+        BigRational::new(BigInt::from(self.rate_numer), self.units_per_token())
+    }
+
+    /// reconfigure step 2: "with the new rate `p'/q'`, one unit is `1/(q' * 10^9)` token". Returns `q * 10^9`, the
+    /// number of units in one token of this config's grid.
+    pub fn units_per_token(&self) -> BigInt {
+        BigInt::from(self.rate_denom) * BigInt::from(NANOS_PER_SECOND)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_zero_is_an_error() {
+        assert_eq!(ModelConfig::new(0, 1, 1), Err(ConfigError::ZeroCapacity));
+    }
+
+    #[test]
+    fn denominator_zero_is_an_error_even_for_rate_zero() {
+        assert_eq!(ModelConfig::new(1, 0, 0), Err(ConfigError::ZeroRateDenom));
+        assert_eq!(ModelConfig::new(1, 5, 0), Err(ConfigError::ZeroRateDenom));
+    }
+
+    #[test]
+    fn denominator_bound_applies_after_reduction() {
+        let c = ModelConfig::new(3, 2, 1 << 33).unwrap();
+        assert_eq!((c.rate_numer(), c.rate_denom()), (1, 1 << 32));
+        assert_eq!(
+            ModelConfig::new(3, 1, (1 << 32) + 1),
+            Err(ConfigError::RateDenomTooLarge {
+                rate_numer: 1,
+                rate_denom: (1 << 32) + 1
+            })
+        );
+        let c = ModelConfig::new(3, 1, 1 << 32).unwrap();
+        assert_eq!(c.rate_denom(), 1 << 32);
+    }
+
+    #[test]
+    fn fractions_are_reduced_and_zero_rate_is_zero_over_one() {
+        let c = ModelConfig::new(10, 6, 4).unwrap();
+        assert_eq!((c.rate_numer(), c.rate_denom()), (3, 2));
+        let z = ModelConfig::new(10, 0, u64::MAX).unwrap();
+        assert_eq!((z.rate_numer(), z.rate_denom()), (0, 1));
+        assert!(!z.refills());
+        let big = ModelConfig::new(u64::MAX, u64::MAX, u64::MAX).unwrap();
+        assert_eq!((big.rate_numer(), big.rate_denom()), (1, 1));
+    }
+
+    #[test]
+    fn rate_per_ns_is_rate_over_a_billion() {
+        let c = ModelConfig::new(1, 1, 3).unwrap();
+        assert_eq!(
+            c.rate_per_ns(),
+            BigRational::new(BigInt::from(1), BigInt::from(3_000_000_000u64))
+        );
+    }
+}

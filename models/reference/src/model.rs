@@ -1,0 +1,326 @@
+//! The keyed reference limiter over `u64` keys.
+//!
+//! Owns the per-key rules of docs/semantics.md: acquire steps 1-6 (error vs denial, the dedupe window and its
+//! per-key FIFO), peek, reconfigure (with the per-key config version), forget, and the expiry rules (evictable,
+//! sweep, and following an implementation's eviction). The bucket arithmetic itself is [`ModelBucket`]'s.
+//!
+//! Promises: deterministic (a `BTreeMap`, no hashing, no clock, no randomness); errors change nothing; after every
+//! operation, for each held key `0 <= tokens <= capacity`, `tokens` lies on the key's unit grid `1/(q * 10^9)`,
+//! and `last_refill` never moved back while the bucket was held (asserted).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use num_bigint::BigInt;
+use num_rational::BigRational;
+use num_traits::Zero;
+
+use crate::bucket::{ModelBucket, ModelDecision, ModelPeek, check_cost};
+use crate::config::{ModelConfig, ModelError};
+
+/// The result of a successful acquire.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Outcome {
+    /// The decision: a fresh one, or the recorded one when `replayed`.
+    pub decision: ModelDecision,
+    /// Step 2: "return the recorded decision unchanged (`replayed`). Nothing changes, nothing is charged."
+    pub replayed: bool,
+    /// Whether this acquire created the key's bucket ("`tokens = capacity`, `last_refill = now` of the operation
+    /// that creates it"). Always `false` when `replayed`.
+    pub created: bool,
+}
+
+/// One request-id record: "(id -> decision, now)".
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Record {
+    request_id: u64,
+    decision: ModelDecision,
+    recorded_at: u64,
+}
+
+/// Everything the model holds for one key. An entry exists while it holds a bucket or an override config.
+#[derive(Debug, Clone, Default)]
+struct Entry {
+    bucket: Option<ModelBucket>,
+    override_config: Option<ModelConfig>,
+    version: u64,
+    /// Oldest first. Non-empty only while `bucket` is `Some`.
+    records: VecDeque<Record>,
+}
+
+impl Entry {
+    fn is_empty(&self) -> bool {
+        self.bucket.is_none() && self.override_config.is_none()
+    }
+}
+
+/// The keyed reference limiter.
+#[derive(Debug, Clone)]
+pub struct Model {
+    default_config: ModelConfig,
+    dedupe_window_ns: u64,
+    dedupe_per_key: usize,
+    entries: BTreeMap<u64, Entry>,
+}
+
+/// Step 2: "a record made at time `r` is live at `now` while `now < r + window` (a `now` before `r`, i.e. a
+/// rollback, counts as inside)". Computed without overflow.
+fn is_live(recorded_at: u64, window: u64, now: u64) -> bool {
+    BigInt::from(now) < BigInt::from(recorded_at) + BigInt::from(window)
+}
+
+impl Model {
+    /// A model with no keys. Keys without an override use `default_config` ("else the default config"; the
+    /// resolver is modelled by calling [`Model::reconfigure`] for the keys it would configure).
+    /// `dedupe_window_ns` and `dedupe_per_key` bound the request-id records "(count and time)".
+    pub fn new(default_config: ModelConfig, dedupe_window_ns: u64, dedupe_per_key: usize) -> Self {
+        Model {
+            default_config,
+            dedupe_window_ns,
+            dedupe_per_key,
+            entries: BTreeMap::new(),
+        }
+    }
+
+    /// The default config.
+    pub fn default_config(&self) -> &ModelConfig {
+        &self.default_config
+    }
+
+    /// The dedupe window in ns.
+    pub fn dedupe_window_ns(&self) -> u64 {
+        self.dedupe_window_ns
+    }
+
+    /// The number of request-id records kept per key.
+    pub fn dedupe_per_key(&self) -> usize {
+        self.dedupe_per_key
+    }
+
+    /// "Each key may have its own config (a per-key override set by `reconfigure`, else the resolver's answer,
+    /// else the default config)."
+    pub fn config_of(&self, key: u64) -> &ModelConfig {
+        self.entries
+            .get(&key)
+            .and_then(|e| e.override_config.as_ref())
+            .unwrap_or(&self.default_config)
+    }
+
+    /// reconfigure step 3: "the key's config version increases by one". 0 for a key never reconfigured (or
+    /// forgotten since). Sweeping or evicting the bucket keeps the override and its version.
+    pub fn config_version(&self, key: u64) -> u64 {
+        self.entries.get(&key).map_or(0, |e| e.version)
+    }
+
+    /// The key's state "`tokens` ... and `last_refill`", or `None` if the key holds no bucket (it then behaves as
+    /// fresh).
+    pub fn state(&self, key: u64) -> Option<(&BigRational, u64)> {
+        self.entries
+            .get(&key)
+            .and_then(|e| e.bucket.as_ref())
+            .map(|b| (b.tokens(), b.last_refill()))
+    }
+
+    /// The keys that hold a bucket, ascending.
+    pub fn keys(&self) -> Vec<u64> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.bucket.is_some())
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// The key's request-id records as `(request_id, recorded_at)`, oldest first (inspection only).
+    pub fn records(&self, key: u64) -> Vec<(u64, u64)> {
+        self.entries.get(&key).map_or_else(Vec::new, |e| {
+            e.records
+                .iter()
+                .map(|r| (r.request_id, r.recorded_at))
+                .collect()
+        })
+    }
+
+    /// Step 2: "If `request_id` is given and the key holds a record for it that is still in the dedupe window".
+    fn live_record(&self, key: u64, request_id: u64, now: u64) -> Option<&Record> {
+        self.entries.get(&key).and_then(|e| {
+            e.records.iter().find(|r| {
+                r.request_id == request_id && is_live(r.recorded_at, self.dedupe_window_ns, now)
+            })
+        })
+    }
+
+    /// acquire(key, now, cost, request_id?):
+    /// 1. "`cost == 0` or `cost > capacity` -> `Err(InvalidCost)`. Nothing changes (no refill, no request-id
+    ///    record)."
+    /// 2. "If `request_id` is given and the key holds a record for it that is still in the dedupe window, return the
+    ///    recorded decision unchanged (`replayed`). Nothing changes, nothing is charged."
+    /// 3. - 5. Refill, decide, report: [`ModelBucket::decide`] (a key with no state is fresh at this `now`).
+    /// 6. "If `request_id` was given, record (id -> decision, now) on the key (evicting its oldest record beyond
+    ///    `dedupe_per_key`)."
+    ///
+    /// Decision pinned here: records form a map keyed by id. Recording an id that already has a (necessarily
+    /// expired) record replaces that record and makes it the newest, so a key never holds two records for one id.
+    pub fn acquire(
+        &mut self,
+        key: u64,
+        now: u64,
+        cost: u64,
+        request_id: Option<u64>,
+    ) -> Result<Outcome, ModelError> {
+        let config = *self.config_of(key);
+        // Step 1.
+        check_cost(&config, cost)?;
+        // Step 2.
+        if let Some(id) = request_id {
+            if let Some(record) = self.live_record(key, id, now) {
+                return Ok(Outcome {
+                    decision: record.decision.clone(),
+                    replayed: true,
+                    created: false,
+                });
+            }
+        }
+        // Steps 3-5.
+        let held = self.entries.get(&key).and_then(|e| e.bucket.clone());
+        let created = held.is_none();
+        let before = held.unwrap_or_else(|| ModelBucket::fresh(&config, now));
+        let (after, decision) = before.decide(&config, now, cost)?;
+        assert!(
+            after.last_refill() >= before.last_refill(),
+            "last_refill is monotone per key"
+        );
+        let entry = self.entries.entry(key).or_default();
+        entry.bucket = Some(after);
+        // Step 6.
+        if let Some(id) = request_id {
+            entry.records.retain(|r| r.request_id != id);
+            entry.records.push_back(Record {
+                request_id: id,
+                decision: decision.clone(),
+                recorded_at: now,
+            });
+            while entry.records.len() > self.dedupe_per_key {
+                entry.records.pop_front();
+            }
+        }
+        self.check_invariants(key);
+        Ok(Outcome {
+            decision,
+            replayed: false,
+            created,
+        })
+    }
+
+    /// peek(key, now): "Read-only: what step 3 would compute (remaining, reset_after), without writing anything."
+    /// A key with no state is peeked as a fresh bucket at `now`.
+    pub fn peek(&self, key: u64, now: u64) -> ModelPeek {
+        let config = self.config_of(key);
+        match self.entries.get(&key).and_then(|e| e.bucket.as_ref()) {
+            Some(bucket) => bucket.peek(config, now),
+            None => ModelBucket::fresh(config, now).peek(config, now),
+        }
+    }
+
+    /// reconfigure(key, new_config, now):
+    /// 1. "Refill the key to `t = max(now, last_refill)` under its old config (an absent key is fresh: full, at
+    ///    `now`)."
+    /// 2. "Convert to the new unit grid, rounding DOWN ... This never creates tokens."
+    /// 3. "Clamp to the new capacity; `last_refill = t`; the key's config version increases by one."
+    /// 4. "Invalid new config -> error, nothing changes." A [`ModelConfig`] is valid by construction, so this step
+    ///    is [`ModelConfig::new`]'s error: the model is never touched by an invalid config.
+    ///
+    /// The new config becomes the key's override. Request-id records are kept. Returns the new config version.
+    pub fn reconfigure(&mut self, key: u64, new_config: ModelConfig, now: u64) -> u64 {
+        let old_config = *self.config_of(key);
+        let entry = self.entries.entry(key).or_default();
+        let before = entry
+            .bucket
+            .clone()
+            .unwrap_or_else(|| ModelBucket::fresh(&old_config, now));
+        let after = before.reconfigured(&old_config, &new_config, now);
+        assert!(
+            after.last_refill() >= before.last_refill(),
+            "last_refill is monotone per key"
+        );
+        entry.bucket = Some(after);
+        entry.override_config = Some(new_config);
+        entry.version += 1;
+        let version = entry.version;
+        self.check_invariants(key);
+        version
+    }
+
+    /// forget(key): "Drops the key's bucket, its override config and its request-id records. The next access is
+    /// fresh." The config version goes with the override (back to 0). Returns whether anything was held.
+    pub fn forget(&mut self, key: u64) -> bool {
+        self.entries.remove(&key).is_some()
+    }
+
+    /// "A bucket is *evictable* at time `s` when its refilled balance at `max(s, last_refill)` equals capacity and
+    /// it holds no live request-id record." A key holding no bucket is vacuously evictable (there is nothing to
+    /// lose).
+    pub fn is_evictable_at(&self, key: u64, s: u64) -> bool {
+        let Some(entry) = self.entries.get(&key) else {
+            return true;
+        };
+        let Some(bucket) = entry.bucket.as_ref() else {
+            return true;
+        };
+        bucket.is_full_at(self.config_of(key), s)
+            && !entry
+                .records
+                .iter()
+                .any(|r| is_live(r.recorded_at, self.dedupe_window_ns, s))
+    }
+
+    /// Drops the key's bucket and its request-id records, keeping its override config and version, whether or not
+    /// it is evictable: used by the harness to follow an implementation's eviction, after checking
+    /// [`Model::is_evictable_at`] (or not, under the lossy `EvictLeastRecent`). Returns whether a bucket was held.
+    pub fn evict(&mut self, key: u64) -> bool {
+        let Some(entry) = self.entries.get_mut(&key) else {
+            return false;
+        };
+        let had_bucket = entry.bucket.take().is_some();
+        entry.records.clear();
+        if entry.is_empty() {
+            self.entries.remove(&key);
+        }
+        had_bucket
+    }
+
+    /// "`sweep(now)`: drops every bucket evictable at `now`." Overrides and versions stay. Returns the dropped keys,
+    /// ascending.
+    pub fn sweep(&mut self, now: u64) -> Vec<u64> {
+        let dropped: Vec<u64> = self
+            .keys()
+            .into_iter()
+            .filter(|&k| self.is_evictable_at(k, now))
+            .collect();
+        for &k in &dropped {
+            self.evict(k);
+        }
+        dropped
+    }
+
+    /// The invariants, asserted after every mutation: "`tokens` (a rational in `[0, capacity]`)", the tokens lie on
+    /// the key's unit grid `1/(q * 10^9)`, at most `dedupe_per_key` records, and records only with a bucket.
+    fn check_invariants(&self, key: u64) {
+        let config = self.config_of(key);
+        if let Some(entry) = self.entries.get(&key) {
+            assert!(
+                entry.records.len() <= self.dedupe_per_key,
+                "FIFO bound on records"
+            );
+            match entry.bucket.as_ref() {
+                Some(bucket) => {
+                    assert!(bucket.tokens() >= &BigRational::zero(), "tokens >= 0");
+                    assert!(
+                        bucket.tokens() <= &config.capacity_tokens(),
+                        "tokens <= capacity"
+                    );
+                    assert!(bucket.is_on_grid(config), "tokens lie on the unit grid");
+                }
+                None => assert!(entry.records.is_empty(), "records only live with a bucket"),
+            }
+        }
+    }
+}
