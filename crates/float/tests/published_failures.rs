@@ -1,6 +1,9 @@
 //! The two published float failures of Go's `x/time/rate`, reproduced with [`GoStyleBucket`].
 //! Each test asserts the float behaviour that differs from exact arithmetic: it documents the bug.
 
+// The literals are copied digit for digit from the Go issues.
+#![allow(clippy::excessive_precision)]
+
 mod common;
 
 use bucketproof_float::{GoRateVersion, GoStyleBucket};

@@ -2,6 +2,8 @@
 //! docs/semantics.md), so the tests can show where the float buckets decide differently.
 //! Test-only: the crate itself depends on no other bucketproof crate.
 
+#![allow(dead_code)]
+
 /// Exact bucket: rate `p/q` tokens per second, balance in units of `1/(q * 10^9)` token.
 #[derive(Debug, Clone)]
 pub struct Exact {
