@@ -69,7 +69,7 @@ pub(crate) fn check_cost(cost: u64, capacity: u64) -> Result<(), FloatError> {
     }
 }
 
-/// `base + extra` as an absolute-time-safe offset: `None` when `now + offset` would pass `u64::MAX`.
+/// An offset from `now_ns`, or `None` (never) when `now_ns + offset` would pass `u64::MAX`.
 pub(crate) fn offset_from(now_ns: u64, offset: Option<u64>) -> Option<u64> {
     let off = offset?;
     now_ns.checked_add(off).map(|_| off)
