@@ -140,9 +140,10 @@ impl Model {
     }
 
     /// Step 2: "If `request_id` is given and the key holds a record for it that is still in the dedupe window".
+    /// The newest such record (see [`Model::acquire`]).
     fn live_record(&self, key: u64, request_id: u64, now: u64) -> Option<&Record> {
         self.entries.get(&key).and_then(|e| {
-            e.records.iter().find(|r| {
+            e.records.iter().rev().find(|r| {
                 r.request_id == request_id && is_live(r.recorded_at, self.dedupe_window_ns, now)
             })
         })
@@ -157,8 +158,9 @@ impl Model {
     /// 6. "If `request_id` was given, record (id -> decision, now) on the key (evicting its oldest record beyond
     ///    `dedupe_per_key`)."
     ///
-    /// Decision pinned here: records form a map keyed by id. Recording an id that already has a (necessarily
-    /// expired) record replaces that record and makes it the newest, so a key never holds two records for one id.
+    /// Decision pinned here: step 6 appends; it does not replace an older (necessarily no longer live) record of the
+    /// same id, which keeps its FIFO slot until it is evicted. Step 2 then answers with the *newest* live record for
+    /// the id. (If any record for an id is live at `now`, the newest one is: `now < r_old + window <= r_new + window`.)
     pub fn acquire(
         &mut self,
         key: u64,
@@ -192,7 +194,6 @@ impl Model {
         entry.bucket = Some(after);
         // Step 6.
         if let Some(id) = request_id {
-            entry.records.retain(|r| r.request_id != id);
             entry.records.push_back(Record {
                 request_id: id,
                 decision: decision.clone(),

@@ -325,9 +325,26 @@ fn a_replay_inside_the_window_returns_the_recorded_decision_and_charges_nothing(
     let fresh = m.acquire(0, 10 * S, 3, Some(7)).unwrap();
     assert!(!fresh.replayed);
     assert_eq!(fresh.decision.remaining(), &int(0));
-    // The new record replaced the old one: one record for id 7, made at 10 s.
-    assert_eq!(m.records(0), vec![(7, 10 * S)]);
-    assert!(m.acquire(0, 19 * S, 3, Some(7)).unwrap().replayed);
+    // The new record is appended; the dead one keeps its FIFO slot. The newest live record answers.
+    assert_eq!(m.records(0), vec![(7, 0), (7, 10 * S)]);
+    let replay = m.acquire(0, 19 * S, 3, Some(7)).unwrap();
+    assert!(replay.replayed);
+    assert_eq!(replay.decision, fresh.decision);
+    // During a rollback to 1 s both are live: still the newest.
+    assert_eq!(
+        m.acquire(0, S, 3, Some(7)).unwrap().decision,
+        fresh.decision
+    );
+}
+
+#[test]
+fn a_dead_record_keeps_its_fifo_slot_until_evicted() {
+    let mut m = Model::new(cfg(100, 1, 1), 10, 2);
+    m.acquire(0, 0, 1, Some(1)).unwrap();
+    m.acquire(0, 20, 1, Some(1)).unwrap();
+    assert_eq!(m.records(0), vec![(1, 0), (1, 20)]);
+    m.acquire(0, 21, 1, Some(2)).unwrap();
+    assert_eq!(m.records(0), vec![(1, 20), (2, 21)]);
 }
 
 #[test]
