@@ -99,10 +99,13 @@ pub struct ModelPeek {
 /// reachable state.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ModelBucket {
+    /// "`tokens` (a rational in `[0, capacity]`)".
     tokens: BigRational,
+    /// "`last_refill` (ns)": the time up to which refill has been credited.
     last_refill: u64,
 }
 
+/// A `u64` (a time, a cost, a capacity) as an exact rational.
 fn rat(x: u64) -> BigRational {
     BigRational::from_integer(BigInt::from(x))
 }
@@ -181,7 +184,7 @@ impl ModelBucket {
             next.last_refill >= self.last_refill,
             "last_refill is monotone"
         );
-        assert!(!next.tokens.is_negative_rat(), "tokens >= 0");
+        assert!(next.tokens >= BigRational::zero(), "tokens >= 0");
         assert!(
             next.tokens <= config.capacity_tokens(),
             "tokens <= capacity after refill"
@@ -225,7 +228,10 @@ impl ModelBucket {
                 tokens: &refilled.tokens - &cost_tokens,
                 last_refill: t,
             };
-            assert!(!next.tokens.is_negative_rat(), "tokens >= 0 after a charge");
+            assert!(
+                next.tokens >= BigRational::zero(),
+                "tokens >= 0 after a charge"
+            );
             let decision = ModelDecision::Allowed {
                 remaining: next.tokens.clone(),
                 reset_after: next.reset_after(config, now),
@@ -268,7 +274,7 @@ impl ModelBucket {
             next.tokens <= refilled.tokens,
             "reconfigure never creates tokens"
         );
-        assert!(!next.tokens.is_negative_rat(), "tokens >= 0");
+        assert!(next.tokens >= BigRational::zero(), "tokens >= 0");
         assert!(
             next.last_refill >= self.last_refill,
             "last_refill is monotone"
@@ -285,16 +291,5 @@ impl ModelBucket {
     /// holds satisfies this for the key's current config (the integer-unit limiter relies on it).
     pub fn is_on_grid(&self, config: &ModelConfig) -> bool {
         (&self.tokens * BigRational::from_integer(config.units_per_token())).is_integer()
-    }
-}
-
-/// `x < 0` for rationals, spelled so it reads as an invariant.
-trait NegativeRat {
-    fn is_negative_rat(&self) -> bool;
-}
-
-impl NegativeRat for BigRational {
-    fn is_negative_rat(&self) -> bool {
-        self < &BigRational::zero()
     }
 }

@@ -96,8 +96,11 @@ impl From<ConfigError> for ModelError {
 /// A valid bucket configuration: capacity (whole tokens) and a reduced rate `p/q` tokens per second.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ModelConfig {
+    /// "`capacity >= 1` tokens".
     capacity: u64,
+    /// The reduced numerator `p >= 0` of the rate `p/q` tokens per second.
     rate_numer: u64,
+    /// The reduced denominator `1 <= q <= 2^32` of the rate `p/q` tokens per second.
     rate_denom: u64,
 }
 

@@ -18,6 +18,21 @@
 //! - No panics on bad input: invalid costs and configs are typed [`ModelError`]s and change nothing. The `assert!`s
 //!   inside check the model's own invariants (`0 <= tokens <= capacity`, tokens on the unit grid `1/(q * 10^9)`,
 //!   `last_refill` monotone per key); one firing is a bug in the model.
+//!
+//! ```
+//! use bucketproof_model::{Model, ModelConfig, ModelWait};
+//!
+//! // 1 token, refilled at 1/3 token per second; no request-id dedupe.
+//! let mut model = Model::new(ModelConfig::new(1, 1, 3)?, 0, 0);
+//! let first = model.acquire(42, 0, 1, None)?;
+//! assert!(first.decision.is_allowed() && first.created);
+//! let denied = model.acquire(42, 1_000_000_000, 1, None)?;
+//! assert_eq!(denied.decision.retry_after(), Some(ModelWait::After(2_000_000_000)));
+//! assert!(model.acquire(42, 3_000_000_000, 1, None)?.decision.is_allowed());
+//! # Ok::<(), bucketproof_model::ModelError>(())
+//! ```
+
+#![warn(missing_docs)]
 
 mod bucket;
 mod config;

@@ -32,22 +32,29 @@ pub struct Outcome {
 /// One request-id record: "(id -> decision, now)".
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Record {
+    /// The caller's request id.
     request_id: u64,
+    /// The decision returned the first time, returned unchanged on a replay.
     decision: ModelDecision,
+    /// "a record made at time `r`": the `now` of the acquire that made it.
     recorded_at: u64,
 }
 
 /// Everything the model holds for one key. An entry exists while it holds a bucket or an override config.
 #[derive(Debug, Clone, Default)]
 struct Entry {
+    /// The bucket; `None` behaves as fresh ("A key with no state behaves as a *fresh* bucket").
     bucket: Option<ModelBucket>,
+    /// "a per-key override set by `reconfigure`"; `None` means the default config.
     override_config: Option<ModelConfig>,
+    /// "the key's config version": bumped by each reconfigure, kept across sweep/evict, dropped by forget.
     version: u64,
     /// Oldest first. Non-empty only while `bucket` is `Some`.
     records: VecDeque<Record>,
 }
 
 impl Entry {
+    /// Holds nothing that distinguishes the key from an unknown one (the entry can go).
     fn is_empty(&self) -> bool {
         self.bucket.is_none() && self.override_config.is_none()
     }
@@ -56,9 +63,13 @@ impl Entry {
 /// The keyed reference limiter.
 #[derive(Debug, Clone)]
 pub struct Model {
+    /// "else the default config".
     default_config: ModelConfig,
+    /// The dedupe window: a record made at `r` is live while `now < r + window`.
     dedupe_window_ns: u64,
+    /// "only the newest `dedupe_per_key` records of a key are kept (FIFO)".
     dedupe_per_key: usize,
+    /// Per-key state, ordered by key for determinism.
     entries: BTreeMap<u64, Entry>,
 }
 
@@ -244,7 +255,7 @@ impl Model {
         );
         entry.bucket = Some(after);
         entry.override_config = Some(new_config);
-        entry.version += 1;
+        entry.version = entry.version.saturating_add(1);
         let version = entry.version;
         self.check_invariants(key);
         version
