@@ -1,0 +1,198 @@
+-- bucketproof: the exact token-bucket transition (docs/semantics.md, acquire steps 2-6) as one atomic
+-- Redis script. Read, replay check, refill, decide, write, request-id record and TTL all happen here, so
+-- concurrent instances can never interleave inside one transition.
+--
+-- Numbers: Redis Lua numbers are IEEE doubles, exact for integers up to 2^53. The Rust side admits only
+-- configs with capacity_units + max(p, 3e9) <= 2^53 (see src/range.rs); under that bound every value this
+-- script computes is an integer <= 2^53, so every +, -, * and comparison below is exact. Divisions go
+-- through floordiv/ceildiv, which correct the rounded quotient with exact products.
+--
+-- Time: a u64 nanosecond instant does not fit a double, so instants travel as two limbs
+-- (seconds, nanoseconds < 1e9). Elapsed time is only ever turned into one number after it has been capped
+-- near the time-to-full, which is <= capacity_units.
+--
+-- KEYS[1]  the user's hash (one key per user, so one slot in Redis Cluster)
+-- ARGV[1]  's' = use the server's TIME, 'i' = injected time in ARGV[2..3]
+-- ARGV[2]  now, whole seconds           ARGV[3]  now, nanoseconds within the second
+-- ARGV[4]  config fingerprint (units per token / capacity units / p), refused if the stored one differs
+-- ARGV[5]  capacity in units            ARGV[6]  p: units added per nanosecond
+-- ARGV[7]  cost in units (1 <= cost <= capacity, checked by the caller: an invalid cost never gets here)
+-- ARGV[8]  request id, '' for none
+-- ARGV[9]  dedupe window, seconds       ARGV[10] dedupe window, nanoseconds within the second
+-- ARGV[11] request-id records kept per key (0 = do not record)
+-- ARGV[12] TTL floor in ms (0 with server time; used with injected time, whose clock is not the server's)
+--
+-- Reply: {replayed, created, allowed, balance, reset, retry, t_s, t_n, now_s, now_n, seq, cost}
+--   reset / retry: ceil(missing units / p) in ns, measured from t; 0 = nothing missing; -1 = never (p = 0).
+--   t: the refill cursor max(now, last); the caller adds the lag t - now exactly in u128.
+--   seq: this key's transition counter, so a test can put concurrent decisions in their real order.
+--   cost: the cost in units the decision was made for (a replay's is the recorded request's).
+
+local E9 = 1000000000
+
+-- floor(a / b) for integers 0 <= a, 1 <= b with a + b <= 2^53. The double quotient rounds at most to the
+-- next integer above the true floor, never below it; the exact products k*b <= a + b correct it.
+local function floordiv(a, b)
+  local k = math.floor(a / b)
+  if k * b > a then k = k - 1 end
+  if (k + 1) * b <= a then k = k + 1 end
+  return k
+end
+
+local function ceildiv(a, b)
+  local k = floordiv(a, b)
+  if k * b < a then k = k + 1 end
+  return k
+end
+
+-- '%.0f' prints every integer below 2^53 exactly; tostring would use '%.14g' and round.
+local function fmt(x)
+  return string.format('%.0f', x)
+end
+
+-- (a_s, a_n) < (b_s, b_n) for two-limb instants.
+local function before(a_s, a_n, b_s, b_n)
+  return a_s < b_s or (a_s == b_s and a_n < b_n)
+end
+
+-- ms from (from_s, from_n) until (to_s, to_n), rounded up; 0 if already reached.
+local function ms_until(from_s, from_n, to_s, to_n)
+  if not before(from_s, from_n, to_s, to_n) then return 0 end
+  local ds, dn = to_s - from_s, to_n - from_n
+  if dn < 0 then ds = ds - 1; dn = dn + E9 end
+  return ds * 1000 + ceildiv(dn, 1000000)
+end
+
+local key = KEYS[1]
+local now_s, now_n
+if ARGV[1] == 's' then
+  local tm = redis.call('TIME')
+  now_s = tonumber(tm[1])
+  now_n = tonumber(tm[2]) * 1000
+else
+  now_s = tonumber(ARGV[2])
+  now_n = tonumber(ARGV[3])
+end
+local fp = ARGV[4]
+local cap = tonumber(ARGV[5])
+local p = tonumber(ARGV[6])
+local cost = tonumber(ARGV[7])
+local rid = ARGV[8]
+local win_s = tonumber(ARGV[9])
+local win_n = tonumber(ARGV[10])
+local keep = tonumber(ARGV[11])
+local ttl_floor = tonumber(ARGV[12])
+local recording = rid ~= '' and keep > 0 and (win_s > 0 or win_n > 0)
+
+local h = redis.call('HMGET', key, 'b', 's', 'n', 'g', 'k', 'xs', 'xn')
+
+-- Step 2: a live record for this request id answers with the recorded decision; nothing changes.
+-- Record: slot,exp_s,exp_n,allowed,balance,reset,retry,t_s,t_n,now_s,now_n,seq,cost
+if rid ~= '' and h[1] then
+  local rec = redis.call('HGET', key, 'r' .. rid)
+  if rec then
+    local f = {}
+    for x in string.gmatch(rec, '[^,]+') do f[#f + 1] = tonumber(x) end
+    if before(now_s, now_n, f[2], f[3]) then
+      return {1, 0, f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], f[13]}
+    end
+  end
+end
+
+if h[4] and h[4] ~= fp then
+  return redis.error_reply('BPCONFIG stored config ' .. h[4] .. ' differs from ' .. fp)
+end
+
+-- Step 3: refill to t = max(now, last). A missing hash is a fresh bucket: full, at now.
+local created, b, ls, ln
+if h[1] then
+  created = 0
+  b = tonumber(h[1]); ls = tonumber(h[2]); ln = tonumber(h[3])
+else
+  created = 1
+  b = cap; ls = now_s; ln = now_n
+end
+local ts, tn = now_s, now_n
+if before(now_s, now_n, ls, ln) then ts, tn = ls, ln end
+if p > 0 and b < cap then
+  local missing = cap - b
+  local ttf = ceildiv(missing, p)
+  local ds = ts - ls
+  -- ds >= floor(ttf/1e9) + 2 means dt > ttf for sure; below that, dt < ttf + 3e9 is exact as a double.
+  if ds >= math.floor(ttf / E9) + 2 then
+    b = cap
+  else
+    local dt = ds * E9 + (tn - ln)
+    if dt >= ttf then b = cap else b = b + dt * p end
+  end
+end
+
+-- Step 4: decide. Step 5: what the caller needs for remaining, reset_after and retry_after.
+local allowed = 0
+if b >= cost then
+  allowed = 1
+  b = b - cost
+end
+local reset = 0
+if b < cap then
+  if p == 0 then reset = -1 else reset = ceildiv(cap - b, p) end
+end
+local retry = 0
+if allowed == 0 then
+  if p == 0 then retry = -1 else retry = ceildiv(cost - b, p) end
+end
+local seq = (tonumber(h[5]) or 0) + 1
+
+redis.call('HSET', key, 'b', fmt(b), 's', fmt(ts), 'n', fmt(tn), 'g', fp, 'k', fmt(seq))
+
+-- Step 6: record the decision under the request id; FIFO of at most `keep` records per key. As in the
+-- in-memory limiter, a stale record of the same id keeps its slot until the FIFO pushes it out; only
+-- the newest record of an id can be live, so the hash keeps one record per id.
+local xs, xn = tonumber(h[6]), tonumber(h[7])
+if recording then
+  local ex_s, ex_n = now_s + win_s, now_n + win_n
+  if ex_n >= E9 then ex_s = ex_s + 1; ex_n = ex_n - E9 end
+  local q = redis.call('HMGET', key, 'qh', 'qt', 'qc')
+  local qh, qt, qc = tonumber(q[1]) or 0, tonumber(q[2]) or 0, tonumber(q[3]) or 0
+  local rec = table.concat({fmt(qt), fmt(ex_s), fmt(ex_n), allowed, fmt(b), fmt(reset), fmt(retry),
+    fmt(ts), fmt(tn), fmt(now_s), fmt(now_n), fmt(seq), fmt(cost)}, ',')
+  redis.call('HSET', key, 'r' .. rid, rec, 'q' .. fmt(qt), rid)
+  qt = qt + 1
+  qc = qc + 1
+  while qc > keep and qh < qt do
+    local victim = redis.call('HGET', key, 'q' .. fmt(qh))
+    if victim then
+      -- The id's record is dropped only if it is this slot's: a newer record of the same id (made after
+      -- this one went stale) keeps its own, later slot.
+      local vrec = redis.call('HGET', key, 'r' .. victim)
+      if vrec and tonumber(string.match(vrec, '^[^,]+')) == qh then
+        redis.call('HDEL', key, 'r' .. victim)
+      end
+      redis.call('HDEL', key, 'q' .. fmt(qh))
+      qc = qc - 1
+    end
+    qh = qh + 1
+  end
+  if not xs or before(xs, xn, ex_s, ex_n) then xs, xn = ex_s, ex_n end
+  redis.call('HSET', key, 'qh', fmt(qh), 'qt', fmt(qt), 'qc', fmt(qc), 'xs', fmt(xs), 'xn', fmt(xn))
+end
+
+-- TTL: until the bucket is full as seen from now (lag included), and never before the newest live
+-- request-id record dies. Never 0. A bucket that can never refill (p = 0, not full) must not expire.
+local ttl = -1
+if reset >= 0 then
+  local lag_s, lag_n = ts - now_s, tn - now_n
+  if lag_n < 0 then lag_s = lag_s - 1; lag_n = lag_n + E9 end
+  ttl = lag_s * 1000 + ceildiv(lag_n + reset, 1000000)
+  if xs then
+    local rttl = ms_until(now_s, now_n, xs, xn)
+    if rttl > ttl then ttl = rttl end
+  end
+  if ttl < ttl_floor then ttl = ttl_floor end
+  if ttl < 1 then ttl = 1 end
+  redis.call('PEXPIRE', key, fmt(ttl))
+else
+  redis.call('PERSIST', key)
+end
+
+return {0, created, allowed, b, reset, retry, ts, tn, now_s, now_n, seq, cost}

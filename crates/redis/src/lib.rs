@@ -1,0 +1,25 @@
+//! bucketproof-redis: the exact token-bucket transition as one atomic Redis Lua script, so that many
+//! instances share one quota and every decision equals the in-memory core's (docs/semantics.md).
+//!
+//! - [`script`]: the Lua source and its wire format; the script does read, replay check, refill, decide,
+//!   write, request-id record and TTL in one `EVALSHA` (reloaded on `NOSCRIPT` by `redis::Script`).
+//! - [`range`]: the configs the script computes exactly (Lua numbers are doubles) and the typed error
+//!   for the others.
+//! - [`limiter`]: [`RedisLimiter`], the async front end with the in-memory limiter's shape
+//!   (`acquire`, `acquire_at`, `acquire_with(Request)` returning [`Acquired`](bucketproof_limiter::Acquired)),
+//!   server time by default or an injected `now`, and the explicit policy for an unavailable store.
+//!
+//! Time: instants are `u64` nanoseconds, beyond the 2^53 a double holds, so they cross into Lua as two
+//! limbs (whole seconds, nanoseconds below 10^9) and are stored that way; the server's `TIME`
+//! (seconds, microseconds) becomes the same limbs. Elapsed time becomes one number only after it is
+//! capped near the time-to-full, which the range check keeps below 2^53.
+
+pub mod limiter;
+pub mod range;
+pub mod script;
+
+pub use limiter::{
+    BuildError, MAX_RECORDS_PER_KEY, Outcome, RedisAcquireError, RedisBuilder, RedisLimiter,
+    RedisStats, Source, Unavailable,
+};
+pub use range::{EXACT_LIMIT, RangeError, check_exact, max_capacity};

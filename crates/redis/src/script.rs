@@ -1,0 +1,259 @@
+//! The wire side of the Lua script: its source, the arguments it takes and the reply it gives.
+//!
+//! The script (`bucket.lua`) does the whole transition; this module only splits instants into limbs,
+//! and turns the reply back into the limiter's own [`Decision`]. The limiter's `Decision` has no public
+//! constructor, so the reply is replayed through [`transition`] on a state that needs no refill (cursor
+//! at the script's `t`, balance before the charge): that reproduces the script's decision field for field
+//! without duplicating any arithmetic. The script's own `reset`/`retry` quotients are then compared with
+//! the rebuilt decision, so a disagreement between Lua and Rust is an error, never a silent rounding.
+
+use bucketproof_limiter::{BucketState, Config, Decision, Nanos, Wait, transition};
+use redis::Script;
+
+/// The Lua source: read, replay check, refill, decide, write, record, TTL.
+pub const SOURCE: &str = include_str!("bucket.lua");
+
+const E9: u64 = 1_000_000_000;
+
+/// The loaded-once script object (`EVALSHA`, reloaded by the `redis` crate on `NOSCRIPT`).
+pub fn script() -> Script {
+    Script::new(SOURCE)
+}
+
+/// An instant split into the limbs the script uses: whole seconds and nanoseconds below 10^9.
+pub fn limbs(ns: Nanos) -> (u64, u64) {
+    (ns / E9, ns % E9)
+}
+
+/// The instant `seconds * 10^9 + nanos`, or `None` beyond `u64::MAX`.
+pub fn join(seconds: i64, nanos: i64) -> Option<Nanos> {
+    if seconds < 0 || !(0..E9 as i64).contains(&nanos) {
+        return None;
+    }
+    (seconds as u64).checked_mul(E9)?.checked_add(nanos as u64)
+}
+
+/// The fingerprint stored with a bucket: a stored bucket is never read on another unit grid.
+pub fn fingerprint(config: &Config) -> String {
+    format!(
+        "{}/{}/{}",
+        config.units_per_token(),
+        config.capacity_units(),
+        config.units_per_nanosecond()
+    )
+}
+
+/// The script's reply, as numbers (all integers below 2^53, sent as Redis integers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// A live request-id record answered; nothing was charged.
+    pub replayed: bool,
+    /// The bucket did not exist (fresh, full at `now`).
+    pub created: bool,
+    /// Admitted and charged.
+    pub allowed: bool,
+    /// Balance in units after the decision.
+    pub balance: u64,
+    /// `ceil(missing / p)` ns from `t` until full; 0 = full; -1 = never.
+    pub reset: i64,
+    /// Denied only: `ceil(short / p)` ns from `t` until the cost is covered; -1 = never.
+    pub retry: i64,
+    /// The refill cursor `max(now, last)` after the transition.
+    pub t: Nanos,
+    /// The `now` the decision was made at (server time or injected).
+    pub now: Nanos,
+    /// The key's transition counter after this transition (the recorded one for a replay).
+    pub seq: u64,
+    /// The cost in units this decision was made for (for a replay: the recorded request's cost).
+    pub cost_units: u64,
+}
+
+/// Why a reply could not be turned into a decision.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("malformed script reply {reply:?}: {reason}")]
+pub struct ReplyError {
+    /// The raw reply.
+    pub reply: Vec<i64>,
+    /// What was wrong.
+    pub reason: &'static str,
+}
+
+impl Reply {
+    /// Parses the script's 12-element array.
+    pub fn parse(raw: Vec<i64>) -> Result<Reply, ReplyError> {
+        let bad = |reason| ReplyError {
+            reply: raw.clone(),
+            reason,
+        };
+        let [
+            replayed,
+            created,
+            allowed,
+            balance,
+            reset,
+            retry,
+            t_s,
+            t_n,
+            now_s,
+            now_n,
+            seq,
+            cost_units,
+        ] = raw[..]
+        else {
+            return Err(bad("expected 12 integers"));
+        };
+        let flag = |x: i64| match x {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(bad("flag not 0 or 1")),
+        };
+        Ok(Reply {
+            replayed: flag(replayed)?,
+            created: flag(created)?,
+            allowed: flag(allowed)?,
+            balance: u64::try_from(balance).map_err(|_| bad("negative balance"))?,
+            reset,
+            retry,
+            t: join(t_s, t_n).ok_or_else(|| bad("cursor outside u64 ns"))?,
+            now: join(now_s, now_n).ok_or_else(|| bad("now outside u64 ns"))?,
+            seq: u64::try_from(seq).map_err(|_| bad("negative seq"))?,
+            cost_units: u64::try_from(cost_units).map_err(|_| bad("negative cost"))?,
+        })
+    }
+
+    /// The limiter's [`Decision`] for this reply, checked against the script's own quotients.
+    pub fn decision(&self, config: &Config) -> Result<Decision, ReplyError> {
+        let bad = |reason| ReplyError {
+            reply: self.raw(),
+            reason,
+        };
+        let cost_units = self.cost_units as u128;
+        let unit = config.units_per_token();
+        if cost_units == 0 || !cost_units.is_multiple_of(unit) {
+            return Err(bad("cost not a whole number of tokens"));
+        }
+        let cost = u64::try_from(cost_units / unit).map_err(|_| bad("cost above u64"))?;
+        let balance = self.balance as u128;
+        if balance > config.capacity_units() || self.t < self.now {
+            return Err(bad("balance above capacity or cursor behind now"));
+        }
+        let before = if self.allowed {
+            balance + cost_units
+        } else {
+            balance
+        };
+        // Cursor at t >= now: the transition refills nothing and decides on `before` exactly.
+        let state = BucketState {
+            balance: before,
+            last_refill: self.t,
+        };
+        let (_, decision) = transition(config, state, self.now, cost)
+            .map_err(|_| bad("cost invalid for config"))?;
+        if decision.is_allowed() != self.allowed || decision.remaining().units() != balance {
+            return Err(bad("script decision inconsistent with its balance"));
+        }
+        let lag = self.t - self.now;
+        if !wait_matches(decision.reset_after(), self.reset, lag, self.now) {
+            return Err(bad("script reset_after differs from the exact one"));
+        }
+        if let Some(retry) = decision.retry_after()
+            && !wait_matches(retry, self.retry, lag, self.now)
+        {
+            return Err(bad("script retry_after differs from the exact one"));
+        }
+        Ok(decision)
+    }
+
+    fn raw(&self) -> Vec<i64> {
+        let (t_s, t_n) = limbs(self.t);
+        let (n_s, n_n) = limbs(self.now);
+        vec![
+            self.replayed as i64,
+            self.created as i64,
+            self.allowed as i64,
+            self.balance as i64,
+            self.reset,
+            self.retry,
+            t_s as i64,
+            t_n as i64,
+            n_s as i64,
+            n_n as i64,
+            self.seq as i64,
+            self.cost_units as i64,
+        ]
+    }
+}
+
+/// Does the exact wait agree with the script's quotient `q` (ns from `t`; 0 = nothing missing;
+/// -1 = never)? A full bucket waits 0 whatever the lag (semantics: `0` if full).
+fn wait_matches(exact: Wait, q: i64, lag: Nanos, now: Nanos) -> bool {
+    let expected = match q {
+        -1 => Wait::Never,
+        0 => Wait::After(0),
+        q if q > 0 => {
+            let total = q as u128 + lag as u128;
+            if total <= (u64::MAX - now) as u128 {
+                Wait::After(total as Nanos)
+            } else {
+                Wait::Never
+            }
+        }
+        _ => return false,
+    };
+    expected == exact
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limbs_round_trip_at_the_ends_of_the_clock() {
+        for ns in [0, 1, E9 - 1, E9, 1 << 53, u64::MAX - 1, u64::MAX] {
+            let (s, n) = limbs(ns);
+            assert_eq!(join(s as i64, n as i64), Some(ns));
+        }
+        assert_eq!(join(18_446_744_073, 709_551_616), None, "one past u64::MAX");
+        assert_eq!(join(-1, 0), None);
+        assert_eq!(join(0, E9 as i64), None);
+    }
+
+    #[test]
+    fn a_malformed_reply_is_an_error_not_a_decision() {
+        assert!(Reply::parse(vec![0; 11]).is_err());
+        assert!(Reply::parse(vec![2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]).is_err());
+        assert!(Reply::parse(vec![0, 0, 0, -5, 0, 0, 0, 0, 0, 0, 0, 1]).is_err());
+        let config = Config::new(2, bucketproof_limiter::Rate::per_second(1)).unwrap();
+        let ok = Reply::parse(vec![
+            0,
+            1,
+            1,
+            1_000_000_000,
+            1_000_000_000,
+            0,
+            5,
+            0,
+            5,
+            0,
+            1,
+            1_000_000_000,
+        ]);
+        assert!(ok.unwrap().decision(&config).unwrap().is_allowed());
+        // Claims "allowed" with a quotient that is off by one: refused, not rounded over.
+        let off = Reply::parse(vec![
+            0,
+            1,
+            1,
+            1_000_000_000,
+            999_999_999,
+            0,
+            5,
+            0,
+            5,
+            0,
+            1,
+            1_000_000_000,
+        ]);
+        assert!(off.unwrap().decision(&config).is_err());
+    }
+}
