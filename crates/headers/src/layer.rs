@@ -1,0 +1,381 @@
+//! A tower [`Layer`] that rate-limits requests with a keyed limiter and speaks draft-11 on the wire.
+//!
+//! Per request: a user function extracts the limiter key from the request head, another gives its
+//! cost (default 1), the [`DecisionSource`] decides, and
+//! - **allowed**: the inner service runs; its response gets `RateLimit-Policy` and `RateLimit` when
+//!   [`RateLimitLayer::emit_on_success`] is on (the default);
+//! - **denied**: `429 Too Many Requests` with `Retry-After` (delay seconds, rounded up, never earlier
+//!   than any `t` in the response, draft-11 Section 6), both fields, and an `application/problem+json`
+//!   body of type quota-exceeded listing the violated policy. The inner service is not called;
+//! - **cost above capacity**: `413` with a problem body (no wait would help, so it is not a 429);
+//! - **source unavailable / key table full**: `503` with a temporary-reduced-capacity problem body;
+//! - **decided by a fallback** ([`Outcome::degraded`]): handled as above, plus the header
+//!   [`DEGRADED_HEADER`]` : ?1` so the outage is visible, never disguised.
+//!
+//! Fields are only ever written to the header section, never to trailers (draft-11 Sections 3.1 and
+//! 4.1). `pk` is the keyed hash of the limiter key ([`crate::pk`]); the raw key never reaches a header.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::field::{PolicyName, QuotaPolicy, QuotaUnit, RateLimit, RateLimitPolicy, ServiceLimit};
+use crate::mapping::{self, AdvertiseOptions};
+use crate::pk::PartitionKeyHasher;
+use crate::problem;
+use crate::profile::Profile;
+use crate::source::{DecisionSource, Outcome, SourceError};
+
+/// Set to `?1` (a Structured Field Boolean) on every response decided while the limiter's store was
+/// unavailable and a fallback (local budget, fail-open) decided instead.
+pub const DEGRADED_HEADER: HeaderName = HeaderName::from_static("bucketproof-degraded");
+
+/// The bytes a limiter key contributes to its partition key hash.
+pub trait PartitionBytes {
+    /// A stable byte encoding of the key.
+    fn partition_bytes(&self) -> Cow<'_, [u8]>;
+}
+
+impl PartitionBytes for String {
+    fn partition_bytes(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(self.as_bytes())
+    }
+}
+impl PartitionBytes for &str {
+    fn partition_bytes(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(self.as_bytes())
+    }
+}
+impl PartitionBytes for Vec<u8> {
+    fn partition_bytes(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(self)
+    }
+}
+impl PartitionBytes for u64 {
+    fn partition_bytes(&self) -> Cow<'_, [u8]> {
+        Cow::Owned(self.to_be_bytes().to_vec())
+    }
+}
+impl PartitionBytes for std::net::IpAddr {
+    fn partition_bytes(&self) -> Cow<'_, [u8]> {
+        match self {
+            std::net::IpAddr::V4(v4) => Cow::Owned(v4.octets().to_vec()),
+            std::net::IpAddr::V6(v6) => Cow::Owned(v6.octets().to_vec()),
+        }
+    }
+}
+
+type KeyFn<K> = dyn Fn(&http::request::Parts) -> K + Send + Sync;
+type CostFn = dyn Fn(&http::request::Parts) -> u64 + Send + Sync;
+
+/// Turns one [`Outcome`] into header values: the policy, the limit and `Retry-After`.
+///
+/// The layer uses it for every response; simulations use it to put exactly the same bytes in front
+/// of a client without a socket.
+#[derive(Clone, Debug)]
+pub struct Advertiser {
+    /// The wire profile.
+    pub profile: Profile,
+    /// The advertised policy name (stable, versioned).
+    pub policy: PolicyName,
+    /// `qu`.
+    pub unit: QuotaUnit,
+    /// DoS ratio cap and friends.
+    pub options: AdvertiseOptions,
+    /// Partition key hashing; `None` sends no `pk`.
+    pub pk: Option<PartitionKeyHasher>,
+}
+
+impl Advertiser {
+    /// Draft-11, requests, no ratio cap, no `pk`.
+    pub fn new(policy: PolicyName) -> Advertiser {
+        Advertiser {
+            profile: Profile::Draft11,
+            policy,
+            unit: QuotaUnit::Requests,
+            options: AdvertiseOptions::default(),
+            pk: None,
+        }
+    }
+
+    /// The values for `outcome`, decided for a key whose partition bytes are `key`.
+    pub fn advertisement(&self, key: &[u8], outcome: &Outcome) -> Advertisement {
+        let pk = self.pk.as_ref().map(|h| h.partition_key(&self.policy, key));
+        let rate = outcome.config.rate();
+        let policy = QuotaPolicy {
+            name: self.policy.clone(),
+            quota: mapping::policy_quota(outcome.config.capacity()),
+            unit: self.unit.clone(),
+            window: mapping::policy_window_secs(
+                outcome.config.capacity(),
+                rate.numer(),
+                rate.denom(),
+            ),
+            partition_key: pk.clone(),
+        };
+        let adv = outcome.advertised(self.options);
+        let limit = ServiceLimit {
+            name: self.policy.clone(),
+            remaining: adv.remaining,
+            reset: adv.reset,
+            partition_key: pk,
+        };
+        // Section 6: Retry-After SHOULD NOT be earlier than the end of the effective window.
+        let retry_after = outcome
+            .retry_after_secs()
+            .map(|ra| ra.max(adv.reset.unwrap_or(0)));
+        Advertisement {
+            policy: RateLimitPolicy {
+                policies: vec![policy],
+            },
+            limit: RateLimit {
+                limits: vec![limit],
+            },
+            retry_after,
+        }
+    }
+
+    /// Writes the fields (and `Retry-After`, and the degraded flag) into a header section.
+    pub fn write(&self, headers: &mut HeaderMap, adv: &Advertisement, degraded: bool) {
+        // Values built here always serialize; if one ever did not, sending no hint is safer than
+        // sending a wrong one.
+        if let Ok(v) = adv.policy.to_header_value(self.profile) {
+            headers.insert(self.profile.policy_field(), v);
+        }
+        if let Ok(v) = adv.limit.to_header_value(self.profile) {
+            headers.insert(self.profile.limit_field(), v);
+        }
+        if let Some(ra) = adv.retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from(ra));
+        }
+        if degraded {
+            headers.insert(DEGRADED_HEADER, HeaderValue::from_static("?1"));
+        }
+    }
+}
+
+struct Shared<K, S> {
+    source: Arc<S>,
+    key: Arc<KeyFn<K>>,
+    cost: Arc<CostFn>,
+    advertiser: Advertiser,
+    emit_on_success: bool,
+}
+
+/// The layer. Configure it with the builder methods, then hand it to tower / axum.
+pub struct RateLimitLayer<K, S> {
+    source: Arc<S>,
+    key: Arc<KeyFn<K>>,
+    cost: Arc<CostFn>,
+    advertiser: Advertiser,
+    emit_on_success: bool,
+}
+
+impl<K, S> Clone for RateLimitLayer<K, S> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            source: Arc::clone(&self.source),
+            key: Arc::clone(&self.key),
+            cost: Arc::clone(&self.cost),
+            advertiser: self.advertiser.clone(),
+            emit_on_success: self.emit_on_success,
+        }
+    }
+}
+
+impl<K, S> RateLimitLayer<K, S>
+where
+    K: PartitionBytes + Send + Sync + 'static,
+    S: DecisionSource<K> + 'static,
+{
+    /// Limits with `source`, advertising the policy `policy` (keep it stable and versioned, e.g.
+    /// `PolicyName::versioned("api", 1)`), keyed by `key(request head)`.
+    pub fn new(
+        source: S,
+        policy: PolicyName,
+        key: impl Fn(&http::request::Parts) -> K + Send + Sync + 'static,
+    ) -> Self {
+        RateLimitLayer {
+            source: Arc::new(source),
+            key: Arc::new(key),
+            cost: Arc::new(|_| 1),
+            advertiser: Advertiser::new(policy),
+            emit_on_success: true,
+        }
+    }
+
+    /// Cost of a request in quota units (default 1).
+    pub fn cost(
+        mut self,
+        cost: impl Fn(&http::request::Parts) -> u64 + Send + Sync + 'static,
+    ) -> Self {
+        self.cost = Arc::new(cost);
+        self
+    }
+
+    /// The quota unit advertised in `qu` (default requests).
+    pub fn unit(mut self, unit: QuotaUnit) -> Self {
+        self.advertiser.unit = unit;
+        self
+    }
+
+    /// Adds `pk` to both fields: the keyed hash of the limiter key under `hasher`'s secret.
+    pub fn partition_keys(mut self, hasher: PartitionKeyHasher) -> Self {
+        self.advertiser.pk = Some(hasher);
+        self
+    }
+
+    /// Caps the advertised `r / t` ratio (draft-11 Section 6); see [`AdvertiseOptions::max_ratio`].
+    pub fn max_ratio(mut self, ratio: u64) -> Self {
+        self.advertiser.options.max_ratio = Some(ratio);
+        self
+    }
+
+    /// Whether allowed responses carry the fields too (default `true`; denials always do).
+    pub fn emit_on_success(mut self, on: bool) -> Self {
+        self.emit_on_success = on;
+        self
+    }
+
+    /// The wire profile (default [`Profile::Draft11`]).
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.advertiser.profile = profile;
+        self
+    }
+}
+
+impl<K, S, Inner> Layer<Inner> for RateLimitLayer<K, S> {
+    type Service = RateLimitService<K, S, Inner>;
+
+    fn layer(&self, inner: Inner) -> Self::Service {
+        RateLimitService {
+            shared: Arc::new(Shared {
+                source: Arc::clone(&self.source),
+                key: Arc::clone(&self.key),
+                cost: Arc::clone(&self.cost),
+                advertiser: self.advertiser.clone(),
+                emit_on_success: self.emit_on_success,
+            }),
+            inner,
+        }
+    }
+}
+
+/// The service the layer wraps around `Inner`.
+pub struct RateLimitService<K, S, Inner> {
+    shared: Arc<Shared<K, S>>,
+    inner: Inner,
+}
+
+impl<K, S, Inner: Clone> Clone for RateLimitService<K, S, Inner> {
+    fn clone(&self) -> Self {
+        RateLimitService {
+            shared: Arc::clone(&self.shared),
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+/// The header values computed for one decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Advertisement {
+    /// `RateLimit-Policy`.
+    pub policy: RateLimitPolicy,
+    /// `RateLimit`.
+    pub limit: RateLimit,
+    /// `Retry-After` delay seconds (denials that will ever be allowed only).
+    pub retry_after: Option<u64>,
+}
+
+fn problem_response<B: From<String>>(status: StatusCode, body: String) -> Response<B> {
+    let mut resp = Response::new(B::from(body));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static(problem::PROBLEM_JSON),
+    );
+    resp
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<K, S, Inner, ReqB, ResB> Service<Request<ReqB>> for RateLimitService<K, S, Inner>
+where
+    K: PartitionBytes + Send + Sync + 'static,
+    S: DecisionSource<K> + 'static,
+    Inner: Service<Request<ReqB>, Response = Response<ResB>>,
+    Inner::Future: Send + 'static,
+    Inner::Error: 'static,
+    ResB: From<String> + Send + 'static,
+{
+    type Response = Response<ResB>;
+    type Error = Inner::Error;
+    type Future = BoxFuture<Result<Response<ResB>, Inner::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let shared = Arc::clone(&self.shared);
+        let (parts, body) = req.into_parts();
+        let key = (shared.key)(&parts);
+        let cost = (shared.cost)(&parts);
+        let req = Request::from_parts(parts, body);
+        let outcome = match shared.source.decide(&key, cost) {
+            Ok(o) => o,
+            Err(err) => {
+                let resp = error_response::<ResB>(&shared.advertiser.policy, &err);
+                return Box::pin(async move { Ok(resp) });
+            }
+        };
+        let advertiser = &shared.advertiser;
+        let adv = advertiser.advertisement(&key.partition_bytes(), &outcome);
+        if outcome.decision.is_allowed() {
+            let fut = self.inner.call(req);
+            Box::pin(async move {
+                let mut resp = fut.await?;
+                let headers = resp.headers_mut();
+                if shared.emit_on_success {
+                    shared.advertiser.write(headers, &adv, outcome.degraded);
+                } else if outcome.degraded {
+                    headers.insert(DEGRADED_HEADER, HeaderValue::from_static("?1"));
+                }
+                Ok(resp)
+            })
+        } else {
+            let body = problem::quota_exceeded(&[&advertiser.policy], adv.retry_after);
+            let mut resp = problem_response::<ResB>(StatusCode::TOO_MANY_REQUESTS, body);
+            advertiser.write(resp.headers_mut(), &adv, outcome.degraded);
+            Box::pin(async move { Ok(resp) })
+        }
+    }
+}
+
+fn error_response<B: From<String>>(policy: &PolicyName, err: &SourceError) -> Response<B> {
+    match err {
+        SourceError::InvalidCost { cost, capacity } => problem_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            problem::cost_exceeds_capacity(policy, *cost, *capacity),
+        ),
+        SourceError::KeyLimitReached { .. } => problem_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            problem::temporary_reduced_capacity(&[policy], "The rate limiter is at its key bound."),
+        ),
+        SourceError::Unavailable(_) => problem_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            // The store error text may name hosts; it goes to logs, not to clients.
+            problem::temporary_reduced_capacity(
+                &[policy],
+                "The rate limiter's store is unavailable.",
+            ),
+        ),
+    }
+}

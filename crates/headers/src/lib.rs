@@ -1,0 +1,36 @@
+//! # bucketproof-headers: the HTTP contract of bucketproof
+//!
+//! Servers tell clients about their limits with the `RateLimit-Policy` and `RateLimit` fields of
+//! **draft-ietf-httpapi-ratelimit-headers-11** (23 May 2026). That document is an active
+//! **Internet-Draft, not an RFC**: it can still change. Every wire operation therefore names a
+//! versioned [`Profile`] (today only [`Profile::Draft11`]) so a later draft can be added without
+//! changing what existing users send.
+//!
+//! What lives here:
+//! - [`field`]: the two fields as typed values, parsed and serialized with the `sfv` crate, with the
+//!   draft's type and range rules checked on top (a malformed field is ignored as a whole);
+//! - [`legacy`]: a clearly separated reader for the draft-07 Dictionary form and `X-RateLimit-*`;
+//! - [`mapping`]: limiter decisions to field values, every rounding chosen so the advertised picture
+//!   is never more permissive than the limiter;
+//! - [`pk`]: partition keys as a keyed hash (HMAC-SHA256) of the limiter key, never the raw id;
+//! - [`merge`]: how an intermediary combines an origin's fields with its own stricter limiter;
+//! - [`source`] and [`layer`]: a tower `Layer` that limits requests with a keyed limiter;
+//! - [`client`]: a pacing helper that reads the fields, `Retry-After` and `Age`;
+//! - [`sim`]: a deterministic simulation of pacing and naive clients against the exact limiter.
+
+pub mod client;
+pub mod field;
+pub mod layer;
+pub mod legacy;
+pub mod mapping;
+pub mod merge;
+pub mod pk;
+pub mod problem;
+pub mod profile;
+pub mod sim;
+pub mod source;
+
+pub use field::{
+    FieldError, PolicyName, QuotaPolicy, QuotaUnit, RateLimit, RateLimitPolicy, ServiceLimit,
+};
+pub use profile::Profile;

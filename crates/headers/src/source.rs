@@ -1,0 +1,216 @@
+//! Where the layer gets its decisions: the in-memory limiter today, a shared store later.
+//!
+//! [`DecisionSource`] is the seam. The in-memory [`Limiter`] implements it and never fails for a
+//! store reason; a Redis-backed limiter implements it too and reports an outage as
+//! [`SourceError::Unavailable`] (fail closed) or as an [`Outcome`] with `degraded = true` (a local
+//! fallback budget or fail-open decided it). The layer turns the first into a 503 and flags the second
+//! with a response header: an outage is never disguised as an ordinary denial or approval.
+//!
+//! This module also owns the glue from one limiter [`Decision`] to the advertised numbers
+//! ([`Outcome::advertised`], [`Outcome::retry_after_secs`]), using [`crate::mapping`]'s rounding.
+
+use std::hash::Hash;
+use std::sync::Arc;
+
+use bucketproof_limiter::{AcquireError, Clock, Config, Decision, Limiter, Wait};
+
+use crate::mapping::{self, AdvertiseOptions, Advertised};
+
+/// One decision with the configuration it was made under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The limiter's decision.
+    pub decision: Decision,
+    /// The key's configuration at the time (capacity and rate, for the policy field).
+    pub config: Config,
+    /// The cost that was asked for.
+    pub cost: u64,
+    /// True when the store could not be reached and a fallback decided (local budget or fail-open).
+    pub degraded: bool,
+}
+
+/// Why a source could not decide. None of these is a denial.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    /// The cost is 0 or above the capacity: waiting would never help.
+    #[error("invalid cost {cost} for capacity {capacity}")]
+    InvalidCost {
+        /// The cost asked for.
+        cost: u64,
+        /// The key's capacity.
+        capacity: u64,
+    },
+    /// The limiter's key table is full and its policy refuses new keys.
+    #[error("limiter key table full (bound {max_keys})")]
+    KeyLimitReached {
+        /// The configured bound.
+        max_keys: usize,
+    },
+    /// The backing store is unavailable and the outage policy fails closed.
+    #[error("limiter store unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl From<AcquireError> for SourceError {
+    fn from(e: AcquireError) -> SourceError {
+        match e {
+            AcquireError::InvalidCost { cost, capacity } => {
+                SourceError::InvalidCost { cost, capacity }
+            }
+            AcquireError::KeyLimitReached { max_keys, .. } => {
+                SourceError::KeyLimitReached { max_keys }
+            }
+        }
+    }
+}
+
+/// Something that decides whether `key` may spend `cost` now.
+pub trait DecisionSource<K>: Send + Sync {
+    /// One decision at the source's own clock.
+    fn decide(&self, key: &K, cost: u64) -> Result<Outcome, SourceError>;
+}
+
+impl<K, C> DecisionSource<K> for Limiter<K, C>
+where
+    K: Hash + Eq + Clone + Send + Sync,
+    C: Clock,
+    Limiter<K, C>: Send + Sync,
+{
+    fn decide(&self, key: &K, cost: u64) -> Result<Outcome, SourceError> {
+        let config = self.config_for(key);
+        let decision = self.acquire(key, cost)?;
+        Ok(Outcome {
+            decision,
+            config,
+            cost,
+            degraded: false,
+        })
+    }
+}
+
+impl<K, T: DecisionSource<K> + ?Sized> DecisionSource<K> for Arc<T> {
+    fn decide(&self, key: &K, cost: u64) -> Result<Outcome, SourceError> {
+        (**self).decide(key, cost)
+    }
+}
+
+impl Outcome {
+    /// How far the bucket's refill cursor was ahead of the decision's `now`, in ns.
+    ///
+    /// The limiter folds this lag into its waits but does not expose it, so it is recovered exactly
+    /// from a wait the decision does expose: an allowed decision charged at least one token, so its
+    /// bucket is not full and `reset_after = lag + ceil(missing / rate)`; a denial has
+    /// `retry_after = lag + ceil(short / rate)`. `None` when the rate is zero or a wait is `Never`.
+    pub fn lag_ns(&self) -> Option<u64> {
+        let per_ns = self.config.units_per_nanosecond() as u128;
+        if per_ns == 0 {
+            return None;
+        }
+        let units = self.decision.remaining().units();
+        let (wait, missing) = if self.decision.is_allowed() {
+            (
+                self.decision.reset_after(),
+                self.config.capacity_units().saturating_sub(units),
+            )
+        } else {
+            let cost_units = self.cost as u128 * self.config.units_per_token();
+            (
+                self.decision.retry_after().unwrap_or(Wait::Never),
+                cost_units.saturating_sub(units),
+            )
+        };
+        let Wait::After(total) = wait else {
+            return None;
+        };
+        let refill = u64::try_from(missing.div_ceil(per_ns)).ok()?;
+        Some(total.saturating_sub(refill))
+    }
+
+    /// `r` and `t` for this decision (see [`crate::mapping`] for the rounding).
+    pub fn advertised(&self, options: AdvertiseOptions) -> Advertised {
+        let rate = self.config.rate();
+        let remaining = self.decision.remaining();
+        let (units, per_token) = remaining.as_ratio();
+        let lag = self.lag_ns();
+        let mut adv = mapping::advertise(
+            units,
+            per_token,
+            rate.numer(),
+            rate.denom(),
+            lag.unwrap_or(0),
+            options,
+        );
+        if lag.is_none() {
+            // No refill to wait for (zero rate) or one beyond the clock's range: no window.
+            adv.reset = None;
+        }
+        adv
+    }
+
+    /// `Retry-After` in delay seconds for a denial (rounded up, never 0 for a positive wait); `None`
+    /// when allowed or when the wait is `Never` (the quota will not come back).
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self.decision.retry_after()? {
+            Wait::After(ns) => Some(mapping::retry_after_secs(ns)),
+            Wait::Never => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bucketproof_limiter::{ManualClock, Rate};
+
+    fn limiter(capacity: u64, rate: Rate) -> Limiter<&'static str, ManualClock> {
+        Limiter::builder(Config::new(capacity, rate).unwrap())
+            .clock(ManualClock::new(1_000_000_000))
+            .build()
+    }
+
+    #[test]
+    fn allowed_decision_advertises_floor_and_next_token() {
+        let l = limiter(10, Rate::per_second(2));
+        let o = l.decide(&"k", 3).unwrap();
+        assert!(o.decision.is_allowed());
+        assert_eq!(o.lag_ns(), Some(0));
+        // 7 left, next token after 0.5 s -> t = 1.
+        let a = o.advertised(AdvertiseOptions::default());
+        assert_eq!((a.remaining, a.reset), (7, Some(1)));
+        assert_eq!(o.retry_after_secs(), None);
+    }
+
+    #[test]
+    fn denial_rounds_retry_after_up() {
+        let l = limiter(2, Rate::new(2, 3).unwrap()); // 2/3 token per second: 1 token every 1.5 s
+        l.decide(&"k", 2).unwrap();
+        let o = l.decide(&"k", 1).unwrap();
+        assert!(!o.decision.is_allowed());
+        assert_eq!(o.decision.retry_after(), Some(Wait::After(1_500_000_000)));
+        assert_eq!(o.retry_after_secs(), Some(2));
+        assert_eq!(o.advertised(AdvertiseOptions::default()).reset, Some(2));
+    }
+
+    #[test]
+    fn zero_rate_has_no_window_and_no_retry_after() {
+        let l = limiter(1, Rate::ZERO);
+        l.decide(&"k", 1).unwrap();
+        let o = l.decide(&"k", 1).unwrap();
+        assert!(!o.decision.is_allowed());
+        assert_eq!(o.retry_after_secs(), None);
+        assert_eq!(o.advertised(AdvertiseOptions::default()).reset, None);
+    }
+
+    #[test]
+    fn errors_are_not_denials() {
+        let l = limiter(5, Rate::per_second(1));
+        assert_eq!(
+            l.decide(&"k", 6).unwrap_err(),
+            SourceError::InvalidCost {
+                cost: 6,
+                capacity: 5
+            }
+        );
+    }
+}
