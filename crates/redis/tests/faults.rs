@@ -1,0 +1,315 @@
+//! Faults: lost replies, dropped connections, a Redis that dies mid-run.
+//!
+//! - A loopback TCP proxy written here sits between the limiter and Redis and, once armed, randomly
+//!   (seeded) swallows a request or a reply and then cuts the connection. The limiter retries with the
+//!   same request id; a request that already ran is answered from its record. With a zero-refill bucket
+//!   the charge is exact, so the test checks that every admitted request was charged exactly once.
+//! - A second redis-server started by the test on another loopback port is killed mid-run: each
+//!   unavailability policy must hold (fail-closed errors, local budget within its budget, fail-open
+//!   flagged), and every fallback decision is flagged and counted, never an ordinary denial.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bucketproof_limiter::{Config, Rate, Request};
+use bucketproof_redis::{RedisAcquireError, RedisLimiter, Source, Unavailable};
+use common::{below, cleanup, redis_url, unique_prefix};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Mutex;
+
+/// A loopback proxy that, when armed, drops a request or a reply with probability `1/one_in` per
+/// chunk and then closes both sides.
+struct Proxy {
+    addr: SocketAddr,
+    armed: Arc<AtomicBool>,
+    dropped_requests: Arc<AtomicU64>,
+    dropped_replies: Arc<AtomicU64>,
+}
+
+impl Proxy {
+    async fn start(upstream: SocketAddr, seed: u64, one_in: u64) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let armed = Arc::new(AtomicBool::new(false));
+        let dropped_requests = Arc::new(AtomicU64::new(0));
+        let dropped_replies = Arc::new(AtomicU64::new(0));
+        let rng = Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(seed)));
+        let (a, dq, dr) = (armed.clone(), dropped_requests.clone(), dropped_replies.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = TcpStream::connect(upstream).await else {
+                    continue;
+                };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                let up = pump(cr, sw, a.clone(), rng.clone(), one_in, dq.clone());
+                let down = pump(sr, cw, a.clone(), rng.clone(), one_in, dr.clone());
+                tokio::spawn(async move {
+                    // Whichever side stops (EOF, error or a deliberate drop) ends the connection.
+                    tokio::select! { _ = up => {}, _ = down => {} }
+                });
+            }
+        });
+        Proxy {
+            addr,
+            armed,
+            dropped_requests,
+            dropped_replies,
+        }
+    }
+}
+
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    armed: Arc<AtomicBool>,
+    rng: Arc<Mutex<ChaCha8Rng>>,
+    one_in: u64,
+    dropped: Arc<AtomicU64>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if armed.load(Ordering::Relaxed) && below(&mut *rng.lock().await, one_in) == 0 {
+            dropped.fetch_add(1, Ordering::Relaxed);
+            return; // swallow the chunk and cut the connection
+        }
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn upstream_addr(url: &str) -> SocketAddr {
+    // redis://HOST:PORT/...; the tests only use loopback URLs.
+    let rest = url.trim_start_matches("redis://");
+    let hostport = rest.split('/').next().unwrap_or("127.0.0.1:6379");
+    let hostport = hostport.rsplit('@').next().unwrap_or(hostport);
+    let hostport = if hostport.contains(':') {
+        hostport.to_string()
+    } else {
+        format!("{hostport}:6379")
+    };
+    let hostport = hostport.replace("localhost", "127.0.0.1");
+    hostport.parse().expect("REDIS_URL must be HOST:PORT on loopback for the proxy test")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_replies_and_dropped_connections_never_double_charge() {
+    let Some(url) = redis_url("lost_replies_and_dropped_connections_never_double_charge") else {
+        return;
+    };
+    let proxy = Proxy::start(upstream_addr(&url), 7, 12).await;
+    let prefix = unique_prefix("faults");
+    // No refill: every admitted token is a permanent, countable charge.
+    let config = Config::new(100_000, Rate::ZERO).unwrap();
+    let limiter = Arc::new(
+        RedisLimiter::builder(config)
+            .prefix(&prefix)
+            .dedupe(Duration::from_secs(60), 16)
+            .attempts(12)
+            .response_timeout(Duration::from_millis(300))
+            .retry_backoff(Duration::from_millis(2))
+            .connect(&format!("redis://{}/", proxy.addr))
+            .await
+            .unwrap(),
+    );
+    proxy.armed.store(true, Ordering::Relaxed);
+    let mut tasks = Vec::new();
+    for task in 0..4u64 {
+        let limiter = limiter.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut rng = ChaCha8Rng::seed_from_u64(task);
+            let (mut allowed, mut unknown) = ([0u64; 2], [0u64; 2]);
+            for i in 0..150u64 {
+                let key = below(&mut rng, 2) as usize;
+                let cost = 1 + below(&mut rng, 3);
+                let id = (task << 32) | i;
+                let request = Request::cost(cost).id(id);
+                match limiter.acquire_with(["a", "b"][key], request).await {
+                    Ok(outcome) => {
+                        assert_eq!(outcome.source, Source::Redis);
+                        assert!(outcome.decision().is_allowed(), "plenty of capacity");
+                        allowed[key] += cost;
+                        // The caller retries too, after success: must be a replay, no charge.
+                        if i % 10 == 0 {
+                            let again = limiter.acquire_with(["a", "b"][key], request).await;
+                            if let Ok(again) = again {
+                                assert!(again.acquired.replayed);
+                                assert_eq!(again.decision(), outcome.decision());
+                            }
+                        }
+                    }
+                    Err(RedisAcquireError::Unavailable { .. }) => unknown[key] += cost,
+                    Err(e) => panic!("unexpected error {e}"),
+                }
+            }
+            (allowed, unknown)
+        }));
+    }
+    let (mut allowed, mut unknown) = ([0u64; 2], [0u64; 2]);
+    for t in tasks {
+        let (a, u) = t.await.unwrap();
+        for k in 0..2 {
+            allowed[k] += a[k];
+            unknown[k] += u[k];
+        }
+    }
+    proxy.armed.store(false, Ordering::Relaxed);
+    let client = redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let stats = limiter.stats();
+    for (k, user) in ["a", "b"].iter().enumerate() {
+        let b: String = redis::cmd("HGET")
+            .arg(limiter.redis_key(user))
+            .arg("b")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let charged = (config.capacity_units() - b.parse::<u128>().unwrap()) / config.units_per_token();
+        let charged = charged as u64;
+        // Every success was charged once; a call that gave up may or may not have run, once at most.
+        assert!(
+            charged >= allowed[k] && charged <= allowed[k] + unknown[k],
+            "key {user}: charged {charged}, admitted {}, unknown {}",
+            allowed[k],
+            unknown[k]
+        );
+    }
+    let (dq, dr) = (
+        proxy.dropped_requests.load(Ordering::Relaxed),
+        proxy.dropped_replies.load(Ordering::Relaxed),
+    );
+    eprintln!("faults: {dq} requests and {dr} replies dropped; {stats:?}");
+    assert!(dq > 5 && dr > 5, "the proxy must actually have dropped traffic: {dq}/{dr}");
+    assert!(stats.retries > 5, "retries must have happened: {stats:?}");
+    assert!(
+        stats.replayed > 10,
+        "lost replies must have been answered by replays: {stats:?}"
+    );
+    cleanup(&url, &prefix).await;
+}
+
+/// A redis-server of our own on a free loopback port, killed on drop.
+struct OwnServer {
+    child: Child,
+    port: u16,
+}
+
+impl OwnServer {
+    fn start() -> Option<OwnServer> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        Some(OwnServer { child, port })
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn wait_until_up(url: &str) {
+    for _ in 0..200 {
+        if let Ok(client) = redis::Client::open(url)
+            && let Ok(mut conn) = client.get_multiplexed_async_connection().await
+            && redis::cmd("PING").query_async::<String>(&mut conn).await.is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("our redis-server on {url} did not come up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stopped_mid_run_each_policy_holds() {
+    let Some(_url) = redis_url("redis_stopped_mid_run_each_policy_holds") else {
+        return;
+    };
+    let Some(mut server) = OwnServer::start() else {
+        panic!("REDIS_URL is set but redis-server cannot be started for the stop test");
+    };
+    let url = server.url();
+    wait_until_up(&url).await;
+    let config = Config::new(10, Rate::per_second(1)).unwrap();
+    // Budget: 5 tokens per instance, no refill, so "nothing beyond it" is an exact count.
+    let budget = Config::new(5, Rate::ZERO).unwrap();
+    let build = |policy| {
+        RedisLimiter::builder(config)
+            .prefix("stop:")
+            .on_unavailable(policy)
+            .attempts(2)
+            .response_timeout(Duration::from_millis(200))
+            .retry_backoff(Duration::from_millis(1))
+            .connect(&url)
+    };
+    let closed = build(Unavailable::FailClosed).await.unwrap();
+    let local = build(Unavailable::LocalBudget { budget }).await.unwrap();
+    let open = build(Unavailable::FailOpen).await.unwrap();
+    for limiter in [&closed, &local, &open] {
+        let outcome = limiter.acquire("u", 1).await.unwrap();
+        assert_eq!(outcome.source, Source::Redis);
+    }
+
+    server.kill();
+
+    let mut local_admitted = 0;
+    for i in 0..40u64 {
+        let id = Request::cost(1).id(i);
+        match closed.acquire_with("u", id).await {
+            Err(RedisAcquireError::Unavailable { .. }) => {}
+            other => panic!("fail-closed must error, got {other:?}"),
+        }
+        let outcome = local.acquire_with("u", id).await.expect("local budget decides");
+        assert_eq!(outcome.source, Source::LocalBudget, "flagged, never an ordinary decision");
+        if outcome.decision().is_allowed() {
+            local_admitted += 1;
+        }
+        let outcome = open.acquire("u", 1).await.expect("fail-open decides");
+        assert_eq!(outcome.source, Source::FailOpen);
+        assert!(outcome.decision().is_allowed());
+    }
+    // A cost that fits the real config but not the budget: a flagged denial.
+    let big = local.acquire("u", 10).await.unwrap();
+    assert_eq!(big.source, Source::LocalBudget);
+    assert!(!big.decision().is_allowed());
+
+    assert_eq!(local_admitted, 5, "the local budget admits exactly its 5 tokens");
+    let (c, l, o) = (closed.stats(), local.stats(), open.stats());
+    assert_eq!((c.unavailable, c.fail_closed), (40, 40), "{c:?}");
+    assert_eq!((l.unavailable, l.local_allowed, l.local_denied), (41, 5, 36), "{l:?}");
+    assert_eq!((o.unavailable, o.fail_open), (40, 40), "{o:?}");
+    assert_eq!(c.redis_decisions + l.redis_decisions + o.redis_decisions, 3);
+}
