@@ -1,1 +1,73 @@
-fn main() {}
+//! An axum server limited by bucketproof, speaking draft-11 RateLimit fields. Run it and curl it:
+//!
+//! ```text
+//! cargo run -p bucketproof-headers --example server          # listens on 127.0.0.1:3000 (PORT=...)
+//! curl -i -H 'x-api-key: alice' http://127.0.0.1:3000/       # cost 1
+//! curl -i -H 'x-api-key: alice' http://127.0.0.1:3000/report # cost 3
+//! ```
+//!
+//! Each API key gets 5 requests of burst refilled at 1 per second (policy `"api.v1"`). Responses carry
+//! `RateLimit-Policy` and `RateLimit` with `pk`, the keyed hash of the API key (the key itself never
+//! appears in a response); a denial is a 429 with `Retry-After` and a problem+json body.
+//!
+//! The partition-key secret comes from `BUCKETPROOF_PK_SECRET` (at least 16 bytes). Without it the
+//! example uses a fixed demo secret and says so: never do that in production.
+//!
+//! The end-to-end test includes this file and calls [`app`] on an ephemeral loopback port.
+
+use axum::Router;
+use axum::routing::get;
+use bucketproof_headers::PolicyName;
+use bucketproof_headers::layer::RateLimitLayer;
+use bucketproof_headers::pk::PartitionKeyHasher;
+use bucketproof_limiter::{Config, Limiter, Rate};
+
+/// Used only when `BUCKETPROOF_PK_SECRET` is unset; printed as a warning.
+const DEMO_SECRET: &[u8] = b"bucketproof demo secret: replace me";
+
+/// The API key a request is limited under: `x-api-key`, or one shared anonymous bucket.
+fn api_key(parts: &http::request::Parts) -> String {
+    parts
+        .headers
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .unwrap_or_else(|| "anonymous".to_owned())
+}
+
+/// `/report` is three times as expensive as anything else.
+fn cost(parts: &http::request::Parts) -> u64 {
+    if parts.uri.path() == "/report" { 3 } else { 1 }
+}
+
+/// The application: two routes behind the rate-limit layer.
+pub fn app(config: Config, secret: &[u8]) -> Result<Router, Box<dyn std::error::Error>> {
+    let limiter: Limiter<String> = Limiter::new(config);
+    let layer = RateLimitLayer::new(limiter, PolicyName::versioned("api", 1)?, api_key)
+        .cost(cost)
+        .partition_keys(PartitionKeyHasher::new(secret)?);
+    Ok(Router::new()
+        .route("/", get(|| async { "hello\n" }))
+        .route("/report", get(|| async { "an expensive report\n" }))
+        .layer(layer))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let secret = match std::env::var("BUCKETPROOF_PK_SECRET") {
+        Ok(s) => s.into_bytes(),
+        Err(_) => {
+            eprintln!("warning: BUCKETPROOF_PK_SECRET unset, using the public demo secret");
+            DEMO_SECRET.to_vec()
+        }
+    };
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3000);
+    let config = Config::new(5, Rate::per_second(1))?;
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, app(config, &secret)?).await?;
+    Ok(())
+}

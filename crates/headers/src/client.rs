@@ -95,8 +95,13 @@ pub struct PacerConfig {
     /// Longest wait any single hint may impose (default 10 minutes, the threshold draft-11 Section
     /// 8.5.1 gives as an example).
     pub max_wait: Nanos,
-    /// Backoff for failures without usable timing.
+    /// Backoff for failures: alone when a 429 / 503 carries no timing, and on top of `Retry-After`
+    /// after a throttled response, so clients denied together do not all come back at the same
+    /// instant (draft-11 Section 8.5).
     pub backoff: Backoff,
+    /// Extra uniform jitter in `[0, window_jitter]` ns added when waiting for an effective window to
+    /// end, for the same reason. Waiting longer than a hint says is always safe.
+    pub window_jitter: Nanos,
 }
 
 impl Default for PacerConfig {
@@ -105,6 +110,7 @@ impl Default for PacerConfig {
             profile: Profile::Draft11,
             max_wait: 600 * NANOS_PER_SECOND,
             backoff: Backoff::default(),
+            window_jitter: 50_000_000, // 50 ms
         }
     }
 }
@@ -244,14 +250,21 @@ impl Pacer {
         });
         if let Some(ra) = retry_after {
             // Retry-After wins; the effective window may be ignored (Section 7).
-            self.blocked_until = now.saturating_add(self.capped(ra));
+            let jitter = if throttled {
+                self.config.backoff.delay(self.failures, &mut self.rng)
+            } else {
+                0
+            };
+            self.blocked_until = now.saturating_add(self.capped(ra)).saturating_add(jitter);
             self.window_end = None;
             self.budget = None;
         } else if let Some(b) = &binding {
             self.budget = Some(b.remaining);
-            self.window_end = b
-                .reset
-                .map(|t| now.saturating_add(self.capped(t.saturating_mul(NANOS_PER_SECOND))));
+            let jitter = uniform_inclusive(&mut self.rng, self.config.window_jitter);
+            self.window_end = b.reset.map(|t| {
+                now.saturating_add(self.capped(t.saturating_mul(NANOS_PER_SECOND)))
+                    .saturating_add(jitter)
+            });
             self.blocked_until = now;
             if throttled && b.remaining == 0 && b.reset.is_none() {
                 // Throttled with no timing at all: back off.
@@ -498,7 +511,11 @@ mod tests {
 
     #[test]
     fn paces_on_the_limit_that_runs_out_first() {
-        let mut p = Pacer::new(PacerConfig::default(), 1);
+        let config = PacerConfig {
+            window_jitter: 0,
+            ..PacerConfig::default()
+        };
+        let mut p = Pacer::new(config, 1);
         let obs = p.observe(
             0,
             StatusCode::OK,
