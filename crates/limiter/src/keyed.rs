@@ -448,7 +448,10 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
             request.request_id,
             &self.settings,
         );
-        shard.sweep_some(now, self.settings.sweep_per_op, &self.settings);
+        // Sweep only after a successful call: an error changes nothing, not even other keys.
+        if result.is_ok() {
+            shard.sweep_some(now, self.settings.sweep_per_op, &self.settings);
+        }
         result
     }
 
@@ -521,6 +524,14 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
                 shard.sweep_some(now, len, &self.settings)
             })
             .sum()
+    }
+
+    /// The key's stored state and config, if it holds any: for invariant checks and debugging.
+    pub fn inspect(&self, key: &K) -> Option<(BucketState, Config)> {
+        let hash = self.hasher.hash_one(key);
+        let shard = lock(self.shard(hash));
+        let entry = &shard.entries[shard.find(hash, key)?];
+        Some((entry.state(), self.settings.config_of(key, entry)))
     }
 
     /// The config that applies to `key` now (override, resolver or default).

@@ -75,8 +75,9 @@ pub struct Model {
 
 /// Step 2: "a record made at time `r` is live at `now` while `now < r + window` (a `now` before `r`, i.e. a
 /// rollback, counts as inside)". Computed without overflow.
+/// "A window of 0 turns request ids off": no record is ever live.
 fn is_live(recorded_at: u64, window: u64, now: u64) -> bool {
-    BigInt::from(now) < BigInt::from(recorded_at) + BigInt::from(window)
+    window > 0 && BigInt::from(now) < BigInt::from(recorded_at) + BigInt::from(window)
 }
 
 impl Model {
@@ -277,7 +278,9 @@ impl Model {
         let Some(bucket) = entry.bucket.as_ref() else {
             return true;
         };
-        bucket.is_full_at(self.config_of(key), s)
+        // "... and the key has no override config" (an override is explicit state, kept until forget).
+        entry.override_config.is_none()
+            && bucket.is_full_at(self.config_of(key), s)
             && !entry
                 .records
                 .iter()

@@ -375,13 +375,13 @@ fn only_the_newest_dedupe_per_key_records_are_kept_fifo() {
 }
 
 #[test]
-fn a_zero_window_replays_only_a_rollback_before_the_record() {
-    // Literally "live at now while now < r + window": with window 0 only now < r is live.
+fn a_zero_window_turns_request_ids_off() {
+    // "A window of 0 turns request ids off: no record is ever live", not even after a rollback.
     let mut m = Model::new(cfg(100, 1, 1), 0, 4);
     m.acquire(0, 50, 1, Some(1)).unwrap();
     assert!(!m.acquire(0, 50, 1, Some(2)).unwrap().replayed);
     assert!(!m.acquire(0, 50, 1, Some(1)).unwrap().replayed);
-    assert!(m.acquire(0, 49, 1, Some(1)).unwrap().replayed);
+    assert!(!m.acquire(0, 49, 1, Some(1)).unwrap().replayed);
 }
 
 #[test]
@@ -467,7 +467,7 @@ fn forget_drops_bucket_override_version_and_records() {
 }
 
 #[test]
-fn sweep_drops_exactly_the_full_buckets_without_live_records_and_keeps_overrides() {
+fn sweep_drops_exactly_the_full_buckets_without_live_records_or_overrides() {
     let mut m = Model::new(cfg(2, 1, 1), 10 * S, 4);
     allowed(&mut m, 1, 0, 1); // full again at 1 s
     allowed(&mut m, 2, 0, 2); // full again at 2 s
@@ -479,19 +479,24 @@ fn sweep_drops_exactly_the_full_buckets_without_live_records_and_keeps_overrides
         m.is_evictable_at(99, 0),
         "an absent key is vacuously evictable"
     );
-    assert_eq!(m.sweep(S), vec![1, 4]);
-    assert_eq!(m.keys(), vec![2, 3]);
+    assert!(!m.is_evictable_at(4, S), "an override pins the key");
+    assert_eq!(m.sweep(S), vec![1]);
+    assert_eq!(m.keys(), vec![2, 3, 4]);
     assert_eq!(m.config_of(4), &cfg(2, 1, 2));
     assert_eq!(m.config_version(4), 1);
     assert_eq!(m.sweep(10 * S - 1), vec![2]);
     assert_eq!(m.sweep(10 * S), vec![3]);
-    assert!(m.keys().is_empty());
+    assert_eq!(m.keys(), vec![4]);
     // A sweep at a time before last_refill looks at max(s, last_refill).
     let mut m = Model::new(cfg(2, 1, 1), 0, 0);
     allowed(&mut m, 1, 10 * S, 1);
     assert!(m.sweep(0).is_empty());
     m.reconfigure(1, cfg(2, 1, 1), 20 * S);
-    assert_eq!(m.sweep(0), vec![1]);
+    assert!(m.sweep(0).is_empty(), "overridden now, so pinned");
+    m.forget(1);
+    allowed(&mut m, 1, 30 * S, 1);
+    assert_eq!(m.sweep(0), Vec::<u64>::new());
+    assert_eq!(m.sweep(31 * S), vec![1]);
 }
 
 #[test]

@@ -1,0 +1,25 @@
+//! # bucketproof-harness: drive any limiter against the reference model and the oracles
+//!
+//! Vocabulary (design.md section 7):
+//! - a [`Subject`] is one implementation under test behind one small trait;
+//! - a [`Trace`] is a [`Setup`] plus [`Op`]s: plain data, serializable, replayable, shrinkable;
+//! - the [`oracle`]s judge every step: the reference model decision by decision, the invariants, the
+//!   arrival-curve bound (independently of the model), and retry-after tightness;
+//! - the [`runner`] streams a trace through subjects and the model in lockstep;
+//! - the [`shrink`]er reduces a failing trace to a minimal counterexample.
+//!
+//! Nothing here reads a wall clock or iterates a hash map: the same trace gives the same verdict and the
+//! same report bytes on every machine.
+#![warn(missing_docs)]
+
+pub mod oracle;
+pub mod runner;
+pub mod shrink;
+pub mod subject;
+pub mod subjects;
+pub mod trace;
+
+pub use runner::{RunOptions, RunReport, Verdict, run_trace};
+pub use subject::{Amount, Inspected, Observed, Subject, SubjectError, SubjectFactory};
+pub use subjects::Registry;
+pub use trace::{ConfigSpec, Op, PolicySpec, Setup, Trace};

@@ -1,0 +1,150 @@
+//! The differential oracle: a subject's answer against the reference model's, exactly.
+//!
+//! Decisions must agree on admit/deny, on the remaining balance (as rationals: a float subject's value
+//! is converted bit for bit, so any rounding shows), on `retry_after` and `reset_after` to the
+//! nanosecond, on replays, and on the kind of error. A subject that reports no wait is not judged on it.
+
+use bucketproof_limiter::Wait;
+use bucketproof_model::{ModelError, Outcome};
+use num_rational::BigRational;
+use num_traits::{Signed, ToPrimitive};
+
+use super::{OracleKind, Violation};
+use crate::subject::{Observed, SubjectError};
+use crate::subjects::model::{observe as observe_model, wait as model_wait};
+
+/// Which way a decision differs from the model's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// The subject admitted what the model denied: overselling.
+    Over,
+    /// The subject denied what the model admitted.
+    Under,
+}
+
+/// The verdict on one acquire.
+#[derive(Clone, Debug, Default)]
+pub struct Comparison {
+    /// The first mismatch found, if any.
+    pub violation: Option<Violation>,
+    /// Set when admit/deny differ.
+    pub admission: Option<Admission>,
+    /// `|subject remaining - model remaining|` in tokens, when both decided.
+    pub token_error: Option<f64>,
+}
+
+fn fmt_wait(wait: Option<Wait>) -> String {
+    match wait {
+        None => "none".into(),
+        Some(Wait::Never) => "never".into(),
+        Some(Wait::After(ns)) => format!("{ns}ns"),
+    }
+}
+
+fn fmt_result(result: &Result<Observed, SubjectError>) -> String {
+    match result {
+        Ok(observed) => format!(
+            "{} remaining={} retry_after={} reset_after={}{}",
+            if observed.allowed {
+                "allowed"
+            } else {
+                "denied"
+            },
+            fmt_amount(observed),
+            fmt_wait(observed.retry_after),
+            fmt_wait(observed.reset_after),
+            if observed.replayed { " (replayed)" } else { "" }
+        ),
+        Err(error) => format!("error: {error}"),
+    }
+}
+
+fn fmt_amount(observed: &Observed) -> String {
+    match observed.remaining.to_rational() {
+        Some(value) if value.is_integer() => value.to_integer().to_string(),
+        Some(value) => format!("{}/{}", value.numer(), value.denom()),
+        None => format!("{:?}", observed.remaining),
+    }
+}
+
+/// Compares one acquire. `expected` is the model's result for the same call.
+pub fn compare_acquire(
+    expected: &Result<Outcome, ModelError>,
+    got: &Result<Observed, SubjectError>,
+) -> Comparison {
+    let expected_observed = expected
+        .as_ref()
+        .map(|outcome| observe_model(&outcome.decision, outcome.created, outcome.replayed))
+        .map_err(|error| match error {
+            ModelError::InvalidCost { .. } => SubjectError::InvalidCost,
+            other => SubjectError::Build(format!("{other:?}")),
+        });
+    let mismatch = |what: &str| {
+        Some(Violation::new(
+            OracleKind::Model,
+            what,
+            fmt_result(&expected_observed),
+            fmt_result(got),
+        ))
+    };
+    let (outcome, observed) = match (expected, got) {
+        (Ok(outcome), Ok(observed)) => (outcome, observed),
+        (Err(ModelError::InvalidCost { .. }), Err(SubjectError::InvalidCost)) => {
+            return Comparison::default();
+        }
+        (Err(_), Ok(observed)) => {
+            return Comparison {
+                violation: mismatch("decision where the model reports an invalid cost"),
+                admission: observed.allowed.then_some(Admission::Over),
+                token_error: None,
+            };
+        }
+        (Ok(_), Err(_)) | (Err(_), Err(_)) => {
+            return Comparison {
+                violation: mismatch("error where the model decides"),
+                admission: None,
+                token_error: None,
+            };
+        }
+    };
+    let decision = &outcome.decision;
+    let expected_remaining = decision.remaining();
+    let got_remaining = observed.remaining.to_rational();
+    let token_error = got_remaining.as_ref().map(|value| {
+        (value - expected_remaining)
+            .abs()
+            .to_f64()
+            .unwrap_or(f64::INFINITY)
+    });
+    let admission = match (decision.is_allowed(), observed.allowed) {
+        (false, true) => Some(Admission::Over),
+        (true, false) => Some(Admission::Under),
+        _ => None,
+    };
+    let violation = if admission.is_some() {
+        mismatch(if observed.allowed {
+            "admitted what the model denies"
+        } else {
+            "denied what the model admits"
+        })
+    } else if outcome.replayed != observed.replayed {
+        mismatch("request-id replay differs")
+    } else if got_remaining.as_ref() != Some::<&BigRational>(expected_remaining) {
+        mismatch("remaining tokens differ")
+    } else if observed.retry_after.is_some()
+        && observed.retry_after != decision.retry_after().map(model_wait)
+    {
+        mismatch("retry_after differs")
+    } else if observed.reset_after.is_some()
+        && observed.reset_after != Some(model_wait(decision.reset_after()))
+    {
+        mismatch("reset_after differs")
+    } else {
+        None
+    };
+    Comparison {
+        violation,
+        admission,
+        token_error,
+    }
+}

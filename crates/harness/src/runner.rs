@@ -1,0 +1,600 @@
+//! The runner: streams a trace through a subject and the reference model in lockstep, running every
+//! oracle after every step.
+//!
+//! Memory is flat in the trace length: ops are consumed from an iterator, and only per-key oracle state
+//! and a bounded sample of one key's balance are kept. A failure names its step, so the caller can
+//! regenerate the prefix (traces are deterministic) and shrink it.
+//!
+//! Besides verdicts the runner counts *events* ("rollback", "saturated", "denied_at_boundary", ...), the
+//! things a scenario declares it must reach, so that no scenario passes vacuously.
+
+use std::collections::BTreeMap;
+
+use bucketproof_limiter::Wait;
+use bucketproof_model::{Model, ModelError};
+use num_bigint::BigInt;
+use num_rational::BigRational;
+use num_traits::ToPrimitive;
+use serde::Serialize;
+
+use crate::oracle::arrival::{ArrivalCurve, CurveConfig};
+use crate::oracle::differential::{Admission, compare_acquire};
+use crate::oracle::{OracleKind, Violation, invariants};
+use crate::subject::{Subject, SubjectError};
+use crate::trace::{Op, PolicySpec, Setup};
+
+/// What to check and what to keep.
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    /// Stop at the first violation (the gate). Off for comparisons, which count all divergences.
+    pub stop_at_first: bool,
+    /// Run the retry-after tightness oracle (two side-effect-free probes per denial).
+    pub check_retry_after: bool,
+    /// Run the invariant oracle (inspects the subject's state around each acquire).
+    pub check_invariants: bool,
+    /// Keep a downsampled series of this key's balance for plots.
+    pub sample_key: Option<u64>,
+    /// At most this many samples.
+    pub max_samples: usize,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            stop_at_first: true,
+            check_retry_after: true,
+            check_invariants: true,
+            sample_key: None,
+            max_samples: 512,
+        }
+    }
+}
+
+/// A step where an oracle fired.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Failure {
+    /// 0-based index of the op in the trace.
+    pub step: u64,
+    /// The op.
+    pub op: Op,
+    /// What broke.
+    pub violation: Violation,
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// Every oracle held at every step.
+    Pass,
+    /// The first violation.
+    Fail(Failure),
+    /// The subject cannot run this trace (an unsupported op); nothing was judged after `step`.
+    Incompatible {
+        /// Where it stopped.
+        step: u64,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Verdict {
+    /// True for [`Verdict::Pass`].
+    pub fn passed(&self) -> bool {
+        matches!(self, Verdict::Pass)
+    }
+}
+
+/// Divergence statistics (meaningful when `stop_at_first` is off).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Divergence {
+    /// Acquires whose admit/deny differs from the model's.
+    pub decision_mismatches: u64,
+    /// Subject admitted, model denied.
+    pub over_admissions: u64,
+    /// Subject denied, model admitted.
+    pub under_admissions: u64,
+    /// Same admit/deny, but a different balance, wait or replay.
+    pub value_mismatches: u64,
+    /// Time of the first op whose answer differs in any way.
+    pub first_divergence_at: Option<u64>,
+    /// Largest `|subject remaining - model remaining|`, in tokens.
+    pub max_token_error: f64,
+    /// Arrival-curve breaches.
+    pub arrival_breaches: u64,
+    /// Other oracle violations (invariants, retry-after).
+    pub other_violations: u64,
+}
+
+/// One point of the sampled key's series.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Sample {
+    /// Time of the acquire.
+    pub at: u64,
+    /// The subject's reported balance (approximate, for plotting).
+    pub subject_remaining: f64,
+    /// The model's balance.
+    pub model_remaining: f64,
+    /// Cost admitted by the subject on this key since its epoch began.
+    pub admitted: u64,
+    /// The arrival-curve bound for `admitted`: capacity + rate * (at - epoch start), in tokens.
+    pub bound: f64,
+}
+
+/// Everything a run produced. Contains no timings, so it is reproducible byte for byte.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunReport {
+    /// The subject's name.
+    pub subject: String,
+    /// Ops processed.
+    pub steps: u64,
+    /// Outcome.
+    pub verdict: Verdict,
+    /// Event counts (reach targets), by stable name.
+    pub events: BTreeMap<String, u64>,
+    /// Divergence from the model.
+    pub divergence: Divergence,
+    /// The sampled key's series.
+    pub samples: Vec<Sample>,
+}
+
+/// Event names a scenario may require (see `scenarios/README.md`).
+pub const EVENTS: &[&str] = &[
+    "allowed",
+    "denied",
+    "invalid_cost",
+    "replayed",
+    "rollback",
+    "frozen_clock",
+    "saturated",
+    "denied_at_boundary",
+    "allowed_at_boundary",
+    "long_idle",
+    "near_clock_end",
+    "retry_never",
+    "evicted",
+    "key_limit",
+    "reconfigured_up",
+    "reconfigured_down",
+    "forgotten",
+    "swept",
+    "new_key",
+];
+
+const YEAR_NS: u64 = 365 * 86_400 * 1_000_000_000;
+
+struct Lockstep<'a> {
+    subject: &'a mut dyn Subject,
+    model: Model,
+    setup: &'a Setup,
+    options: &'a RunOptions,
+    arrival: ArrivalCurve,
+    events: BTreeMap<String, u64>,
+    divergence: Divergence,
+    samples: Vec<Sample>,
+    sample_stride: u64,
+    sample_seen: u64,
+    sample_admitted: BTreeMap<u64, (u64, u64)>,
+    latest: Option<u64>,
+    previous_at: Option<u64>,
+}
+
+/// Runs `ops` through `subject` and a fresh reference model built from `setup`.
+pub fn run_trace(
+    setup: &Setup,
+    ops: impl IntoIterator<Item = Op>,
+    subject: &mut dyn Subject,
+    options: &RunOptions,
+) -> Result<RunReport, SubjectError> {
+    let config = setup
+        .config
+        .to_model()
+        .map_err(|e| SubjectError::Build(e.to_string()))?;
+    let mut run = Lockstep {
+        subject,
+        model: Model::new(config, setup.dedupe_window_ns, setup.dedupe_per_key),
+        setup,
+        options,
+        arrival: ArrivalCurve::default(),
+        events: BTreeMap::new(),
+        divergence: Divergence::default(),
+        samples: Vec::new(),
+        sample_stride: 1,
+        sample_seen: 0,
+        sample_admitted: BTreeMap::new(),
+        latest: None,
+        previous_at: None,
+    };
+    let mut verdict = Verdict::Pass;
+    let mut steps = 0;
+    for (step, op) in ops.into_iter().enumerate() {
+        steps = step as u64 + 1;
+        match run.step(&op) {
+            Ok(None) => {}
+            Ok(Some(violation)) => {
+                if verdict.passed() {
+                    verdict = Verdict::Fail(Failure {
+                        step: step as u64,
+                        op,
+                        violation,
+                    });
+                }
+                if options.stop_at_first {
+                    break;
+                }
+            }
+            Err(reason) => {
+                if verdict.passed() {
+                    verdict = Verdict::Incompatible {
+                        step: step as u64,
+                        reason,
+                    };
+                }
+                break;
+            }
+        }
+    }
+    Ok(RunReport {
+        subject: run.subject.name(),
+        steps,
+        verdict,
+        events: run.events,
+        divergence: run.divergence,
+        samples: run.samples,
+    })
+}
+
+impl Lockstep<'_> {
+    fn event(&mut self, name: &'static str) {
+        debug_assert!(EVENTS.contains(&name), "undeclared event {name}");
+        *self.events.entry(name.to_owned()).or_default() += 1;
+    }
+
+    fn curve_config(&self, key: u64) -> CurveConfig {
+        let config = self.model.config_of(key);
+        CurveConfig {
+            capacity: config.capacity(),
+            rate_numer: config.rate_numer(),
+            rate_denom: config.rate_denom(),
+        }
+    }
+
+    fn note_time(&mut self, at: u64) {
+        if self.latest.is_some_and(|latest| at < latest) {
+            self.event("rollback");
+        }
+        if self.previous_at == Some(at) {
+            self.event("frozen_clock");
+        }
+        if at > u64::MAX - YEAR_NS {
+            self.event("near_clock_end");
+        }
+        self.previous_at = Some(at);
+        self.latest = Some(self.latest.map_or(at, |latest| latest.max(at)));
+    }
+
+    /// `Ok(None)`: all oracles held. `Ok(Some(v))`: a violation. `Err`: the subject cannot run this op.
+    fn step(&mut self, op: &Op) -> Result<Option<Violation>, String> {
+        let subject_failed = |error: SubjectError| -> Result<Option<Violation>, String> {
+            match error {
+                SubjectError::Unsupported(what) => Err(format!("unsupported: {what}")),
+                other => Ok(Some(Violation::new(
+                    OracleKind::Subject,
+                    "the subject failed",
+                    "an answer",
+                    other.to_string(),
+                ))),
+            }
+        };
+        match op {
+            Op::Acquire {
+                key,
+                at,
+                cost,
+                request_id,
+            } => self.acquire(*key, *at, *cost, *request_id),
+            Op::Reconfigure { key, at, config } => {
+                self.note_time(*at);
+                let new = config.to_model().map_err(|e| e.to_string())?;
+                if let Err(error) = self.subject.reconfigure(*key, config, *at) {
+                    return subject_failed(error);
+                }
+                let old = self.model.config_of(*key).capacity();
+                self.model.reconfigure(*key, new, *at);
+                self.event(if new.capacity() >= old {
+                    "reconfigured_up"
+                } else {
+                    "reconfigured_down"
+                });
+                let curve = self.curve_config(*key);
+                self.arrival.restart(*key, *at, curve);
+                self.sample_admitted.remove(key);
+                Ok(None)
+            }
+            Op::Forget { key } => {
+                if let Err(error) = self.subject.forget(*key) {
+                    return subject_failed(error);
+                }
+                self.model.forget(*key);
+                self.arrival.forget(*key);
+                self.sample_admitted.remove(key);
+                self.event("forgotten");
+                Ok(None)
+            }
+            Op::Sweep { at } => {
+                self.note_time(*at);
+                if let Err(error) = self.subject.sweep(*at) {
+                    return subject_failed(error);
+                }
+                for _ in self.model.sweep(*at) {
+                    self.event("swept");
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    fn acquire(
+        &mut self,
+        key: u64,
+        at: u64,
+        cost: u64,
+        request_id: Option<u64>,
+    ) -> Result<Option<Violation>, String> {
+        self.note_time(at);
+        let check_invariants = self.options.check_invariants;
+        let inspected_before = if check_invariants {
+            self.subject.inspect(key)
+        } else {
+            None
+        };
+        let got = self.subject.acquire(key, at, cost, request_id);
+        let mut violation = None;
+
+        // Follow the subject's legal nondeterminism before asking the model (docs/semantics.md,
+        // "Expiry and the key bound").
+        match &got {
+            Err(SubjectError::Unsupported(what)) => return Err(format!("unsupported: {what}")),
+            Err(SubjectError::KeyLimitReached) => {
+                self.event("key_limit");
+                let legal = self.subject.may_evict()
+                    && self.model.state(key).is_none()
+                    && !self.model.keys().is_empty();
+                return Ok((!legal).then(|| {
+                    Violation::new(
+                        OracleKind::Model,
+                        "refused a key at the key bound without cause",
+                        "a decision (the key is known, or no key is held)",
+                        "key limit reached",
+                    )
+                }));
+            }
+            Ok(observed) if observed.created == Some(true) && self.model.state(key).is_some() => {
+                self.event("evicted");
+                let latest = self.latest.unwrap_or(at);
+                let legal = self.subject.may_evict()
+                    && (self.setup.policy == PolicySpec::EvictLeastRecent
+                        || self.model.is_evictable_at(key, latest));
+                if !legal {
+                    violation = Some(Violation::new(
+                        OracleKind::Model,
+                        "the subject dropped a bucket that was not evictable",
+                        "the key's state kept",
+                        "a fresh bucket",
+                    ));
+                }
+                self.model.evict(key);
+            }
+            _ => {}
+        }
+
+        let model_before = self
+            .model
+            .state(key)
+            .map(|(tokens, last)| (tokens.clone(), last));
+        let refilled = self.model.peek(key, at).remaining;
+        let expected = self.model.acquire(key, at, cost, request_id);
+        let comparison = compare_acquire(&expected, &got);
+        if let Some(error) = comparison.token_error {
+            if error > self.divergence.max_token_error {
+                self.divergence.max_token_error = error;
+            }
+        }
+        match comparison.admission {
+            Some(Admission::Over) => self.divergence.over_admissions += 1,
+            Some(Admission::Under) => self.divergence.under_admissions += 1,
+            None => {}
+        }
+        if comparison.admission.is_some() {
+            self.divergence.decision_mismatches += 1;
+        } else if comparison.violation.is_some() {
+            self.divergence.value_mismatches += 1;
+        }
+        if comparison.violation.is_some() && self.divergence.first_divergence_at.is_none() {
+            self.divergence.first_divergence_at = Some(at);
+        }
+        violation = violation.or(comparison.violation);
+
+        self.count_events(key, &expected, model_before, &refilled, cost, at);
+
+        let Ok(observed) = got else {
+            // Both errored the same way (or the comparison above says otherwise): errors change nothing.
+            if check_invariants {
+                let after = self.subject.inspect(key);
+                if let Some(v) = invariants::check_acquire(
+                    inspected_before.as_ref(),
+                    after.as_ref(),
+                    &got,
+                    false,
+                ) {
+                    self.divergence.other_violations += 1;
+                    violation = violation.or(Some(v));
+                }
+            }
+            return Ok(violation);
+        };
+
+        let restarted = observed.created.unwrap_or(!self.arrival.knows(key));
+        if check_invariants {
+            let after = self.subject.inspect(key);
+            if let Some(v) = invariants::check_acquire(
+                inspected_before.as_ref(),
+                after.as_ref(),
+                &Ok(observed),
+                restarted,
+            ) {
+                self.divergence.other_violations += 1;
+                violation = violation.or(Some(v));
+            }
+        }
+
+        if restarted || !self.arrival.knows(key) {
+            let curve = self.curve_config(key);
+            self.arrival.restart(key, at, curve);
+            self.sample_admitted.remove(&key);
+        }
+        // A replay touches no bucket (not even its cursor), so the curve does not see it.
+        let admitted = observed.allowed && !observed.replayed;
+        let curve_result = if observed.replayed {
+            Ok(())
+        } else {
+            self.arrival.observe(key, at, cost, admitted)
+        };
+        if let Err(breach) = curve_result {
+            self.divergence.arrival_breaches += 1;
+            violation = violation.or(Some(Violation::new(
+                OracleKind::ArrivalCurve,
+                format!(
+                    "admitted more than the arrival curve allows on key {}",
+                    breach.key
+                ),
+                format!(
+                    "<= {} units over [{}, {}]",
+                    breach.bound_units, breach.from, breach.to
+                ),
+                format!("{} units", breach.admitted_units),
+            )));
+        }
+
+        if self.options.check_retry_after && !observed.allowed && !observed.replayed {
+            if let Some(Wait::After(wait)) = observed.retry_after {
+                if let Some(v) = self.check_retry_after(key, at, cost, wait) {
+                    self.divergence.other_violations += 1;
+                    violation = violation.or(Some(v));
+                }
+            }
+        }
+
+        if self.options.sample_key == Some(key) {
+            self.sample(key, at, cost, admitted, &observed.remaining);
+        }
+        Ok(violation)
+    }
+
+    fn check_retry_after(&mut self, key: u64, at: u64, cost: u64, wait: u64) -> Option<Violation> {
+        let Some(retry_at) = at.checked_add(wait) else {
+            return Some(Violation::new(
+                OracleKind::RetryAfter,
+                "retry_after points past the end of the clock",
+                "never",
+                format!("{wait}ns"),
+            ));
+        };
+        if self.subject.would_allow(key, retry_at, cost) == Some(false) {
+            return Some(Violation::new(
+                OracleKind::RetryAfter,
+                "retrying at now + retry_after is denied",
+                format!("allowed at {retry_at}"),
+                "denied",
+            ));
+        }
+        if wait > 0 && self.subject.would_allow(key, retry_at - 1, cost) == Some(true) {
+            return Some(Violation::new(
+                OracleKind::RetryAfter,
+                "retry_after is not tight: 1 ns earlier is already allowed",
+                format!("denied at {}", retry_at - 1),
+                "allowed",
+            ));
+        }
+        None
+    }
+
+    fn count_events(
+        &mut self,
+        key: u64,
+        expected: &Result<bucketproof_model::Outcome, ModelError>,
+        before: Option<(BigRational, u64)>,
+        refilled: &BigRational,
+        cost: u64,
+        at: u64,
+    ) {
+        let outcome = match expected {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                self.event("invalid_cost");
+                return;
+            }
+        };
+        if outcome.replayed {
+            self.event("replayed");
+            return;
+        }
+        if outcome.created {
+            self.event("new_key");
+        }
+        let decision = &outcome.decision;
+        self.event(if decision.is_allowed() {
+            "allowed"
+        } else {
+            "denied"
+        });
+        if decision.retry_after() == Some(bucketproof_model::ModelWait::Never) {
+            self.event("retry_never");
+        }
+        if decision.retry_after() == Some(bucketproof_model::ModelWait::After(1)) {
+            self.event("denied_at_boundary");
+        }
+        if let Some((tokens, last_refill)) = before {
+            let cost_tokens = BigRational::from_integer(BigInt::from(cost));
+            if decision.is_allowed() && tokens < cost_tokens && *refilled == cost_tokens {
+                self.event("allowed_at_boundary");
+            }
+            if at >= last_refill.saturating_add(YEAR_NS) {
+                self.event("long_idle");
+            }
+            if tokens < *refilled && *refilled == self.model.config_of(key).capacity_tokens() {
+                self.event("saturated");
+            }
+        }
+    }
+
+    fn sample(&mut self, key: u64, at: u64, cost: u64, admitted: bool, remaining: &crate::Amount) {
+        let start = *self.sample_admitted.entry(key).or_insert((at, 0));
+        let total = start.1 + if admitted { cost } else { 0 };
+        self.sample_admitted.insert(key, (start.0, total));
+        self.sample_seen += 1;
+        if self.sample_seen % self.sample_stride != 0 {
+            return;
+        }
+        let config = self.model.config_of(key);
+        let rate = config.rate_per_second().to_f64().unwrap_or(0.0);
+        let model_remaining = self
+            .model
+            .state(key)
+            .and_then(|(tokens, _)| tokens.to_f64())
+            .unwrap_or(f64::NAN);
+        self.samples.push(Sample {
+            at,
+            subject_remaining: remaining.to_f64_lossy(),
+            model_remaining,
+            admitted: total,
+            bound: config.capacity() as f64 + rate * (at.saturating_sub(start.0)) as f64 / 1e9,
+        });
+        if self.samples.len() >= self.options.max_samples.max(2) {
+            // Keep every other point and halve the rate: deterministic, bounded, still spans the run.
+            let kept: Vec<Sample> = self.samples.iter().step_by(2).cloned().collect();
+            self.samples = kept;
+            self.sample_stride *= 2;
+        }
+    }
+}

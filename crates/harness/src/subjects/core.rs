@@ -1,0 +1,130 @@
+//! The exact core: `bucketproof_limiter::Limiter<u64>` with injected time and a fixed hasher seed, so
+//! which entries the amortized sweep visits is the same on every run.
+
+use bucketproof_limiter::{AcquireError, Config, Decision, Limiter, Request};
+
+use crate::subject::{Amount, Inspected, Observed, Subject, SubjectError};
+use crate::trace::{ConfigSpec, Setup};
+
+/// The product under test.
+pub struct CoreSubject {
+    limiter: Limiter<u64>,
+}
+
+fn build_error(e: impl std::fmt::Display) -> SubjectError {
+    SubjectError::Build(e.to_string())
+}
+
+impl CoreSubject {
+    /// A limiter configured as `setup` says.
+    pub fn new(setup: &Setup) -> Result<CoreSubject, SubjectError> {
+        let config = setup.config.to_config().map_err(build_error)?;
+        Ok(CoreSubject {
+            limiter: Self::builder(config, setup).build(),
+        })
+    }
+
+    /// The builder the core subject uses, for adapters that wrap the same limiter differently.
+    pub fn builder(config: Config, setup: &Setup) -> bucketproof_limiter::Builder<u64> {
+        Limiter::builder(config)
+            .max_keys(setup.max_keys, setup.policy.into())
+            .sweep_per_op(setup.sweep_per_op)
+            .dedupe(
+                std::time::Duration::from_nanos(setup.dedupe_window_ns),
+                setup.dedupe_per_key,
+            )
+            .shards(4)
+            .hasher_seed(0x6275_636b_6574_7072)
+    }
+
+    /// The wrapped limiter.
+    pub fn limiter(&self) -> &Limiter<u64> {
+        &self.limiter
+    }
+}
+
+/// Maps a core decision to what the oracles compare.
+pub fn observe(decision: &Decision, created: bool, replayed: bool) -> Observed {
+    let (numer, denom) = decision.remaining().as_ratio();
+    Observed {
+        allowed: decision.is_allowed(),
+        remaining: Amount::Exact { numer, denom },
+        retry_after: decision.retry_after(),
+        reset_after: Some(decision.reset_after()),
+        created: Some(created),
+        replayed,
+    }
+}
+
+/// Maps a core error to the harness's.
+pub fn subject_error(error: AcquireError) -> SubjectError {
+    match error {
+        AcquireError::InvalidCost { .. } => SubjectError::InvalidCost,
+        AcquireError::KeyLimitReached { .. } => SubjectError::KeyLimitReached,
+    }
+}
+
+impl Subject for CoreSubject {
+    fn name(&self) -> String {
+        "core".into()
+    }
+
+    fn acquire(
+        &mut self,
+        key: u64,
+        now: u64,
+        cost: u64,
+        request_id: Option<u64>,
+    ) -> Result<Observed, SubjectError> {
+        let mut request = Request::cost(cost).at(now);
+        request.request_id = request_id.map(Into::into);
+        let acquired = self
+            .limiter
+            .acquire_with(&key, request)
+            .map_err(subject_error)?;
+        Ok(observe(
+            &acquired.decision,
+            acquired.created,
+            acquired.replayed,
+        ))
+    }
+
+    fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
+        let config = config.to_config().map_err(build_error)?;
+        self.limiter
+            .reconfigure_at(&key, config, now)
+            .map(drop)
+            .map_err(subject_error)
+    }
+
+    fn forget(&mut self, key: u64) -> Result<(), SubjectError> {
+        self.limiter.forget(&key);
+        Ok(())
+    }
+
+    fn sweep(&mut self, now: u64) -> Result<(), SubjectError> {
+        self.limiter.sweep_at(now);
+        Ok(())
+    }
+
+    fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
+        let peek = self.limiter.peek_at(&key, now);
+        Some(peek.remaining.units() >= cost as u128 * peek.remaining.units_per_token())
+    }
+
+    fn inspect(&mut self, key: u64) -> Option<Inspected> {
+        let (state, config) = self.limiter.inspect(&key)?;
+        Some(Inspected {
+            tokens: Amount::Exact {
+                numer: state.balance,
+                denom: config.units_per_token(),
+            },
+            last_refill: state.last_refill,
+            capacity: config.capacity(),
+        })
+    }
+
+    fn may_evict(&self) -> bool {
+        true
+    }
+}

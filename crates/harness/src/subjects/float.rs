@@ -1,0 +1,124 @@
+//! The f64 baselines of `bucketproof-float` as subjects: the textbook bucket and the Go-style one.
+
+use bucketproof_float::{
+    FloatBucket, FloatDecision, FloatError, FloatKeyed, GoStyleBucket, TextbookBucket,
+};
+use bucketproof_limiter::Wait;
+
+use crate::subject::{Amount, Inspected, Observed, Subject, SubjectError};
+use crate::trace::Setup;
+
+fn observe(decision: FloatDecision) -> Observed {
+    let wait = |ns: Option<u64>| Some(ns.map_or(Wait::Never, Wait::After));
+    Observed {
+        allowed: decision.allowed,
+        remaining: Amount::Approx(decision.remaining),
+        retry_after: if decision.allowed {
+            None
+        } else {
+            wait(decision.retry_after_ns)
+        },
+        reset_after: wait(decision.reset_after_ns),
+        created: None,
+        replayed: false,
+    }
+}
+
+fn float_error(error: FloatError) -> SubjectError {
+    match error {
+        FloatError::InvalidCost { .. } => SubjectError::InvalidCost,
+        other => SubjectError::Build(other.to_string()),
+    }
+}
+
+/// A keyed float bucket of type `B` under a subject name.
+pub struct FloatSubject<B: FloatBucket> {
+    name: &'static str,
+    buckets: FloatKeyed<B>,
+}
+
+/// The textbook f64 bucket.
+pub type FloatTextbookSubject = FloatSubject<TextbookBucket>;
+/// The Go x/time/rate style f64 bucket.
+pub type FloatGoSubject = FloatSubject<GoStyleBucket>;
+
+impl FloatSubject<TextbookBucket> {
+    /// Built from the setup's default config (float buckets have no reconfigure or key bound).
+    pub fn new(setup: &Setup) -> Result<Self, SubjectError> {
+        let config = setup
+            .config
+            .to_config()
+            .map_err(|e| SubjectError::Build(e.to_string()))?;
+        let template = TextbookBucket::new(
+            config.capacity(),
+            config.rate().numer(),
+            config.rate().denom(),
+        )
+        .map_err(float_error)?;
+        Ok(FloatSubject {
+            name: "float-textbook",
+            buckets: FloatKeyed::new(template),
+        })
+    }
+}
+
+impl FloatSubject<GoStyleBucket> {
+    /// Built from the setup's default config.
+    pub fn new(setup: &Setup) -> Result<Self, SubjectError> {
+        let config = setup
+            .config
+            .to_config()
+            .map_err(|e| SubjectError::Build(e.to_string()))?;
+        let template = GoStyleBucket::new(
+            config.capacity(),
+            config.rate().numer(),
+            config.rate().denom(),
+        )
+        .map_err(float_error)?;
+        Ok(FloatSubject {
+            name: "float-go",
+            buckets: FloatKeyed::new(template),
+        })
+    }
+}
+
+impl<B: FloatBucket> Subject for FloatSubject<B> {
+    fn name(&self) -> String {
+        self.name.into()
+    }
+
+    fn acquire(
+        &mut self,
+        key: u64,
+        now: u64,
+        cost: u64,
+        request_id: Option<u64>,
+    ) -> Result<Observed, SubjectError> {
+        if request_id.is_some() {
+            return Err(SubjectError::Unsupported("request ids"));
+        }
+        self.buckets
+            .acquire(key, now, cost)
+            .map(observe)
+            .map_err(float_error)
+    }
+
+    fn forget(&mut self, key: u64) -> Result<(), SubjectError> {
+        self.buckets.forget(key);
+        Ok(())
+    }
+
+    fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
+        let peek = self.buckets.peek(key, now);
+        Some(peek.remaining >= cost as f64)
+    }
+
+    fn inspect(&mut self, key: u64) -> Option<Inspected> {
+        let bucket = self.buckets.get(key)?;
+        Some(Inspected {
+            tokens: Amount::Approx(bucket.tokens()),
+            last_refill: bucket.last_refill()?,
+            capacity: bucket.capacity(),
+        })
+    }
+}

@@ -1,0 +1,79 @@
+//! The built-in subjects and the registry that builds any subject by name.
+//!
+//! Each adapter is small: it maps [`crate::Subject`] calls onto one implementation. Names are stable
+//! because they appear in reports and replay commands.
+
+pub mod core;
+pub mod float;
+pub mod model;
+
+pub use self::core::CoreSubject;
+pub use self::float::{FloatGoSubject, FloatTextbookSubject};
+pub use self::model::ModelSubject;
+
+use crate::subject::{Subject, SubjectError, SubjectFactory};
+use crate::trace::Setup;
+
+/// Builds the subjects of this crate: `core`, `model`, `float-textbook`, `float-go`.
+pub struct BuiltinSubjects;
+
+impl SubjectFactory for BuiltinSubjects {
+    fn names(&self) -> Vec<String> {
+        let names = vec!["core", "model", "float-textbook", "float-go"];
+        names.into_iter().map(String::from).collect()
+    }
+
+    fn build(&self, name: &str, setup: &Setup) -> Option<Result<Box<dyn Subject>, SubjectError>> {
+        fn boxed<S: Subject + 'static>(
+            subject: Result<S, SubjectError>,
+        ) -> Result<Box<dyn Subject>, SubjectError> {
+            subject.map(|s| Box::new(s) as Box<dyn Subject>)
+        }
+        Some(match name {
+            "core" => boxed(CoreSubject::new(setup)),
+            "model" => boxed(ModelSubject::new(setup)),
+            "float-textbook" => boxed(FloatTextbookSubject::new(setup)),
+            "float-go" => boxed(FloatGoSubject::new(setup)),
+            _ => return None,
+        })
+    }
+}
+
+/// A registry of factories, searched in order.
+pub struct Registry {
+    factories: Vec<Box<dyn SubjectFactory>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            factories: vec![Box::new(BuiltinSubjects)],
+        }
+    }
+}
+
+impl Registry {
+    /// Adds a factory (e.g. the mutants or Redis).
+    pub fn with(mut self, factory: impl SubjectFactory + 'static) -> Registry {
+        self.factories.push(Box::new(factory));
+        self
+    }
+
+    /// Every buildable name.
+    pub fn names(&self) -> Vec<String> {
+        self.factories.iter().flat_map(|f| f.names()).collect()
+    }
+
+    /// Builds `name` for `setup`.
+    pub fn build(&self, name: &str, setup: &Setup) -> Result<Box<dyn Subject>, SubjectError> {
+        self.factories
+            .iter()
+            .find_map(|factory| factory.build(name, setup))
+            .unwrap_or_else(|| {
+                Err(SubjectError::Build(format!(
+                    "unknown subject {name:?}; known: {}",
+                    self.names().join(", ")
+                )))
+            })
+    }
+}

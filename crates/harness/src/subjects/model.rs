@@ -1,0 +1,114 @@
+//! The reference model as a subject: lets the harness check itself (model against model must agree)
+//! and lets scenarios run with no implementation at all (oracle-only throughput).
+
+use bucketproof_limiter::Wait;
+use bucketproof_model::{Model, ModelDecision, ModelError, ModelWait};
+use num_bigint::BigInt;
+use num_rational::BigRational;
+use num_traits::ToPrimitive;
+
+use crate::subject::{Amount, Inspected, Observed, Subject, SubjectError};
+use crate::trace::{ConfigSpec, Setup};
+
+/// The model behind the subject interface.
+pub struct ModelSubject {
+    model: Model,
+}
+
+impl ModelSubject {
+    /// A model configured as `setup` says (the model has no key bound: it never evicts by itself).
+    pub fn new(setup: &Setup) -> Result<ModelSubject, SubjectError> {
+        let config = setup
+            .config
+            .to_model()
+            .map_err(|e| SubjectError::Build(e.to_string()))?;
+        Ok(ModelSubject {
+            model: Model::new(config, setup.dedupe_window_ns, setup.dedupe_per_key),
+        })
+    }
+}
+
+/// A model wait as the limiter's [`Wait`] type, which the oracles use.
+pub fn wait(wait: ModelWait) -> Wait {
+    match wait {
+        ModelWait::After(ns) => Wait::After(ns),
+        ModelWait::Never => Wait::Never,
+    }
+}
+
+/// An exact rational as an [`Amount`] (model amounts are at most `capacity * q * 10^9 < 2^126`).
+pub fn amount(value: &BigRational) -> Amount {
+    let to_u128 = |x: &BigInt| x.to_u128().expect("model amounts fit u128");
+    Amount::Exact {
+        numer: to_u128(value.numer()),
+        denom: to_u128(value.denom()),
+    }
+}
+
+/// Maps a model decision to what the oracles compare.
+pub fn observe(decision: &ModelDecision, created: bool, replayed: bool) -> Observed {
+    Observed {
+        allowed: decision.is_allowed(),
+        remaining: amount(decision.remaining()),
+        retry_after: decision.retry_after().map(wait),
+        reset_after: Some(wait(decision.reset_after())),
+        created: Some(created),
+        replayed,
+    }
+}
+
+impl Subject for ModelSubject {
+    fn name(&self) -> String {
+        "model".into()
+    }
+
+    fn acquire(
+        &mut self,
+        key: u64,
+        now: u64,
+        cost: u64,
+        request_id: Option<u64>,
+    ) -> Result<Observed, SubjectError> {
+        match self.model.acquire(key, now, cost, request_id) {
+            Ok(outcome) => Ok(observe(
+                &outcome.decision,
+                outcome.created,
+                outcome.replayed,
+            )),
+            Err(ModelError::InvalidCost { .. }) => Err(SubjectError::InvalidCost),
+            Err(other) => Err(SubjectError::Build(format!("{other:?}"))),
+        }
+    }
+
+    fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
+        let config = config
+            .to_model()
+            .map_err(|e| SubjectError::Build(e.to_string()))?;
+        self.model.reconfigure(key, config, now);
+        Ok(())
+    }
+
+    fn forget(&mut self, key: u64) -> Result<(), SubjectError> {
+        self.model.forget(key);
+        Ok(())
+    }
+
+    fn sweep(&mut self, now: u64) -> Result<(), SubjectError> {
+        self.model.sweep(now);
+        Ok(())
+    }
+
+    fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
+        let peek = self.model.peek(key, now);
+        Some(peek.remaining >= BigRational::from_integer(BigInt::from(cost)))
+    }
+
+    fn inspect(&mut self, key: u64) -> Option<Inspected> {
+        let (tokens, last_refill) = self.model.state(key)?;
+        Some(Inspected {
+            tokens: amount(tokens),
+            last_refill,
+            capacity: self.model.config_of(key).capacity(),
+        })
+    }
+}
