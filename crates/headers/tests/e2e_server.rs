@@ -1,0 +1,171 @@
+//! End to end: the example server on 127.0.0.1 (ephemeral port), a real HTTP client (reqwest), and the
+//! fields checked as bytes on the wire.
+
+#[allow(dead_code)]
+#[path = "../examples/server.rs"]
+mod server;
+
+use std::time::{Duration, Instant};
+
+use bucketproof_headers::client::{Pacer, PacerConfig, RequestInfo, RetryPolicy, send_paced};
+use bucketproof_headers::{Profile, RateLimit, RateLimitPolicy};
+use bucketproof_limiter::{Config, Rate};
+use http::{HeaderMap, Method, StatusCode};
+
+const SECRET: &[u8] = b"e2e test secret, 32 bytes long!!";
+const USER: &str = "alice@example.com";
+
+async fn spawn(config: Config) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = server::app(config, SECRET).unwrap();
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    format!("http://{addr}")
+}
+
+fn assert_no_raw_id(headers: &reqwest::header::HeaderMap) {
+    for (name, value) in headers {
+        let v = String::from_utf8_lossy(value.as_bytes());
+        assert!(
+            !v.contains(USER) && !v.contains("alice"),
+            "header {name} leaks the user id: {v}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn fields_on_the_wire_from_allow_to_429() {
+    // 3 tokens, refill 1 per 1000 s: nothing refills during the test, so the sequence is exact.
+    let base = spawn(Config::new(3, Rate::new(1, 1000).unwrap()).unwrap()).await;
+    let client = reqwest::Client::new();
+    let mut pk = None;
+    for expected_r in [2u64, 1, 0] {
+        let resp = client
+            .get(format!("{base}/"))
+            .header("x-api-key", USER)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let h = resp.headers();
+        assert_no_raw_id(h);
+        let policy = h["ratelimit-policy"].to_str().unwrap();
+        let limit = h["ratelimit"].to_str().unwrap();
+        // q = capacity, w = 3 tokens / (1/1000 per s) = 3000 s.
+        assert!(
+            policy.starts_with(r#""api.v1";q=3;w=3000;pk=:"#),
+            "{policy}"
+        );
+        assert!(
+            limit.starts_with(&format!(r#""api.v1";r={expected_r};t="#)),
+            "{limit}"
+        );
+        let parsed = RateLimit::parse(Profile::Draft11, limit.as_bytes()).unwrap();
+        assert_eq!(parsed.limits[0].remaining, expected_r);
+        // Exactly 0 fractional tokens left after a whole charge: next token in 1000 s.
+        assert_eq!(parsed.limits[0].reset, Some(1000));
+        let parsed_policy = RateLimitPolicy::parse(Profile::Draft11, policy.as_bytes()).unwrap();
+        let this_pk = parsed_policy.policies[0].partition_key.clone().unwrap();
+        assert_eq!(parsed.limits[0].partition_key.as_ref(), Some(&this_pk));
+        if let Some(prev) = &pk {
+            assert_eq!(prev, &this_pk, "pk is stable for one user");
+        }
+        pk = Some(this_pk);
+    }
+    let resp = client
+        .get(format!("{base}/"))
+        .header("x-api-key", USER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    let h = resp.headers().clone();
+    assert_no_raw_id(&h);
+    assert_eq!(h["content-type"], "application/problem+json");
+    let retry_after: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
+    assert_eq!(retry_after, 1000);
+    let limit = RateLimit::parse(Profile::Draft11, h["ratelimit"].as_bytes()).unwrap();
+    assert!(retry_after >= limit.limits[0].reset.unwrap());
+    let body: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(
+        body["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+    assert_eq!(body["violated-policies"], serde_json::json!(["api.v1"]));
+
+    // Another user has their own bucket and a different pk.
+    let resp = client
+        .get(format!("{base}/"))
+        .header("x-api-key", "bob@example.com")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let other = RateLimit::parse(Profile::Draft11, resp.headers()["ratelimit"].as_bytes()).unwrap();
+    assert_ne!(other.limits[0].partition_key, pk);
+
+    // A request costing more than the capacity can never pass: 413, not 429.
+    let small = spawn(Config::new(2, Rate::per_second(1)).unwrap()).await;
+    let resp = client
+        .get(format!("{small}/report"))
+        .header("x-api-key", USER)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(resp.headers().get("retry-after").is_none());
+}
+
+#[tokio::test]
+async fn a_pacing_client_gets_no_429_over_the_wire() {
+    // 2 tokens, 4 per second: the third request must wait for a token (t = 1 s after rounding up).
+    let base = spawn(Config::new(2, Rate::per_second(4)).unwrap()).await;
+    let client = reqwest::Client::new();
+    let origin = Instant::now();
+    let now = move || origin.elapsed().as_nanos() as u64;
+    let config = PacerConfig {
+        window_jitter: 0,
+        ..PacerConfig::default()
+    };
+    let mut pacer = Pacer::new(config, 42);
+    let no_headers = HeaderMap::new();
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        let (status, _, ()) = send_paced(
+            &mut pacer,
+            RetryPolicy {
+                max_attempts: 1, // any 429 would surface as an error
+                deadline: 10_000_000_000,
+            },
+            RequestInfo {
+                method: &Method::GET,
+                headers: &no_headers,
+                cost: 1,
+            },
+            now,
+            |ns| tokio::time::sleep(Duration::from_nanos(ns)),
+            || {
+                let req = client
+                    .get(format!("{base}/"))
+                    .header("x-api-key", USER)
+                    .send();
+                async move {
+                    let resp = req.await?;
+                    let mut headers = HeaderMap::new();
+                    for (k, v) in resp.headers() {
+                        headers.append(k.clone(), v.clone());
+                    }
+                    Ok::<_, reqwest::Error>((resp.status(), headers, ()))
+                }
+            },
+        )
+        .await
+        .expect("the pacer never triggers a 429");
+        statuses.push(status);
+    }
+    assert_eq!(statuses, vec![StatusCode::OK; 4]);
+    // It did have to wait: two requests fit the burst, the rest waited for whole seconds of t.
+    assert!(origin.elapsed() >= Duration::from_secs(1));
+}
