@@ -7,6 +7,7 @@
 //! - `Retry-After` takes precedence over the fields (delay-seconds, or an HTTP-date measured against
 //!   the response's own `Date`, so no wall clock is needed); the effective window is then ignored;
 //! - fields on a response with a positive `Age` came from a cache and are ignored (Section 7.3);
+//!   a `Retry-After` on such a response is still honoured, because waiting longer is always safe;
 //! - malformed fields are ignored as a whole; fields in trailers are never read;
 //! - with several service limits, it paces on the one that runs out first (lowest `r`, then longest
 //!   `t`) and keeps all of them, and the policies, for observability ([`Pacer::limits`]);

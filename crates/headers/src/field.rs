@@ -571,6 +571,26 @@ mod tests {
     }
 
     #[test]
+    fn policy_names_are_versioned_and_printable_ascii() {
+        assert_eq!(PolicyName::versioned("api", 2).unwrap().as_str(), "api.v2");
+        assert!(PolicyName::new("caf\u{e9}").is_err());
+        assert!(PolicyName::new("tab\there").is_err());
+        // Quotes and backslashes are fine: sfv escapes them.
+        let odd = PolicyName::new(r#"a"b\c"#).unwrap();
+        let f = RateLimit {
+            limits: vec![ServiceLimit {
+                name: odd.clone(),
+                remaining: 1,
+                reset: None,
+                partition_key: None,
+            }],
+        };
+        let wire = f.serialize(P).unwrap();
+        assert_eq!(wire, r#""a\"b\\c";r=1"#);
+        assert_eq!(RateLimit::parse(P, wire.as_bytes()).unwrap(), f);
+    }
+
+    #[test]
     fn strip_from_trailers_removes_every_line() {
         let mut t = HeaderMap::new();
         t.append("ratelimit", HeaderValue::from_static(r#""a";r=1"#));

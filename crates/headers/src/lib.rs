@@ -17,6 +17,26 @@
 //! - [`source`] and [`layer`]: a tower `Layer` that limits requests with a keyed limiter;
 //! - [`client`]: a pacing helper that reads the fields, `Retry-After` and `Age`;
 //! - [`sim`]: a deterministic simulation of pacing and naive clients against the exact limiter.
+//!
+//! ```
+//! use bucketproof_headers::{PolicyName, Profile, RateLimit, ServiceLimit};
+//!
+//! // Parsing checks what sfv lets through but the draft forbids: `r=-1`, `r=1.5`, Tokens as names.
+//! let field = RateLimit::parse(Profile::Draft11, br#""default";r=50;t=30"#).unwrap();
+//! assert_eq!(field.limits[0].remaining, 50);
+//! assert!(RateLimit::parse(Profile::Draft11, br#""default";r=-1"#).is_err());
+//!
+//! // Serializing refuses what it cannot represent instead of altering it.
+//! let ours = RateLimit {
+//!     limits: vec![ServiceLimit {
+//!         name: PolicyName::versioned("api", 1).unwrap(),
+//!         remaining: 7,
+//!         reset: Some(2),
+//!         partition_key: None,
+//!     }],
+//! };
+//! assert_eq!(ours.serialize(Profile::Draft11).unwrap(), r#""api.v1";r=7;t=2"#);
+//! ```
 
 pub mod client;
 pub mod field;

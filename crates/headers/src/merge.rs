@@ -134,9 +134,9 @@ pub fn merge_headers(
             .and_then(|v| v.to_str().ok())
             .map(|s| s.trim().parse::<u64>());
         let value = match origin_ra {
-            // An HTTP-date or a malformed value: the origin's moment cannot be compared without a
-            // clock, so keep it only if it is a date, and add nothing looser.
             Some(Ok(o)) => Some(o.max(gw)),
+            // An HTTP-date (or junk): comparing it with delay seconds needs a clock this function
+            // does not read, so the origin's value is left exactly as it was.
             Some(Err(_)) => None,
             None => Some(gw),
         };
