@@ -1,1 +1,138 @@
-fn main() {}
+//! Decisions per second through Redis, against the practical ceiling of one Redis: a trivial
+//! `EVALSHA` that returns a constant. Same connections, same concurrency, same server.
+//!
+//! - `one_conn`: one multiplexed connection, 256 calls in flight (the connection pipelines them);
+//! - `eight_conns`: 8 connections (8 limiters), 32 calls in flight on each.
+//!
+//! Needs `REDIS_URL`; prints a SKIP line and measures nothing without it. Run:
+//! `REDIS_URL=redis://127.0.0.1:6379/ cargo bench -p bucketproof-redis --bench redis`
+
+use std::time::{Duration, Instant};
+
+use bucketproof_limiter::{Config, Rate};
+use bucketproof_redis::RedisLimiter;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use futures_util::future::join_all;
+use redis::Script;
+use redis::aio::MultiplexedConnection;
+use tokio::runtime::Runtime;
+
+const IN_FLIGHT: usize = 256;
+const CONNS: usize = 8;
+
+struct Fixture {
+    limiters: Vec<RedisLimiter>,
+    constant: Vec<MultiplexedConnection>,
+    script: Script,
+}
+
+fn fixture(rt: &Runtime, url: &str) -> Fixture {
+    rt.block_on(async {
+        let config = Config::new(1_000_000, Rate::per_second(1_000_000)).unwrap();
+        let prefix = format!("bpbench:{}:", std::process::id());
+        let mut limiters = Vec::new();
+        let mut constant = Vec::new();
+        let client = redis::Client::open(url).unwrap();
+        for _ in 0..CONNS {
+            limiters.push(
+                RedisLimiter::builder(config)
+                    .prefix(&prefix)
+                    .connect(url)
+                    .await
+                    .expect("connect"),
+            );
+            constant.push(client.get_multiplexed_async_connection().await.unwrap());
+        }
+        let script = Script::new("return 1");
+        script
+            .prepare_invoke()
+            .load_async(&mut constant[0])
+            .await
+            .unwrap();
+        Fixture {
+            limiters,
+            constant,
+            script,
+        }
+    })
+}
+
+/// `rounds` times: `per_conn` calls in flight on each of `conns` connections, all awaited together.
+async fn limiter_round(f: &Fixture, conns: usize, per_conn: usize, round: u64) {
+    let calls = (0..conns).flat_map(|c| {
+        (0..per_conn).map(move |i| {
+            let key = format!("u{}", (round as usize * 7919 + c * per_conn + i) % 1000);
+            async move {
+                let outcome = f.limiters[c].acquire(&key, 1).await.expect("acquire");
+                std::hint::black_box(outcome);
+            }
+        })
+    });
+    join_all(calls).await;
+}
+
+async fn constant_round(f: &Fixture, conns: usize, per_conn: usize) {
+    let calls = (0..conns).flat_map(|c| {
+        (0..per_conn).map(move |_| {
+            let mut conn = f.constant[c].clone();
+            async move {
+                let one: i64 = f
+                    .script
+                    .key("bpbench:const")
+                    .invoke_async(&mut conn)
+                    .await
+                    .expect("evalsha");
+                std::hint::black_box(one);
+            }
+        })
+    });
+    join_all(calls).await;
+}
+
+fn bench(c: &mut Criterion) {
+    let Ok(url) = std::env::var("REDIS_URL") else {
+        eprintln!("!!!!! SKIP redis bench: REDIS_URL is not set, nothing measured !!!!!");
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let f = fixture(&rt, &url);
+    for (name, conns, per_conn) in [
+        ("one_conn", 1, IN_FLIGHT),
+        ("eight_conns", CONNS, IN_FLIGHT / CONNS),
+    ] {
+        let mut group = c.benchmark_group(name);
+        group.throughput(Throughput::Elements((conns * per_conn) as u64));
+        group.sample_size(20);
+        group.warm_up_time(Duration::from_secs(1));
+        group.measurement_time(Duration::from_secs(4));
+        group.bench_function("constant_evalsha", |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for _ in 0..iters {
+                        constant_round(&f, conns, per_conn).await;
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+        group.bench_function("exact_limiter", |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for round in 0..iters {
+                        limiter_round(&f, conns, per_conn, round).await;
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

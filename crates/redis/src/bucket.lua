@@ -45,7 +45,9 @@ local function ceildiv(a, b)
   return k
 end
 
--- '%.0f' prints every integer below 2^53 exactly; tostring would use '%.14g' and round.
+-- '%.0f' prints every integer below 2^53 exactly; tostring (and so table.concat) would use '%.14g' and
+-- round. Only strings we build ourselves need it: numbers passed straight to redis.call are converted by
+-- Redis itself with 17 significant digits (exact below 2^53), which is also cheaper.
 local function fmt(x)
   return string.format('%.0f', x)
 end
@@ -143,7 +145,11 @@ if allowed == 0 then
 end
 local seq = (tonumber(h[5]) or 0) + 1
 
-redis.call('HSET', key, 'b', fmt(b), 's', fmt(ts), 'n', fmt(tn), 'g', fp, 'k', fmt(seq))
+if created == 1 then
+  redis.call('HSET', key, 'b', b, 's', ts, 'n', tn, 'k', seq, 'g', fp)
+else
+  redis.call('HSET', key, 'b', b, 's', ts, 'n', tn, 'k', seq)
+end
 
 -- Step 6: record the decision under the request id; FIFO of at most `keep` records per key. As in the
 -- in-memory limiter, a stale record of the same id keeps its slot until the FIFO pushes it out; only
@@ -174,7 +180,7 @@ if recording then
     qh = qh + 1
   end
   if not xs or before(xs, xn, ex_s, ex_n) then xs, xn = ex_s, ex_n end
-  redis.call('HSET', key, 'qh', fmt(qh), 'qt', fmt(qt), 'qc', fmt(qc), 'xs', fmt(xs), 'xn', fmt(xn))
+  redis.call('HSET', key, 'qh', qh, 'qt', qt, 'qc', qc, 'xs', xs, 'xn', xn)
 end
 
 -- TTL: until the bucket is full as seen from now (lag included), and never before the newest live

@@ -10,6 +10,11 @@
 //! (the script answers a known id with the recorded decision and charges nothing), so the limiter retries.
 //! Without one it retries only when the connection was refused (nothing can have run); otherwise a lost
 //! reply goes straight to the unavailability policy rather than risking a double charge.
+//!
+//! A replay needs the record: a retry is charged again if it comes after the dedupe window, or after
+//! `dedupe_per_key` newer request ids on the same key pushed its record out (the bound is per key, as in
+//! the in-memory limiter). Size `dedupe_per_key` for the requests a key sees during the longest retry
+//! sequence (`attempts` x (`response_timeout` + backoff)); backoff doubles but is capped at 100 ms.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -117,6 +122,9 @@ pub enum BuildError {
     Connect(#[source] RedisError),
 }
 
+/// The longest pause between two attempts.
+const MAX_BACKOFF: Duration = Duration::from_millis(100);
+
 /// Upper bound on request-id records per key (each acquire may evict a few; keeps the script short).
 pub const MAX_RECORDS_PER_KEY: usize = 1024;
 
@@ -212,7 +220,7 @@ impl RedisBuilder {
         self
     }
 
-    /// Pause before a retry (doubled each time). Default 10 ms.
+    /// Pause before a retry (doubled each time, at most 100 ms). Default 10 ms.
     pub fn retry_backoff(mut self, backoff: Duration) -> Self {
         self.retry_backoff = backoff;
         self
@@ -282,7 +290,6 @@ impl std::fmt::Debug for RedisLimiter {
 
 enum CallError {
     Redis(RedisError),
-    TimedOut,
 }
 
 impl RedisLimiter {
@@ -369,13 +376,11 @@ impl RedisLimiter {
         let last = loop {
             attempts += 1;
             let mut conn = self.conn.clone();
-            let call = tokio::time::timeout(
-                self.settings.response_timeout,
-                invocation.invoke_async::<Vec<i64>>(&mut conn),
-            )
-            .await
-            .map_err(|_| CallError::TimedOut)
-            .and_then(|r| r.map_err(CallError::Redis));
+            // The connection manager applies the response timeout to every command.
+            let call = invocation
+                .invoke_async::<Vec<i64>>(&mut conn)
+                .await
+                .map_err(CallError::Redis);
             let error = match call {
                 Ok(raw) => {
                     let reply = Reply::parse(raw)?;
@@ -394,10 +399,6 @@ impl RedisLimiter {
                         seq: reply.seq,
                     });
                 }
-                Err(CallError::TimedOut) => RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "no reply within the response timeout",
-                )),
                 Err(CallError::Redis(e)) if e.code() == Some("BPCONFIG") => {
                     return Err(RedisAcquireError::ConfigMismatch(
                         e.detail().unwrap_or_default().to_string(),
@@ -413,7 +414,7 @@ impl RedisLimiter {
             }
             bump(&self.counters.retries);
             tokio::time::sleep(backoff).await;
-            backoff = backoff.saturating_mul(2);
+            backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
         };
         self.unavailable(request, attempts, last)
     }

@@ -154,7 +154,7 @@ async fn decisions_equal_the_exact_core_on_random_traces() {
         let client = redis::Client::open(url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         for (key, state) in &model {
-            let (b, s, n): (String, u64, u64) = redis::cmd("HMGET")
+            let (b, s, n): (String, String, String) = redis::cmd("HMGET")
                 .arg(limiter.redis_key(key))
                 .arg("b")
                 .arg("s")
@@ -162,9 +162,18 @@ async fn decisions_equal_the_exact_core_on_random_traces() {
                 .query_async(&mut conn)
                 .await
                 .unwrap();
-            assert_eq!(b, state.balance.to_string(), "stored balance of {key}");
+            // Stored by Redis's own number formatting: exact below 2^53, maybe in exponent form.
+            let exact = |x: &str| {
+                let v: f64 = x.parse().unwrap();
+                assert!(
+                    v.fract() == 0.0 && v <= (1u64 << 53) as f64,
+                    "{x} not an exact integer"
+                );
+                v as u128
+            };
+            assert_eq!(exact(&b), state.balance, "stored balance of {key}");
             assert_eq!(
-                s as u128 * 1_000_000_000 + n as u128,
+                exact(&s) * 1_000_000_000 + exact(&n),
                 state.last_refill as u128
             );
         }
