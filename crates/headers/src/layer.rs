@@ -3,7 +3,9 @@
 //! Per request: a user function extracts the limiter key from the request head, another gives its
 //! cost (default 1), the [`DecisionSource`] decides, and
 //! - **allowed**: the inner service runs; its response gets `RateLimit-Policy` and `RateLimit` when
-//!   [`RateLimitLayer::emit_on_success`] is on (the default);
+//!   [`RateLimitLayer::emit_on_success`] is on (the default), except on redirections unless
+//!   [`RateLimitLayer::emit_on_redirect`] is on: draft-11 Section 6 warns that a low `r` on a 3xx can
+//!   stall a client before it follows `Location`;
 //! - **denied**: `429 Too Many Requests` with `Retry-After` (delay seconds, rounded up, never earlier
 //!   than any `t` in the response, draft-11 Section 6), both fields, and an `application/problem+json`
 //!   body of type quota-exceeded listing the violated policy. The inner service is not called;
@@ -167,6 +169,7 @@ struct Shared<K, S> {
     cost: Arc<CostFn>,
     advertiser: Advertiser,
     emit_on_success: bool,
+    emit_on_redirect: bool,
 }
 
 /// The layer. Configure it with the builder methods, then hand it to tower / axum.
@@ -176,6 +179,7 @@ pub struct RateLimitLayer<K, S> {
     cost: Arc<CostFn>,
     advertiser: Advertiser,
     emit_on_success: bool,
+    emit_on_redirect: bool,
 }
 
 impl<K, S> Clone for RateLimitLayer<K, S> {
@@ -186,6 +190,7 @@ impl<K, S> Clone for RateLimitLayer<K, S> {
             cost: Arc::clone(&self.cost),
             advertiser: self.advertiser.clone(),
             emit_on_success: self.emit_on_success,
+            emit_on_redirect: self.emit_on_redirect,
         }
     }
 }
@@ -208,6 +213,7 @@ where
             cost: Arc::new(|_| 1),
             advertiser: Advertiser::new(policy),
             emit_on_success: true,
+            emit_on_redirect: false,
         }
     }
 
@@ -244,6 +250,12 @@ where
         self
     }
 
+    /// Whether allowed 3xx responses carry the fields (default `false`, see the module docs).
+    pub fn emit_on_redirect(mut self, on: bool) -> Self {
+        self.emit_on_redirect = on;
+        self
+    }
+
     /// The wire profile (default [`Profile::Draft11`]).
     pub fn profile(mut self, profile: Profile) -> Self {
         self.advertiser.profile = profile;
@@ -262,6 +274,7 @@ impl<K, S, Inner> Layer<Inner> for RateLimitLayer<K, S> {
                 cost: Arc::clone(&self.cost),
                 advertiser: self.advertiser.clone(),
                 emit_on_success: self.emit_on_success,
+                emit_on_redirect: self.emit_on_redirect,
             }),
             inner,
         }
@@ -342,8 +355,10 @@ where
             let fut = self.inner.call(req);
             Box::pin(async move {
                 let mut resp = fut.await?;
+                let emit = shared.emit_on_success
+                    && (shared.emit_on_redirect || !resp.status().is_redirection());
                 let headers = resp.headers_mut();
-                if shared.emit_on_success {
+                if emit {
                     shared.advertiser.write(headers, &adv, outcome.degraded);
                 } else if outcome.degraded {
                     headers.insert(DEGRADED_HEADER, HeaderValue::from_static("?1"));

@@ -310,6 +310,30 @@ async fn s6_fields_are_sent_on_success_unless_disabled() {
     assert_eq!(resp.headers()["ratelimit-policy"], r#""a";q=5;w=5"#);
 }
 
+#[tokio::test]
+async fn s6_redirections_carry_no_fields_unless_asked() {
+    async fn redirect(_: Request<()>) -> Result<Response<String>, Infallible> {
+        let mut r = Response::new(String::new());
+        *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
+        r.headers_mut()
+            .insert("location", HeaderValue::from_static("/foo/123"));
+        Ok(r)
+    }
+    let layer = RateLimitLayer::new(manual_limiter(1, Rate::per_second(1)), name("a"), user_key);
+    let mut svc = layer.layer(tower::service_fn(redirect));
+    let resp = call(&mut svc, "u").await;
+    assert_eq!(resp.status(), StatusCode::MOVED_PERMANENTLY);
+    assert!(
+        resp.headers().get("ratelimit").is_none(),
+        "r=0 would stall the redirect"
+    );
+    let layer = RateLimitLayer::new(manual_limiter(1, Rate::per_second(1)), name("a"), user_key)
+        .emit_on_redirect(true);
+    let mut svc = layer.layer(tower::service_fn(redirect));
+    let resp = call(&mut svc, "u").await;
+    assert_eq!(resp.headers()["ratelimit"], r#""a";r=0;t=1"#);
+}
+
 /// A store that is down (fail closed) or answering from a fallback budget (degraded).
 struct FlakyStore {
     inner: Limiter<String, ManualClock>,
