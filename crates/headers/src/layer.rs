@@ -76,6 +76,7 @@ impl PartitionBytes for std::net::IpAddr {
 
 type KeyFn<K> = dyn Fn(&http::request::Parts) -> K + Send + Sync;
 type CostFn = dyn Fn(&http::request::Parts) -> u64 + Send + Sync;
+type ErrorFn = dyn Fn(&SourceError) + Send + Sync;
 
 /// Turns one [`Outcome`] into header values: the policy, the limit and `Retry-After`.
 ///
@@ -167,6 +168,7 @@ struct Shared<K, S> {
     source: Arc<S>,
     key: Arc<KeyFn<K>>,
     cost: Arc<CostFn>,
+    on_error: Arc<ErrorFn>,
     advertiser: Advertiser,
     emit_on_success: bool,
     emit_on_redirect: bool,
@@ -177,6 +179,7 @@ pub struct RateLimitLayer<K, S> {
     source: Arc<S>,
     key: Arc<KeyFn<K>>,
     cost: Arc<CostFn>,
+    on_error: Arc<ErrorFn>,
     advertiser: Advertiser,
     emit_on_success: bool,
     emit_on_redirect: bool,
@@ -188,6 +191,7 @@ impl<K, S> Clone for RateLimitLayer<K, S> {
             source: Arc::clone(&self.source),
             key: Arc::clone(&self.key),
             cost: Arc::clone(&self.cost),
+            on_error: Arc::clone(&self.on_error),
             advertiser: self.advertiser.clone(),
             emit_on_success: self.emit_on_success,
             emit_on_redirect: self.emit_on_redirect,
@@ -211,6 +215,7 @@ where
             source: Arc::new(source),
             key: Arc::new(key),
             cost: Arc::new(|_| 1),
+            on_error: Arc::new(|_| {}),
             advertiser: Advertiser::new(policy),
             emit_on_success: true,
             emit_on_redirect: false,
@@ -250,6 +255,13 @@ where
         self
     }
 
+    /// Called with every [`SourceError`] (store down, key table full, invalid cost) before the
+    /// error response is sent, e.g. to log it: the details never go to the client.
+    pub fn on_error(mut self, f: impl Fn(&SourceError) + Send + Sync + 'static) -> Self {
+        self.on_error = Arc::new(f);
+        self
+    }
+
     /// Whether allowed 3xx responses carry the fields (default `false`, see the module docs).
     pub fn emit_on_redirect(mut self, on: bool) -> Self {
         self.emit_on_redirect = on;
@@ -272,6 +284,7 @@ impl<K, S, Inner> Layer<Inner> for RateLimitLayer<K, S> {
                 source: Arc::clone(&self.source),
                 key: Arc::clone(&self.key),
                 cost: Arc::clone(&self.cost),
+                on_error: Arc::clone(&self.on_error),
                 advertiser: self.advertiser.clone(),
                 emit_on_success: self.emit_on_success,
                 emit_on_redirect: self.emit_on_redirect,
@@ -345,6 +358,7 @@ where
         let outcome = match shared.source.decide(&key, cost) {
             Ok(o) => o,
             Err(err) => {
+                (shared.on_error)(&err);
                 let resp = error_response::<ResB>(&shared.advertiser.policy, &err);
                 return Box::pin(async move { Ok(resp) });
             }
@@ -386,7 +400,7 @@ fn error_response<B: From<String>>(policy: &PolicyName, err: &SourceError) -> Re
         ),
         SourceError::Unavailable(_) => problem_response(
             StatusCode::SERVICE_UNAVAILABLE,
-            // The store error text may name hosts; it goes to logs, not to clients.
+            // The store error text may name hosts: it goes to `on_error`, not to clients.
             problem::temporary_reduced_capacity(
                 &[policy],
                 "The rate limiter's store is unavailable.",

@@ -359,9 +359,17 @@ async fn s5_2_store_outage_is_a_503_or_flagged_never_a_disguised_denial() {
         inner: manual_limiter(5, Rate::per_second(1)),
         mode: Mutex::new("down"),
     });
-    let layer = RateLimitLayer::new(store.clone(), name("api.v1"), user_key);
+    let seen = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let layer = RateLimitLayer::new(store.clone(), name("api.v1"), user_key)
+        .on_error(move |e| log.lock().unwrap().push(e.to_string()));
     let mut svc = layer.layer(tower::service_fn(ok));
     let down = call(&mut svc, "u").await;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec!["limiter store unavailable: connection refused".to_owned()],
+        "the operator sees the cause"
+    );
     assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
     let body: serde_json::Value = serde_json::from_str(down.body()).unwrap();
     assert_eq!(
