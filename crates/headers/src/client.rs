@@ -266,7 +266,8 @@ impl Pacer {
                 now.saturating_add(self.capped(t.saturating_mul(NANOS_PER_SECOND)))
                     .saturating_add(jitter)
             });
-            self.blocked_until = now;
+            // An earlier block (Retry-After, backoff) stands: with requests in flight, responses
+            // can arrive out of order, and waiting longer is always safe.
             if throttled && b.remaining == 0 && b.reset.is_none() {
                 // Throttled with no timing at all: back off.
                 let d = self.config.backoff.delay(self.failures, &mut self.rng);
@@ -278,7 +279,6 @@ impl Pacer {
             self.budget = None;
             self.window_end = None;
         } else {
-            self.blocked_until = self.blocked_until.min(now);
             self.budget = None;
             self.window_end = None;
         }
@@ -301,6 +301,9 @@ impl Pacer {
     }
 
     /// The earliest time (>= `now`) at which a request costing `cost` quota units may be sent.
+    ///
+    /// When `cost` exceeds `r + 1`, the wait beyond `t` is derived from the policy's `q / w`; without
+    /// a matching policy it is unknown and not added, and the next response corrects the estimate.
     pub fn ready_at(&self, now: Nanos, cost: u64) -> Nanos {
         let mut at = self.blocked_until.max(now);
         if let Some(budget) = self.budget
