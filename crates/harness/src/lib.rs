@@ -12,14 +12,17 @@
 //! same report bytes on every machine.
 #![warn(missing_docs)]
 
+pub mod compare;
+pub mod engine;
 pub mod oracle;
 pub mod runner;
+pub mod scenario;
 pub mod shrink;
 pub mod subject;
 pub mod subjects;
 pub mod trace;
 
-pub use runner::{RunOptions, RunReport, Verdict, run_trace};
+pub use runner::{RunOptions, RunReport, Stepper, Verdict, run_trace};
 pub use subject::{Amount, Inspected, Observed, Subject, SubjectError, SubjectFactory};
 pub use subjects::Registry;
 pub use trace::{ConfigSpec, Op, PolicySpec, Setup, Trace};

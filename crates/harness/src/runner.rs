@@ -186,62 +186,96 @@ pub fn run_trace(
     subject: &mut dyn Subject,
     options: &RunOptions,
 ) -> Result<RunReport, SubjectError> {
-    let config = setup
-        .config
-        .to_model()
-        .map_err(|e| SubjectError::Build(e.to_string()))?;
-    let mut run = Lockstep {
-        subject,
-        model: Model::new(config, setup.dedupe_window_ns, setup.dedupe_per_key),
-        setup,
-        options,
-        arrival: ArrivalCurve::default(),
-        events: BTreeMap::new(),
-        divergence: Divergence::default(),
-        samples: Vec::new(),
-        sample_stride: 1,
-        sample_seen: 0,
-        sample_admitted: BTreeMap::new(),
-        latest: None,
-        previous_at: None,
-    };
-    let mut verdict = Verdict::Pass;
-    let mut steps = 0;
-    for (step, op) in ops.into_iter().enumerate() {
-        steps = step as u64 + 1;
-        match run.step(&op) {
-            Ok(None) => {}
+    let mut stepper = Stepper::new(setup, subject, options)?;
+    for op in ops {
+        if !stepper.step(op) {
+            break;
+        }
+    }
+    Ok(stepper.finish())
+}
+
+/// The runner one op at a time, for drivers that generate ops as they go (the state-machine tests).
+pub struct Stepper<'a> {
+    run: Lockstep<'a>,
+    verdict: Verdict,
+    steps: u64,
+}
+
+impl<'a> Stepper<'a> {
+    /// A fresh model and oracle state around `subject`.
+    pub fn new(
+        setup: &'a Setup,
+        subject: &'a mut dyn Subject,
+        options: &'a RunOptions,
+    ) -> Result<Stepper<'a>, SubjectError> {
+        let config = setup
+            .config
+            .to_model()
+            .map_err(|e| SubjectError::Build(e.to_string()))?;
+        Ok(Stepper {
+            run: Lockstep {
+                subject,
+                model: Model::new(config, setup.dedupe_window_ns, setup.dedupe_per_key),
+                setup,
+                options,
+                arrival: ArrivalCurve::default(),
+                events: BTreeMap::new(),
+                divergence: Divergence::default(),
+                samples: Vec::new(),
+                sample_stride: 1,
+                sample_seen: 0,
+                sample_admitted: BTreeMap::new(),
+                latest: None,
+                previous_at: None,
+            },
+            verdict: Verdict::Pass,
+            steps: 0,
+        })
+    }
+
+    /// Runs one op through the subject, the model and the oracles. Returns false when the run is over
+    /// (a violation with `stop_at_first`, or an op the subject cannot run).
+    pub fn step(&mut self, op: Op) -> bool {
+        let step = self.steps;
+        self.steps += 1;
+        match self.run.step(&op) {
+            Ok(None) => true,
             Ok(Some(violation)) => {
-                if verdict.passed() {
-                    verdict = Verdict::Fail(Failure {
-                        step: step as u64,
+                if self.verdict.passed() {
+                    self.verdict = Verdict::Fail(Failure {
+                        step,
                         op,
                         violation,
                     });
                 }
-                if options.stop_at_first {
-                    break;
-                }
+                !self.run.options.stop_at_first
             }
             Err(reason) => {
-                if verdict.passed() {
-                    verdict = Verdict::Incompatible {
-                        step: step as u64,
-                        reason,
-                    };
+                if self.verdict.passed() {
+                    self.verdict = Verdict::Incompatible { step, reason };
                 }
-                break;
+                false
             }
         }
     }
-    Ok(RunReport {
-        subject: run.subject.name(),
-        steps,
-        verdict,
-        events: run.events,
-        divergence: run.divergence,
-        samples: run.samples,
-    })
+
+    /// The verdict so far.
+    pub fn verdict(&self) -> &Verdict {
+        &self.verdict
+    }
+
+    /// Ends the run.
+    pub fn finish(self) -> RunReport {
+        RunReport {
+            subject: self.run.subject.name(),
+            steps: self.steps,
+            verdict: self.verdict,
+            events: self.run.events,
+            divergence: self.run.divergence,
+            samples: self.run.samples,
+        }
+    }
 }
 
 impl Lockstep<'_> {
@@ -296,8 +330,16 @@ impl Lockstep<'_> {
             Op::Reconfigure { key, at, config } => {
                 self.note_time(*at);
                 let new = config.to_model().map_err(|e| e.to_string())?;
+                let held_before = self.subject.may_evict() && self.subject.inspect(*key).is_some();
                 if let Err(error) = self.subject.reconfigure(*key, config, *at) {
                     return subject_failed(error);
+                }
+                // A reconfigure of a key the subject did not hold creates it, possibly with its cursor
+                // at the subject's eviction horizon: follow that before the model reconfigures.
+                if self.subject.may_evict() && !held_before {
+                    if let Some(v) = self.follow_creation(*key, *at) {
+                        return Ok(Some(v));
+                    }
                 }
                 let old = self.model.config_of(*key).capacity();
                 self.model.reconfigure(*key, new, *at);
@@ -369,21 +411,10 @@ impl Lockstep<'_> {
                     )
                 }));
             }
-            Ok(observed) if observed.created == Some(true) && self.model.state(key).is_some() => {
-                self.event("evicted");
-                let latest = self.latest.unwrap_or(at);
-                let legal = self.subject.may_evict()
-                    && (self.setup.policy == PolicySpec::EvictLeastRecent
-                        || self.model.is_evictable_at(key, latest));
-                if !legal {
-                    violation = Some(Violation::new(
-                        OracleKind::Model,
-                        "the subject dropped a bucket that was not evictable",
-                        "the key's state kept",
-                        "a fresh bucket",
-                    ));
+            Ok(observed) if observed.created == Some(true) => {
+                if let Some(v) = self.follow_creation(key, at) {
+                    violation = Some(v);
                 }
-                self.model.evict(key);
             }
             _ => {}
         }
@@ -489,6 +520,55 @@ impl Lockstep<'_> {
             self.sample(key, at, cost, admitted, &observed.remaining);
         }
         Ok(violation)
+    }
+
+    /// The subject says it created `key`'s bucket at `at` (first sight, or after dropping it). Checks
+    /// that this was legal and makes the model follow: the dropped bucket must have been evictable (or
+    /// the policy lossy), and the fresh cursor must lie in `[at, latest time seen]` and not before the
+    /// dropped bucket's cursor (no time credited twice).
+    fn follow_creation(&mut self, key: u64, at: u64) -> Option<Violation> {
+        let latest = self.latest.unwrap_or(at);
+        let cursor = self
+            .subject
+            .inspect(key)
+            .map_or(at, |state| state.last_refill);
+        let held = self.model.state(key).map(|(_, last_refill)| last_refill);
+        let mut violation = None;
+        if let Some(old_cursor) = held {
+            self.event("evicted");
+            let evictable = self.setup.policy == PolicySpec::EvictLeastRecent
+                || self.model.is_evictable_at(key, latest);
+            if !(self.subject.may_evict() && evictable) {
+                violation = Some(Violation::new(
+                    OracleKind::Model,
+                    "the subject dropped a bucket that was not evictable",
+                    "the key's state kept",
+                    "a fresh bucket",
+                ));
+            } else if cursor < old_cursor {
+                violation = Some(Violation::new(
+                    OracleKind::Model,
+                    "a recreated bucket's cursor is before the dropped one's: time credited twice",
+                    format!("cursor >= {old_cursor}"),
+                    format!("cursor {cursor}"),
+                ));
+            }
+        }
+        if cursor < at || cursor > latest.max(at) {
+            violation = violation.or(Some(Violation::new(
+                OracleKind::Model,
+                "a fresh bucket's cursor is outside [now, latest time seen]",
+                format!("cursor in [{at}, {}]", latest.max(at)),
+                format!("cursor {cursor}"),
+            )));
+        }
+        if held.is_some() || cursor != at {
+            if held.is_none() {
+                self.event("new_key");
+            }
+            self.model.recreate(key, cursor);
+        }
+        violation
     }
 
     fn check_retry_after(&mut self, key: u64, at: u64, cost: u64, wait: u64) -> Option<Violation> {

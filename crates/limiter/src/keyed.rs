@@ -10,6 +10,8 @@
 //!   what happens at the bound is the explicit [`EvictionPolicy`];
 //! - expiry is lossless: a bucket is dropped by the amortized sweep only when it is *evictable*
 //!   (refilled to capacity, no override, no live request-id record), which a fresh bucket would be too;
+//!   and a fresh bucket's cursor starts no earlier than the latest cursor the shard ever evicted, so a
+//!   clock that runs backwards after an expiry cannot be credited the same interval twice;
 //! - an error changes nothing; a replayed request id charges nothing.
 
 use std::collections::VecDeque;
@@ -221,6 +223,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
             .map(|_| {
                 Padded(Mutex::new(Shard {
                     entries: IndexMap::with_hasher(hasher.clone()),
+                    evicted_horizon: 0,
                     sweep_cursor: 0,
                     stats: Stats::default(),
                 }))
@@ -293,6 +296,10 @@ impl<K> Settings<K> {
 
 struct Shard<K> {
     entries: IndexMap<K, Entry, ahash::RandomState>,
+    /// The latest `last_refill` of any bucket this shard dropped by eviction. A new bucket starts with
+    /// its cursor at `max(now, evicted_horizon)`, so a key that was dropped and comes back under a
+    /// clock that ran backwards is never credited the same time twice.
+    evicted_horizon: Nanos,
     /// Where the amortized sweep resumes (an index into `entries`).
     sweep_cursor: usize,
     stats: Stats,
@@ -466,7 +473,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
             }
             None => {
                 let config = self.settings.resolved_config(key);
-                (config, BucketState::full(&config, now), false)
+                (config, shard.fresh(&config, now), false)
             }
         };
         let view = snapshot(&config, state, now);
@@ -488,7 +495,8 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
             Some(index) => index,
             None => {
                 let old = self.settings.resolved_config(key);
-                shard.insert(hash, key, BucketState::full(&old, now), now, &self.settings)?
+                let fresh = shard.fresh(&old, now);
+                shard.insert(hash, key, fresh, now, &self.settings)?
             }
         };
         let entry = &mut shard.entries[index];
@@ -617,7 +625,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
                 }
                 None => {
                     let config = self.settings.resolved_config(key);
-                    (config, BucketState::full(&config, now))
+                    (config, shard.fresh(&config, now))
                 }
             }
         };
@@ -633,6 +641,12 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
 }
 
 impl<K: Hash + Eq + Clone> Shard<K> {
+    /// A bucket for a key this shard does not hold: full, with its cursor at `now` or at the eviction
+    /// horizon if that is later (see `evicted_horizon`).
+    fn fresh(&self, config: &Config, now: Nanos) -> BucketState {
+        BucketState::full(config, now.max(self.evicted_horizon))
+    }
+
     fn find(&self, hash: u64, key: &K) -> Option<usize> {
         self.entries
             .raw_entry_v1()
@@ -656,7 +670,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             }
             None => {
                 let config = settings.resolved_config(key);
-                (config, BucketState::full(&config, now))
+                (config, self.fresh(&config, now))
             }
         };
         // Validate the cost before consulting request ids or making room: an error changes nothing.
@@ -750,7 +764,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             let index = (self.sweep_cursor + step) % len;
             let (key, entry) = self.entries.get_index(index).expect("index below len");
             if entry.is_evictable(key, now, settings) {
-                self.remove(index);
+                self.evict(index);
                 self.stats.evicted_lossless += 1;
                 return Ok(());
             }
@@ -766,7 +780,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         self.sweep_cursor = (self.sweep_cursor + ROOM_SCAN) % len;
         match (settings.policy, oldest) {
             (EvictionPolicy::EvictLeastRecent, Some((index, _))) => {
-                self.remove(index);
+                self.evict(index);
                 self.stats.evicted_lossy += 1;
                 Ok(())
             }
@@ -788,7 +802,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             let (key, entry) = self.entries.get_index(index).expect("cursor below len");
             if entry.is_evictable(key, now, settings) {
                 // swap_remove moves the last entry into `index`; the cursor stays to inspect it next.
-                self.remove(index);
+                self.evict(index);
                 self.stats.evicted_lossless += 1;
                 dropped += 1;
             } else {
@@ -800,5 +814,13 @@ impl<K: Hash + Eq + Clone> Shard<K> {
 
     fn remove(&mut self, index: usize) {
         self.entries.swap_remove_index(index);
+    }
+
+    /// Drops an entry by eviction (not by `forget`): its cursor raises the horizon.
+    fn evict(&mut self, index: usize) {
+        if let Some((_, entry)) = self.entries.get_index(index) {
+            self.evicted_horizon = self.evicted_horizon.max(entry.bucket.last_refill);
+        }
+        self.remove(index);
     }
 }

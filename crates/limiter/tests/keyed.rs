@@ -278,3 +278,30 @@ fn two_threads_on_one_key_never_oversell() {
         "admitted {admitted}, bound {bound}"
     );
 }
+
+/// The Redis-script bug the brief names: a bucket expires, the client's clock runs backwards, and the
+/// recreated bucket refills over time it already had. Here the recreated cursor starts at the eviction
+/// horizon, so the total admitted stays within capacity + rate * (latest time - first time).
+#[test]
+fn a_rollback_after_expiry_does_not_credit_time_twice() {
+    let limiter: Limiter<u8> = Limiter::builder(config(4, "1/s"))
+        .sweep_per_op(0)
+        .shards(1)
+        .build();
+    limiter.acquire_at(&0, 1, 10 * SECOND).unwrap();
+    assert_eq!(
+        limiter.sweep_at(20 * SECOND),
+        1,
+        "full again by 11 s: evicted"
+    );
+    // The clock runs back to 5 s: the key starts full (the spec's fresh bucket) ...
+    assert!(limiter.acquire_at(&0, 4, 5 * SECOND).unwrap().is_allowed());
+    // ... but its cursor is at the horizon (10 s), not at 5 s: nothing refills before 11 s.
+    let denied = limiter.acquire_at(&0, 1, 10 * SECOND + SECOND / 2).unwrap();
+    assert!(!denied.is_allowed());
+    assert_eq!(denied.retry_after(), Some(Wait::After(SECOND / 2)));
+    assert_eq!(
+        limiter.inspect(&0).unwrap().0.last_refill,
+        10 * SECOND + SECOND / 2
+    );
+}

@@ -302,6 +302,19 @@ impl Model {
         had_bucket
     }
 
+    /// Follows an implementation that started `key` afresh (first sight, or after dropping its bucket)
+    /// with its cursor at `cursor` instead of at the operation's `now`: the bucket is fresh ("`tokens =
+    /// capacity`") with `last_refill = cursor`. Implementations do this with an eviction horizon so that a
+    /// key dropped while full and used again under a clock that ran backwards is not credited the same
+    /// time twice. The harness checks that `cursor` is legal before calling this. Request-id records are
+    /// dropped with the old bucket; the override config and version stay.
+    pub fn recreate(&mut self, key: u64, cursor: u64) {
+        self.evict(key);
+        let config = *self.config_of(key);
+        self.entries.entry(key).or_default().bucket = Some(ModelBucket::fresh(&config, cursor));
+        self.check_invariants(key);
+    }
+
     /// "`sweep(now)`: drops every bucket evictable at `now`." Overrides and versions stay. Returns the dropped keys,
     /// ascending.
     pub fn sweep(&mut self, now: u64) -> Vec<u64> {

@@ -12,10 +12,10 @@ pub mod arrival;
 pub mod differential;
 pub mod invariants;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Which oracle a violation comes from (a stable name used in reports and the mutants table).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OracleKind {
     /// Decision by decision against the reference model.
@@ -44,7 +44,7 @@ impl OracleKind {
 }
 
 /// One broken promise.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Violation {
     /// Which oracle.
     pub oracle: OracleKind,

@@ -82,6 +82,18 @@ impl FloatSubject<GoStyleBucket> {
     }
 }
 
+impl<B: FloatBucket> FloatSubject<B> {
+    /// A subject whose every key starts as a copy of `template`, under `name`. For comparisons that
+    /// need a bucket the setup cannot describe: an `f64` rate given digit for digit (Go's
+    /// `rate.Limit(0.7692307692307693)`), or a historical [`bucketproof_float::GoRateVersion`].
+    pub fn from_template(name: &'static str, template: B) -> Self {
+        FloatSubject {
+            name,
+            buckets: FloatKeyed::new(template),
+        }
+    }
+}
+
 impl<B: FloatBucket> Subject for FloatSubject<B> {
     fn name(&self) -> String {
         self.name.into()

@@ -3,23 +3,32 @@
 //! Each adapter is small: it maps [`crate::Subject`] calls onto one implementation. Names are stable
 //! because they appear in reports and replay commands.
 
+pub mod broken;
 pub mod core;
 pub mod float;
+#[cfg(feature = "governor")]
+pub mod governor;
 pub mod model;
 
 pub use self::core::CoreSubject;
 pub use self::float::{FloatGoSubject, FloatTextbookSubject};
+#[cfg(feature = "governor")]
+pub use self::governor::GovernorSubject;
 pub use self::model::ModelSubject;
 
 use crate::subject::{Subject, SubjectError, SubjectFactory};
 use crate::trace::Setup;
 
-/// Builds the subjects of this crate: `core`, `model`, `float-textbook`, `float-go`.
+/// Builds the subjects of this crate: `core`, `model`, `float-textbook`, `float-go`, and `governor`
+/// when the `governor` feature is on.
 pub struct BuiltinSubjects;
 
 impl SubjectFactory for BuiltinSubjects {
     fn names(&self) -> Vec<String> {
-        let names = vec!["core", "model", "float-textbook", "float-go"];
+        #[allow(unused_mut)] // pushed to only with the `governor` feature
+        let mut names = vec!["core", "model", "float-textbook", "float-go"];
+        #[cfg(feature = "governor")]
+        names.push("governor");
         names.into_iter().map(String::from).collect()
     }
 
@@ -34,6 +43,8 @@ impl SubjectFactory for BuiltinSubjects {
             "model" => boxed(ModelSubject::new(setup)),
             "float-textbook" => boxed(FloatTextbookSubject::new(setup)),
             "float-go" => boxed(FloatGoSubject::new(setup)),
+            #[cfg(feature = "governor")]
+            "governor" => boxed(GovernorSubject::new(setup)),
             _ => return None,
         })
     }

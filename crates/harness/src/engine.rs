@@ -1,0 +1,429 @@
+//! The scenario engine: runs scenario x seed x subject through [`run_trace`] (the reference model in
+//! lockstep and every oracle), checks the scenario's reach targets, and turns a violation into a
+//! shrunk, self-contained [`Counterexample`] that [`replay`] reproduces.
+//!
+//! Promises: the op stream is consumed lazily (memory flat in trace length; only a failure's prefix is
+//! materialized, to shrink it); everything a run returns except [`RunResult::elapsed`] is a function of
+//! (scenario, seed, subject), so reports built from it are reproducible byte for byte. The elapsed time
+//! exists only for throughput lines on the terminal.
+
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::oracle::Violation;
+use crate::runner::{RunOptions, RunReport, Verdict, run_trace};
+use crate::scenario::Scenario;
+use crate::subjects::Registry;
+use crate::trace::{Op, Setup, Trace};
+
+/// How a run ended, judged with the reach targets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Status {
+    /// Every oracle held and every reach target was reached.
+    Pass,
+    /// An oracle fired.
+    Fail {
+        /// The (shrunk) violation.
+        violation: Violation,
+    },
+    /// Every oracle held, but the run never reached these events: it proved nothing about them.
+    Unreached {
+        /// The events with a count of zero.
+        events: Vec<String>,
+    },
+    /// The subject cannot run this scenario (e.g. a float bucket has no reconfigure).
+    Skipped {
+        /// Why.
+        reason: String,
+    },
+    /// The subject could not be built.
+    Error {
+        /// Why.
+        message: String,
+    },
+}
+
+impl Status {
+    /// Stable one-word name.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Fail { .. } => "fail",
+            Status::Unreached { .. } => "unreached",
+            Status::Skipped { .. } => "skipped",
+            Status::Error { .. } => "error",
+        }
+    }
+
+    /// True for a failure of the gate (a violation or an unreached target).
+    pub fn is_failure(&self) -> bool {
+        matches!(self, Status::Fail { .. } | Status::Unreached { .. })
+    }
+
+    /// A one-line explanation (empty for a pass).
+    pub fn detail(&self) -> String {
+        match self {
+            Status::Pass => String::new(),
+            Status::Fail { violation } => violation.to_string(),
+            Status::Unreached { events } => format!("never reached: {}", events.join(", ")),
+            Status::Skipped { reason } => reason.clone(),
+            Status::Error { message } => message.clone(),
+        }
+    }
+}
+
+/// A minimal failing trace with everything needed to replay it, as written to `reports/failures/`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Counterexample {
+    /// File format version.
+    pub format: u32,
+    /// The scenario it came from.
+    pub scenario: String,
+    /// The seed that generated the original trace.
+    pub seed: u64,
+    /// The subject that failed.
+    pub subject: String,
+    /// Index of the failing op in the original trace.
+    pub original_step: u64,
+    /// How subjects are built.
+    pub setup: Setup,
+    /// The shrunk ops; the last one fails.
+    pub ops: Vec<Op>,
+    /// The oracle's verdict on the shrunk trace: what was expected and what the subject did.
+    pub violation: Violation,
+    /// The command that replays this file (relative to the directory `check` ran in).
+    pub replay: String,
+}
+
+/// File format version of [`Counterexample`].
+pub const COUNTEREXAMPLE_FORMAT: u32 = 1;
+
+impl Counterexample {
+    /// A file name that names the case: `<scenario>-seed<seed>-<subject>.json`.
+    pub fn file_name(&self) -> String {
+        let subject: String = self
+            .subject
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        format!("{}-seed{}-{}.json", self.scenario, self.seed, subject)
+    }
+
+    /// Pretty JSON with a trailing newline (deterministic).
+    pub fn to_json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).expect("plain data serializes");
+        text.push('\n');
+        text
+    }
+}
+
+/// One scenario x seed x subject.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    /// Scenario name.
+    pub scenario: String,
+    /// Seed.
+    pub seed: u64,
+    /// Subject name.
+    pub subject: String,
+    /// What the runner saw (absent if the subject could not be built).
+    pub report: Option<RunReport>,
+    /// The verdict with reach targets applied.
+    pub status: Status,
+    /// The shrunk counterexample of a failure.
+    pub counterexample: Option<Counterexample>,
+    /// Wall time of the checking run (not the shrinking): for throughput lines only, never in reports.
+    pub elapsed: Duration,
+}
+
+impl RunResult {
+    /// Differential steps per second of the checking run (terminal output only).
+    pub fn steps_per_second(&self) -> f64 {
+        let steps = self.report.as_ref().map_or(0, |r| r.steps);
+        steps as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// Knobs of the engine.
+#[derive(Clone, Debug)]
+pub struct EngineOptions {
+    /// Oracles and sampling for checking runs (the sample key comes from the scenario).
+    pub run: RunOptions,
+    /// At most this many trial runs while shrinking one failure.
+    pub shrink_budget: usize,
+    /// Directory named in replay commands (e.g. `reports/failures`).
+    pub failures_dir: String,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            run: RunOptions::default(),
+            shrink_budget: 4_000,
+            failures_dir: "reports/failures".into(),
+        }
+    }
+}
+
+/// Runs scenarios against subjects from a registry.
+pub struct Engine<'a> {
+    registry: &'a Registry,
+    options: EngineOptions,
+}
+
+impl<'a> Engine<'a> {
+    /// An engine over `registry`.
+    pub fn new(registry: &'a Registry, options: EngineOptions) -> Engine<'a> {
+        Engine { registry, options }
+    }
+
+    /// Runs one scenario, seed and subject; shrinks a failure.
+    pub fn run(&self, scenario: &Scenario, seed: u64, subject_name: &str) -> RunResult {
+        let setup = scenario.setup();
+        let mut result = RunResult {
+            scenario: scenario.name.clone(),
+            seed,
+            subject: subject_name.to_owned(),
+            report: None,
+            status: Status::Pass,
+            counterexample: None,
+            elapsed: Duration::ZERO,
+        };
+        let mut subject = match self.registry.build(subject_name, &setup) {
+            Ok(subject) => subject,
+            Err(error) => {
+                result.status = Status::Error {
+                    message: error.to_string(),
+                };
+                return result;
+            }
+        };
+        let options = RunOptions {
+            sample_key: Some(scenario.sample_key),
+            ..self.options.run.clone()
+        };
+        let started = Instant::now();
+        let report = run_trace(&setup, scenario.expand(seed), subject.as_mut(), &options);
+        result.elapsed = started.elapsed();
+        let report = match report {
+            Ok(report) => report,
+            Err(error) => {
+                result.status = Status::Error {
+                    message: error.to_string(),
+                };
+                return result;
+            }
+        };
+        result.status = match &report.verdict {
+            Verdict::Pass => {
+                let missing: Vec<String> = scenario
+                    .reach
+                    .iter()
+                    .filter(|event| report.events.get(&event.0).copied().unwrap_or(0) == 0)
+                    .map(|event| event.0.clone())
+                    .collect();
+                if missing.is_empty() {
+                    Status::Pass
+                } else {
+                    Status::Unreached { events: missing }
+                }
+            }
+            Verdict::Incompatible { step, reason } => Status::Skipped {
+                reason: format!("{reason} (at op {step})"),
+            },
+            Verdict::Fail(failure) => {
+                let counterexample = self.shrink_failure(
+                    scenario,
+                    seed,
+                    subject_name,
+                    failure.step,
+                    &failure.violation,
+                );
+                let status = Status::Fail {
+                    violation: counterexample.violation.clone(),
+                };
+                result.counterexample = Some(counterexample);
+                status
+            }
+        };
+        result.report = Some(report);
+        result
+    }
+
+    /// Regenerates the failing prefix and shrinks it.
+    fn shrink_failure(
+        &self,
+        scenario: &Scenario,
+        seed: u64,
+        subject_name: &str,
+        step: u64,
+        violation: &Violation,
+    ) -> Counterexample {
+        let setup = scenario.setup();
+        let trace = Trace {
+            setup: setup.clone(),
+            ops: scenario.prefix(seed, step + 1),
+        };
+        let options = RunOptions {
+            sample_key: None,
+            ..self.options.run.clone()
+        };
+        let mut budget = self.options.shrink_budget;
+        let fails = |candidate: &Trace| {
+            if budget == 0 {
+                return None;
+            }
+            budget -= 1;
+            first_violation(self.registry, subject_name, candidate, &options)
+        };
+        let (small, small_violation) = crate::shrink::shrink(&trace, violation, fails);
+        let mut counterexample = Counterexample {
+            format: COUNTEREXAMPLE_FORMAT,
+            scenario: scenario.name.clone(),
+            seed,
+            subject: subject_name.to_owned(),
+            original_step: step,
+            setup: small.setup,
+            ops: small.ops,
+            violation: small_violation,
+            replay: String::new(),
+        };
+        counterexample.replay = format!(
+            "bucketproof replay {}/{}",
+            self.options.failures_dir.trim_end_matches('/'),
+            counterexample.file_name()
+        );
+        counterexample
+    }
+}
+
+/// Runs `trace` on a fresh `subject_name` and returns its first violation.
+pub fn first_violation(
+    registry: &Registry,
+    subject_name: &str,
+    trace: &Trace,
+    options: &RunOptions,
+) -> Option<Violation> {
+    let mut subject = registry.build(subject_name, &trace.setup).ok()?;
+    let report = run_trace(
+        &trace.setup,
+        trace.ops.iter().cloned(),
+        subject.as_mut(),
+        options,
+    )
+    .ok()?;
+    match report.verdict {
+        Verdict::Fail(failure) => Some(failure.violation),
+        _ => None,
+    }
+}
+
+/// What replaying a counterexample showed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Replayed {
+    /// It fails the same way as recorded.
+    Reproduced(Violation),
+    /// It fails, but differently.
+    Different(Violation),
+    /// It passes now (fixed, or the file was edited).
+    Passed,
+    /// The subject could not run it.
+    Incompatible(String),
+}
+
+/// Replays a counterexample against its subject.
+pub fn replay(registry: &Registry, counterexample: &Counterexample) -> Replayed {
+    let mut subject = match registry.build(&counterexample.subject, &counterexample.setup) {
+        Ok(subject) => subject,
+        Err(error) => return Replayed::Incompatible(error.to_string()),
+    };
+    let options = RunOptions::default();
+    let report = match run_trace(
+        &counterexample.setup,
+        counterexample.ops.iter().cloned(),
+        subject.as_mut(),
+        &options,
+    ) {
+        Ok(report) => report,
+        Err(error) => return Replayed::Incompatible(error.to_string()),
+    };
+    match report.verdict {
+        Verdict::Pass => Replayed::Passed,
+        Verdict::Incompatible { reason, .. } => Replayed::Incompatible(reason),
+        Verdict::Fail(failure) if failure.violation == counterexample.violation => {
+            Replayed::Reproduced(failure.violation)
+        }
+        Verdict::Fail(failure) => Replayed::Different(failure.violation),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
+
+    const SCENARIO: &str = r#"
+length = 400
+reach = ["denied", "saturated"]
+[setup]
+capacity = 3
+rate = "2/s"
+[keys]
+count = 3
+[arrivals]
+gap = "100ms"
+"#;
+
+    fn scenario() -> Scenario {
+        Scenario::parse(SCENARIO, Path::new("engine-test.toml")).unwrap()
+    }
+
+    #[test]
+    fn the_core_passes_and_reaches_its_targets() {
+        let registry = Registry::default();
+        let engine = Engine::new(&registry, EngineOptions::default());
+        let result = engine.run(&scenario(), 1, "core");
+        assert_eq!(result.status, Status::Pass, "{}", result.status.detail());
+    }
+
+    #[test]
+    fn an_unreachable_target_fails_the_run() {
+        let mut scenario = scenario();
+        scenario
+            .reach
+            .push(crate::scenario::EventName("near_clock_end".into()));
+        let registry = Registry::default();
+        let result = Engine::new(&registry, EngineOptions::default()).run(&scenario, 1, "core");
+        assert_eq!(
+            result.status,
+            Status::Unreached {
+                events: vec!["near_clock_end".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn a_broken_subject_fails_with_a_small_counterexample_that_replays() {
+        let registry = Registry::default().with(BrokenSubjects);
+        let engine = Engine::new(&registry, EngineOptions::default());
+        let result = engine.run(&scenario(), 1, CHARGES_DENIALS);
+        assert_eq!(result.status.word(), "fail");
+        let counterexample = result.counterexample.expect("a counterexample");
+        assert!(counterexample.ops.len() <= 6, "{:?}", counterexample.ops);
+        assert_eq!(
+            replay(&registry, &counterexample),
+            Replayed::Reproduced(counterexample.violation.clone())
+        );
+        let text = counterexample.to_json();
+        let back: Counterexample = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, counterexample);
+        assert_eq!(
+            counterexample.replay,
+            "bucketproof replay reports/failures/engine-test-seed1-broken-charges-denials.json"
+        );
+    }
+}

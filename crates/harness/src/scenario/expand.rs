@@ -1,0 +1,498 @@
+//! Expansion: a scenario and a seed become a lazy, deterministic stream of [`Op`]s.
+//!
+//! Promises:
+//! - the same scenario and seed give the same ops on every machine and with every future dependency
+//!   version: the randomness is a `ChaCha8Rng` stream and the sampling is this crate's own integer code
+//!   ([`super::sample`]);
+//! - memory is flat in the trace length: the iterator keeps the current time, a few counters, a bounded
+//!   ring of recent request ids, and per-key capacities only for keys whose config differs from the
+//!   default (tier keys and keys of the population that were reconfigured), never one entry per op;
+//! - independent aspects draw from independent streams (keys, arrivals, costs, clock, op kinds, request
+//!   ids), so turning one knob does not reshuffle the others.
+//!
+//! Order of a trace: first one `Reconfigure` per tier key at the start time, then `length` ops, one per
+//! step. At each step the true time advances by the arrival pattern (and maybe jumps), the clock reading
+//! is derived from it (frozen, rolled back, jittered), then the op kind is chosen: a scheduled
+//! reconfiguration whose step has come, a sweep, a forget, a random reconfiguration, else an acquire.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use rand_chacha::ChaCha8Rng;
+
+use super::sample::{self, Chance, WeightedTable};
+use super::{
+    ATTACKER_KEY_BASE, ArrivalPattern, BoundaryOffset, CostRange, CostValue, KeyDistribution,
+    Scenario, ScheduledReconfig,
+};
+use crate::trace::{ConfigSpec, Op};
+
+/// Stream numbers: one per aspect, fixed forever (changing one changes every seed's meaning).
+mod streams {
+    pub const KEYS: u64 = 1;
+    pub const ARRIVALS: u64 = 2;
+    pub const COSTS: u64 = 3;
+    pub const CLOCK: u64 = 4;
+    pub const KINDS: u64 = 5;
+    pub const REQUEST_IDS: u64 = 6;
+}
+
+/// The lazy op stream of one scenario and seed. Build it with [`Scenario::expand`].
+pub struct Expansion {
+    scenario: Scenario,
+    default_capacity: u64,
+    zipf: Option<WeightedTable>,
+    costs: WeightedTable,
+    boundary_period: u64,
+    schedule: Vec<ScheduledReconfig>,
+    // Streams.
+    keys_rng: ChaCha8Rng,
+    arrivals_rng: ChaCha8Rng,
+    costs_rng: ChaCha8Rng,
+    clock_rng: ChaCha8Rng,
+    kinds_rng: ChaCha8Rng,
+    ids_rng: ChaCha8Rng,
+    // Chances, precomputed as integer thresholds.
+    attacker: Chance,
+    frozen: Chance,
+    rollback: Chance,
+    jump: Chance,
+    sweep: Chance,
+    forget: Chance,
+    reconfigure: Chance,
+    with_id: Chance,
+    repeat: Chance,
+    // Cursor.
+    tier: usize,
+    tier_key: u64,
+    step: u64,
+    start: u64,
+    true_time: u64,
+    jumped: u64,
+    on_until: u64,
+    previous_reading: Option<u64>,
+    schedule_next: usize,
+    round_robin: u64,
+    next_attacker: u64,
+    next_request_id: u64,
+    recent: VecDeque<(u64, u64, u64)>,
+    capacities: BTreeMap<u64, u64>,
+}
+
+impl Expansion {
+    pub(super) fn new(scenario: &Scenario, seed: u64) -> Expansion {
+        let setup = scenario.setup();
+        let default_config = setup.config.to_config().ok();
+        let default_capacity = setup.config.capacity;
+        let zipf = (scenario.keys.distribution == KeyDistribution::Zipf)
+            .then(|| WeightedTable::zipf(scenario.keys.count, scenario.keys.zipf_exponent));
+        let costs = if scenario.costs.is_empty() {
+            WeightedTable::new([1])
+        } else {
+            WeightedTable::new(scenario.costs.iter().map(|c| c.weight))
+        };
+        // One token's refill time under the default config, rounded up: rate p/q tokens per second
+        // refills one token in q * 10^9 / p ns.
+        let boundary_period = scenario.arrivals.period.map_or_else(
+            || {
+                default_config.map_or(1, |config| {
+                    let (p, q) = (config.rate().numer() as u128, config.rate().denom() as u128);
+                    if p == 0 {
+                        1
+                    } else {
+                        u64::try_from((q * 1_000_000_000).div_ceil(p)).unwrap_or(u64::MAX)
+                    }
+                })
+            },
+            |period| period.0.max(1),
+        );
+        let mut schedule = scenario.reconfigure.schedule.clone();
+        schedule.sort_by_key(|entry| entry.step); // stable: same-step entries keep file order
+        let start = match (scenario.clock.start, scenario.clock.start_before_end) {
+            (_, Some(before_end)) => u64::MAX - before_end.0,
+            (Some(start), None) => start.0,
+            (None, None) => 0,
+        };
+        let clock = &scenario.clock;
+        Expansion {
+            default_capacity,
+            zipf,
+            costs,
+            boundary_period,
+            schedule,
+            keys_rng: sample::stream(seed, streams::KEYS),
+            arrivals_rng: sample::stream(seed, streams::ARRIVALS),
+            costs_rng: sample::stream(seed, streams::COSTS),
+            clock_rng: sample::stream(seed, streams::CLOCK),
+            kinds_rng: sample::stream(seed, streams::KINDS),
+            ids_rng: sample::stream(seed, streams::REQUEST_IDS),
+            attacker: scenario.keys.attacker.chance(),
+            frozen: clock.frozen.chance(),
+            rollback: clock
+                .rollback
+                .as_ref()
+                .map_or(Chance::NEVER, |r| r.probability.chance()),
+            jump: clock
+                .jump
+                .as_ref()
+                .map_or(Chance::NEVER, |j| j.probability.chance()),
+            sweep: scenario.maintenance.sweep.chance(),
+            forget: scenario.maintenance.forget.chance(),
+            reconfigure: scenario.reconfigure.probability.chance(),
+            with_id: scenario.request_ids.probability.chance(),
+            repeat: scenario.request_ids.repeat.chance(),
+            tier: 0,
+            tier_key: scenario.tiers.first().map_or(0, |t| t.keys[0]),
+            step: 0,
+            start,
+            true_time: start,
+            jumped: 0,
+            on_until: start.saturating_add(scenario.arrivals.on.0),
+            previous_reading: None,
+            schedule_next: 0,
+            round_robin: 0,
+            next_attacker: ATTACKER_KEY_BASE,
+            next_request_id: 1,
+            recent: VecDeque::new(),
+            capacities: BTreeMap::new(),
+            scenario: scenario.clone(),
+        }
+    }
+
+    fn capacity_of(&self, key: u64) -> u64 {
+        self.capacities
+            .get(&key)
+            .copied()
+            .unwrap_or(self.default_capacity)
+    }
+
+    /// The next tier reconfiguration, if the tier setup is not done.
+    fn next_tier_op(&mut self) -> Option<Op> {
+        let tier = self.scenario.tiers.get(self.tier)?;
+        let key = self.tier_key;
+        let op = Op::Reconfigure {
+            key,
+            at: self.start,
+            config: ConfigSpec::new(tier.capacity, tier.rate.clone()),
+        };
+        self.capacities.insert(key, tier.capacity);
+        if key >= tier.keys[1] {
+            self.tier += 1;
+            self.tier_key = self.scenario.tiers.get(self.tier).map_or(0, |t| t.keys[0]);
+        } else {
+            self.tier_key += 1;
+        }
+        Some(op)
+    }
+
+    /// Moves the true time to this step's arrival.
+    fn advance(&mut self, step: u64) {
+        let arrivals = &self.scenario.arrivals;
+        if let Some(jump) = &self.scenario.clock.jump {
+            if self.jump.hit(&mut self.clock_rng) {
+                self.jumped = self.jumped.saturating_add(jump.size.0);
+                self.true_time = self.true_time.saturating_add(jump.size.0);
+                self.on_until = self.on_until.saturating_add(jump.size.0);
+            }
+        }
+        if step < arrivals.initial_burst.max(1) {
+            return; // the burst (and the first op) come at the start time
+        }
+        let index = step - arrivals.initial_burst.max(1);
+        match arrivals.pattern {
+            ArrivalPattern::Poisson => {
+                let gap = sample::exponential(&mut self.arrivals_rng, arrivals.gap.0);
+                self.true_time = self.true_time.saturating_add(gap);
+            }
+            ArrivalPattern::Fixed => {
+                self.true_time = self.true_time.saturating_add(arrivals.gap.0);
+            }
+            ArrivalPattern::Bursts => {
+                let gap = sample::exponential(&mut self.arrivals_rng, arrivals.gap.0);
+                self.true_time = self.true_time.saturating_add(gap);
+                if self.true_time > self.on_until {
+                    // The on phase is over: silence for `off`, then a new on phase.
+                    self.true_time = self.on_until.saturating_add(arrivals.off.0);
+                    self.on_until = self.true_time.saturating_add(arrivals.on.0);
+                }
+            }
+            ArrivalPattern::Boundary => {
+                let (grid, before) = match arrivals.offset {
+                    BoundaryOffset::At => (index + 1, false),
+                    BoundaryOffset::Before => (index + 1, true),
+                    BoundaryOffset::Both => (index / 2 + 1, index % 2 == 0),
+                };
+                let on_grid = self
+                    .start
+                    .saturating_add(self.jumped)
+                    .saturating_add(grid.saturating_mul(self.boundary_period));
+                self.true_time = on_grid - u64::from(before && on_grid > 0);
+            }
+        }
+    }
+
+    /// What the clock reads at this step.
+    fn read_clock(&mut self) -> u64 {
+        let clock = &self.scenario.clock;
+        if let Some(previous) = self.previous_reading {
+            if self.frozen.hit(&mut self.clock_rng) {
+                return previous;
+            }
+        }
+        let mut reading = self.true_time;
+        if let Some(rollback) = &clock.rollback {
+            if self.rollback.hit(&mut self.clock_rng) {
+                reading = reading.saturating_sub(rollback.size.0);
+            }
+        }
+        if clock.jitter.0 > 0 {
+            let jitter = clock.jitter.0;
+            let offset = sample::between(&mut self.clock_rng, 0, jitter.saturating_mul(2));
+            reading = if offset >= jitter {
+                reading.saturating_add(offset - jitter)
+            } else {
+                reading.saturating_sub(jitter - offset)
+            };
+        }
+        self.previous_reading = Some(reading);
+        reading
+    }
+
+    /// A key of the population (never an attacker's).
+    fn population_key(&mut self) -> u64 {
+        let count = self.scenario.keys.count;
+        match self.scenario.keys.distribution {
+            KeyDistribution::Uniform => sample::below(&mut self.keys_rng, count),
+            KeyDistribution::Zipf => match &self.zipf {
+                Some(table) => table.draw(&mut self.keys_rng) as u64,
+                None => 0,
+            },
+            KeyDistribution::RoundRobin => {
+                let key = self.round_robin % count;
+                self.round_robin = self.round_robin.wrapping_add(1);
+                key
+            }
+        }
+    }
+
+    fn acquire(&mut self, at: u64) -> Op {
+        if !self.recent.is_empty() && self.repeat.hit(&mut self.ids_rng) {
+            let index = sample::below(&mut self.ids_rng, self.recent.len() as u64) as usize;
+            let (key, id, cost) = self.recent[index];
+            return Op::Acquire {
+                key,
+                at,
+                cost,
+                request_id: Some(id),
+            };
+        }
+        let key = if self.attacker.hit(&mut self.keys_rng) {
+            let key = self.next_attacker;
+            self.next_attacker += 1;
+            key
+        } else {
+            self.population_key()
+        };
+        let capacity = self.capacity_of(key);
+        let cost = if self.scenario.costs.is_empty() {
+            1
+        } else {
+            let choice = self.costs.draw(&mut self.costs_rng);
+            match self.scenario.costs[choice].cost {
+                CostRange::One(CostValue::Tokens(cost)) => cost,
+                CostRange::One(CostValue::Capacity) => capacity,
+                CostRange::One(CostValue::OverCapacity) => capacity.saturating_add(1),
+                CostRange::Range(low, high) => sample::between(&mut self.costs_rng, low, high),
+            }
+        };
+        let request_id = self.with_id.hit(&mut self.ids_rng).then(|| {
+            let id = self.next_request_id;
+            self.next_request_id += 1;
+            if self.recent.len() >= self.scenario.request_ids.recent {
+                self.recent.pop_front();
+            }
+            self.recent.push_back((key, id, cost));
+            id
+        });
+        Op::Acquire {
+            key,
+            at,
+            cost,
+            request_id,
+        }
+    }
+}
+
+impl Iterator for Expansion {
+    type Item = Op;
+
+    fn next(&mut self) -> Option<Op> {
+        if let Some(op) = self.next_tier_op() {
+            return Some(op);
+        }
+        if self.step >= self.scenario.length {
+            return None;
+        }
+        let step = self.step;
+        self.step += 1;
+        self.advance(step);
+        let at = self.read_clock();
+
+        if let Some(entry) = self.schedule.get(self.schedule_next) {
+            if entry.step <= step {
+                self.schedule_next += 1;
+                let (key, capacity) = (entry.key, entry.capacity);
+                let config = ConfigSpec::new(entry.capacity, entry.rate.clone());
+                self.capacities.insert(key, capacity);
+                return Some(Op::Reconfigure { key, at, config });
+            }
+        }
+        let every = self.scenario.maintenance.sweep_every;
+        if (every > 0 && (step + 1) % every == 0) || self.sweep.hit(&mut self.kinds_rng) {
+            return Some(Op::Sweep { at });
+        }
+        if self.forget.hit(&mut self.kinds_rng) {
+            let key = self.population_key();
+            return Some(Op::Forget { key });
+        }
+        if self.reconfigure.hit(&mut self.kinds_rng) {
+            let key = self.population_key();
+            let configs = &self.scenario.reconfigure.configs;
+            let index = sample::below(&mut self.kinds_rng, configs.len() as u64) as usize;
+            let config = configs[index].0.clone();
+            self.capacities.insert(key, config.capacity);
+            return Some(Op::Reconfigure { key, at, config });
+        }
+        Some(self.acquire(at))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.scenario.total_ops().saturating_sub(self.step) as usize;
+        (0, Some(left))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn scenario(extra: &str) -> Scenario {
+        let text = format!(
+            "length = 200\nreach = [\"allowed\"]\n[setup]\ncapacity = 3\nrate = \"1/s\"\n{extra}"
+        );
+        Scenario::parse(&text, Path::new("t.toml")).unwrap()
+    }
+
+    fn times(ops: &[Op]) -> Vec<u64> {
+        ops.iter().filter_map(Op::at).collect()
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_ops_and_another_seed_others() {
+        let s =
+            scenario("[keys]\ncount = 50\ndistribution = \"zipf\"\n[clock]\njitter = \"1ms\"\n");
+        let a: Vec<Op> = s.expand(7).collect();
+        let b: Vec<Op> = s.expand(7).collect();
+        let c: Vec<Op> = s.expand(8).collect();
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(a.len(), 200);
+    }
+
+    #[test]
+    fn boundary_arrivals_sit_on_the_refill_grid_and_one_ns_before() {
+        let s = scenario("[arrivals]\npattern = \"boundary\"\ninitial_burst = 3\n");
+        let ops: Vec<Op> = s.expand(1).collect();
+        let t = times(&ops);
+        assert_eq!(
+            &t[..7],
+            &[
+                0,
+                0,
+                0,
+                999_999_999,
+                1_000_000_000,
+                1_999_999_999,
+                2_000_000_000
+            ]
+        );
+    }
+
+    #[test]
+    fn tiers_come_first_and_capacity_costs_follow_the_tier() {
+        let s = scenario(
+            "[keys]\ncount = 4\n[[tiers]]\nkeys = [2, 3]\ncapacity = 9\nrate = \"1/s\"\n\
+             [[costs]]\ncost = \"capacity\"\n",
+        );
+        let ops: Vec<Op> = s.expand(1).collect();
+        assert_eq!(ops.len() as u64, s.total_ops());
+        assert!(matches!(ops[0], Op::Reconfigure { key: 2, at: 0, .. }));
+        assert!(matches!(ops[1], Op::Reconfigure { key: 3, at: 0, .. }));
+        for op in &ops[2..] {
+            let Op::Acquire { key, cost, .. } = op else {
+                panic!("{op:?}")
+            };
+            assert_eq!(*cost, if *key >= 2 { 9 } else { 3 });
+        }
+    }
+
+    #[test]
+    fn rollbacks_go_back_and_frozen_readings_repeat() {
+        let s = scenario(
+            "[clock]\nfrozen = 0.2\n[clock.rollback]\nprobability = 0.2\nsize = \"10s\"\n",
+        );
+        let t = times(&s.expand(3).collect::<Vec<_>>());
+        assert!(t.windows(2).any(|w| w[1] < w[0]), "no rollback");
+        assert!(t.windows(2).any(|w| w[1] == w[0]), "no frozen reading");
+    }
+
+    #[test]
+    fn near_the_end_of_the_clock_times_saturate_instead_of_wrapping() {
+        let s = scenario(
+            "[clock]\nstart_before_end = \"1s\"\n[clock.jump]\nprobability = 0.5\nsize = \"100y\"\n",
+        );
+        let t = times(&s.expand(1).collect::<Vec<_>>());
+        assert_eq!(t[0], u64::MAX - 1_000_000_000);
+        assert!(t.windows(2).all(|w| w[1] >= w[0]));
+        assert_eq!(*t.last().unwrap(), u64::MAX);
+    }
+
+    #[test]
+    fn attackers_use_fresh_keys_and_repeats_reuse_ids() {
+        let s = scenario(
+            "[keys]\ncount = 2\nattacker = 0.5\n[request_ids]\nprobability = 0.5\nrepeat = 0.3\n",
+        );
+        let ops: Vec<Op> = s.expand(2).collect();
+        let attackers: Vec<u64> = ops
+            .iter()
+            .filter_map(Op::key)
+            .filter(|&k| k >= ATTACKER_KEY_BASE)
+            .collect();
+        // Fresh ids are handed out in order; a key is seen again only through a request-id repeat.
+        let mut first_seen: Vec<u64> = Vec::new();
+        for key in attackers {
+            if !first_seen.contains(&key) {
+                first_seen.push(key);
+            }
+        }
+        assert!(first_seen.len() > 50, "{}", first_seen.len());
+        assert!(
+            first_seen
+                .iter()
+                .enumerate()
+                .all(|(i, &k)| k == ATTACKER_KEY_BASE + i as u64)
+        );
+        let ids: Vec<u64> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Acquire { request_id, .. } => *request_id,
+                _ => None,
+            })
+            .collect();
+        let mut sorted = ids.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert!(sorted.len() < ids.len(), "no repeated request id");
+    }
+}

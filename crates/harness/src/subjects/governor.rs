@@ -1,0 +1,200 @@
+//! The `governor` crate (0.10) as a peer subject, so the comparison can show where its GCRA differs
+//! from exact arithmetic.
+//!
+//! What this adapter owns and promises:
+//! - **Config.** A rate `p/q` per second becomes `Quota::with_period(floor(q * 10^9 / p) ns)
+//!   .allow_burst(capacity)`. governor stores its emission interval `t` as whole nanoseconds, so the
+//!   truncation is governor's own, not the adapter's: at 7,000,000/s, `1e9 / 7e6 = 142.857 ns`
+//!   becomes `142 ns`, and governor refills about 0.6% faster than configured. Configs governor
+//!   cannot express are refused with [`SubjectError::Build`]: rate 0 (no refill), an interval of
+//!   0 ns (more than 10^9 per second), or above `u64` ns, a capacity above `u32::MAX`.
+//! - **Keys and time.** One direct limiter per key, each with its own `FakeRelativeClock`
+//!   (origin 0 = trace time 0), advanced to the op's `now`. governor's clock cannot go backwards:
+//!   an earlier `now` leaves the key's clock where it is, which is the spec's own clamp
+//!   `t = max(now, last_refill)` per key (so rollbacks are *not* a source of divergence). Times
+//!   beyond [`MAX_TIME_NS`] are refused as [`SubjectError::Unsupported`], because governor adds
+//!   nanoseconds without overflow checks.
+//! - **Decisions.** `check_n(cost)`; `InsufficientCapacity` (cost above the burst) is
+//!   [`SubjectError::InvalidCost`], like the core's `cost > capacity`.
+//! - **Remaining tokens.** governor reports only whole cells (`remaining_burst_capacity`). The
+//!   exact value of its state is still observable without changing it: a `check_n(capacity)`
+//!   right after the decision is denied whenever the bucket is not full (so governor writes
+//!   nothing) and its `NotUntil::wait_time_from(now)` is the time `w` until the bucket is full. In
+//!   governor's arithmetic the balance is then `capacity - w / t` tokens, reported as
+//!   [`Amount::Exact`] with denominator `t`; that probe's wait is also the reported `reset_after`.
+//!   This is governor's own balance, in its own (truncated) units, not a rounding by the adapter.
+//! - **Waits.** `retry_after` is `NotUntil::wait_time_from(clock)` plus the rollback distance
+//!   `clock - now`, measured from the op's `now` like the spec's.
+//! - Not offered: reconfigure, sweep, request ids (Unsupported), and the side-effect-free probes
+//!   the retry-after and invariant oracles need (`would_allow`/`inspect` return `None`), because
+//!   a probe at a later time would move the key's clock forward for good.
+
+use std::collections::BTreeMap;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::clock::{Clock, FakeRelativeClock};
+use governor::middleware::StateInformationMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{NotUntil, Quota, RateLimiter};
+
+use bucketproof_limiter::Wait;
+
+use crate::subject::{Amount, Observed, Subject, SubjectError};
+use crate::trace::Setup;
+
+/// The latest `now` this adapter accepts (2^62 ns, about 146 years). governor's `Nanos` additions do
+/// not check for overflow; with this bound and [`MAX_BURST_SPAN_NS`] they cannot overflow.
+pub const MAX_TIME_NS: u64 = 1 << 62;
+
+/// The largest `interval * capacity` accepted (2^61 ns, about 73 years to refill a whole bucket).
+pub const MAX_BURST_SPAN_NS: u64 = 1 << 61;
+
+type Direct = RateLimiter<NotKeyed, InMemoryState, FakeRelativeClock, StateInformationMiddleware>;
+
+/// One key: its limiter and the handle of its clock.
+struct Key {
+    clock: FakeRelativeClock,
+    limiter: Direct,
+}
+
+/// `governor` 0.10 behind the [`Subject`] interface.
+pub struct GovernorSubject {
+    quota: Quota,
+    burst: NonZeroU32,
+    /// governor's emission interval `t` in ns (the configured one, truncated).
+    interval_ns: u64,
+    keys: BTreeMap<u64, Key>,
+}
+
+impl GovernorSubject {
+    /// Built from the setup's default config (see the module doc for what is refused).
+    pub fn new(setup: &Setup) -> Result<GovernorSubject, SubjectError> {
+        let build = |why: String| SubjectError::Build(format!("governor: {why}"));
+        let config = setup.config.to_config().map_err(|e| build(e.to_string()))?;
+        let (numer, denom) = (config.rate().numer(), config.rate().denom());
+        if numer == 0 {
+            return Err(build("a zero rate (no refill) has no GCRA interval".into()));
+        }
+        // floor(q * 1e9 / p): governor keeps the interval as whole nanoseconds.
+        let interval = u128::from(denom) * 1_000_000_000 / u128::from(numer);
+        let interval_ns = u64::try_from(interval)
+            .ok()
+            .filter(|&ns| ns > 0)
+            .ok_or_else(|| build(format!("emission interval {interval} ns is not in 1..2^64")))?;
+        let burst = u32::try_from(config.capacity())
+            .ok()
+            .and_then(NonZeroU32::new)
+            .ok_or_else(|| build("capacity must be in 1..=u32::MAX".into()))?;
+        if interval_ns
+            .checked_mul(u64::from(burst.get()))
+            .is_none_or(|span| span > MAX_BURST_SPAN_NS)
+        {
+            return Err(build("interval * capacity exceeds 2^61 ns".into()));
+        }
+        let quota = Quota::with_period(Duration::from_nanos(interval_ns))
+            .ok_or_else(|| build("zero period".into()))?
+            .allow_burst(burst);
+        Ok(GovernorSubject {
+            quota,
+            burst,
+            interval_ns,
+            keys: BTreeMap::new(),
+        })
+    }
+
+    /// governor's emission interval in ns (the configured interval truncated to whole ns).
+    pub fn interval_ns(&self) -> u64 {
+        self.interval_ns
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl Subject for GovernorSubject {
+    fn name(&self) -> String {
+        "governor".into()
+    }
+
+    fn acquire(
+        &mut self,
+        key: u64,
+        now: u64,
+        cost: u64,
+        request_id: Option<u64>,
+    ) -> Result<Observed, SubjectError> {
+        if request_id.is_some() {
+            return Err(SubjectError::Unsupported("request ids"));
+        }
+        if now > MAX_TIME_NS {
+            return Err(SubjectError::Unsupported("governor: times beyond 2^62 ns"));
+        }
+        let n = u32::try_from(cost)
+            .ok()
+            .and_then(NonZeroU32::new)
+            .filter(|n| *n <= self.burst)
+            .ok_or(SubjectError::InvalidCost)?;
+        let created = !self.keys.contains_key(&key);
+        let quota = self.quota;
+        let entry = self.keys.entry(key).or_insert_with(|| {
+            let clock = FakeRelativeClock::default();
+            let limiter = RateLimiter::direct_with_clock(quota, clock.clone())
+                .with_middleware::<StateInformationMiddleware>();
+            Key { clock, limiter }
+        });
+        // Never backwards: an earlier `now` keeps the key's clock (the spec's per-key clamp).
+        let clock_now = entry.clock.now().as_u64();
+        if now > clock_now {
+            entry.clock.advance(Duration::from_nanos(now - clock_now));
+        }
+        let t = entry.clock.now().as_u64();
+        let behind = t - now.min(t);
+        let from_now = |wait: u64| Wait::After(wait.saturating_add(behind));
+        let at_clock = entry.clock.now();
+        let outcome = entry
+            .limiter
+            .check_n(n)
+            .map_err(|_| SubjectError::InvalidCost)?;
+        let retry_after = match &outcome {
+            Ok(_) => None,
+            Err(not_until) => Some(from_now(nanos(NotUntil::wait_time_from(
+                not_until, at_clock,
+            )))),
+        };
+        // The full-bucket probe: denied unless the bucket is full, and a denial writes nothing.
+        let until_full = match entry.limiter.check_n(self.burst) {
+            Ok(Err(not_until)) => nanos(not_until.wait_time_from(at_clock)),
+            // Admitted: the bucket was full. Unreachable after this acquire (an admission leaves at
+            // most `burst - 1`, a denial means fewer than `cost <= burst`), but if it happens the
+            // probe's charge is undone by a fresh limiter, which is a full bucket: the same state.
+            Ok(Ok(_)) => {
+                let clock = entry.clock.clone();
+                entry.limiter = RateLimiter::direct_with_clock(quota, clock)
+                    .with_middleware::<StateInformationMiddleware>();
+                0
+            }
+            Err(_) => return Err(SubjectError::InvalidCost),
+        };
+        let interval = u128::from(self.interval_ns);
+        let full = u128::from(self.burst.get()) * interval;
+        let remaining = Amount::Exact {
+            numer: full.saturating_sub(u128::from(until_full)),
+            denom: interval,
+        };
+        Ok(Observed {
+            allowed: outcome.is_ok(),
+            remaining,
+            retry_after,
+            reset_after: Some(from_now(until_full)),
+            created: Some(created),
+            replayed: false,
+        })
+    }
+
+    fn forget(&mut self, key: u64) -> Result<(), SubjectError> {
+        self.keys.remove(&key);
+        Ok(())
+    }
+}
