@@ -49,3 +49,8 @@ pub use units::{Tokens, Wait};
 
 /// Time in nanoseconds since a clock's origin.
 pub type Nanos = u64;
+
+/// The README's example runs as a doctest, so the front page cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
