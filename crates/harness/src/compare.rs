@@ -643,9 +643,9 @@ pub struct CompareReport {
     pub scenarios: Vec<ScenarioResult>,
     /// Every cell.
     pub cells: Vec<Cell>,
-    /// Per subject: downsampled token errors over simulated time, all cells pooled (for the plot).
-    #[serde(skip)]
-    pub error_series: Vec<(String, Vec<ErrorPoint>)>,
+    /// Per subject: the token-error envelope over simulated time (all cells pooled; per log-spaced
+    /// time bin, the largest error seen), what the plot draws.
+    pub error_envelope: Vec<(String, Vec<ErrorPoint>)>,
 }
 
 impl CompareReport {
@@ -782,6 +782,24 @@ fn error_points(seen: &[(u64, Option<Amount>)], model: &[Option<BigRational>]) -
         .collect()
 }
 
+/// Time bins of the envelope: this many per decade, from 1 ns.
+const BINS_PER_DECADE: f64 = 4.0;
+
+/// Per log-spaced time bin, the point with the largest error (bins without samples are absent).
+/// Times before 1 ns fall in the first bin.
+fn envelope(points: &[ErrorPoint]) -> Vec<ErrorPoint> {
+    let mut bins: std::collections::BTreeMap<i64, ErrorPoint> = std::collections::BTreeMap::new();
+    for p in points {
+        let bin = ((p.at_s.max(PLOT_TIME_FLOOR) / PLOT_TIME_FLOOR).log10() * BINS_PER_DECADE)
+            .floor() as i64;
+        let slot = bins.entry(bin).or_insert(*p);
+        if p.error > slot.error {
+            *slot = *p;
+        }
+    }
+    bins.into_values().collect()
+}
+
 /// Runs the grid and the named scenarios.
 pub fn run(options: &CompareOptions) -> Result<CompareReport, CompareError> {
     options.validate()?;
@@ -844,7 +862,10 @@ pub fn run(options: &CompareOptions) -> Result<CompareReport, CompareError> {
         totals,
         scenarios: named_scenarios(),
         cells,
-        error_series: series,
+        error_envelope: series
+            .into_iter()
+            .map(|(name, points)| (name, envelope(&points)))
+            .collect(),
     })
 }
 
@@ -1199,7 +1220,7 @@ pub fn render_svg(report: &CompareReport) -> Result<String, CompareError> {
         root.fill(&WHITE).map_err(plot_error)?;
         let mut chart = ChartBuilder::on(&root)
             .caption(
-                "|subject - model| remaining tokens over simulated time (0 drawn at 1e-18)",
+                "largest |subject - model| remaining tokens per time bin, all cells (0 drawn at 1e-18)",
                 ("sans-serif", 18),
             )
             .margin(16)
@@ -1218,23 +1239,24 @@ pub fn render_svg(report: &CompareReport) -> Result<String, CompareError> {
             .y_label_formatter(&|y| format!("{y:.0e}"))
             .draw()
             .map_err(plot_error)?;
-        for (i, (name, points)) in report.error_series.iter().enumerate() {
+        for (i, (name, points)) in report.error_envelope.iter().enumerate() {
             let color = colors[i % colors.len()];
-            // Offset each subject's floor a little so an all-exact subject stays visible.
+            // Each subject's floor a little apart, so an all-exact subject stays visible.
             let floor = PLOT_ERROR_FLOOR * (1.0 + i as f64);
+            let xy: Vec<(f64, f64)> = points
+                .iter()
+                .map(|p| (p.at_s.max(PLOT_TIME_FLOOR), p.error.max(floor)))
+                .collect();
             chart
-                .draw_series(points.iter().map(|p| {
-                    let x = p.at_s.max(PLOT_TIME_FLOOR);
-                    let y = if p.error > 0.0 {
-                        p.error.max(floor)
-                    } else {
-                        floor
-                    };
-                    Circle::new((x, y), 2, color.filled())
-                }))
+                .draw_series(LineSeries::new(xy.iter().copied(), color.stroke_width(2)))
                 .map_err(plot_error)?
                 .label(name.as_str())
-                .legend(move |(x, y)| Circle::new((x, y), 4, color.filled()));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                });
+            chart
+                .draw_series(xy.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(plot_error)?;
         }
         chart
             .configure_series_labels()
