@@ -37,6 +37,7 @@
 //! };
 //! assert_eq!(ours.serialize(Profile::Draft11).unwrap(), r#""api.v1";r=7;t=2"#);
 //! ```
+#![warn(missing_docs)]
 
 pub mod client;
 pub mod field;
