@@ -24,6 +24,9 @@ struct Fixture {
     limiters: Vec<RedisLimiter>,
     constant: Vec<MultiplexedConnection>,
     script: Script,
+    transition: Script,
+    prefix: String,
+    config: Config,
 }
 
 fn fixture(rt: &Runtime, url: &str) -> Fixture {
@@ -49,10 +52,19 @@ fn fixture(rt: &Runtime, url: &str) -> Fixture {
             .load_async(&mut constant[0])
             .await
             .unwrap();
+        let transition = bucketproof_redis::script::script();
+        transition
+            .prepare_invoke()
+            .load_async(&mut constant[0])
+            .await
+            .unwrap();
         Fixture {
             limiters,
             constant,
             script,
+            transition,
+            prefix,
+            config,
         }
     })
 }
@@ -89,6 +101,48 @@ async fn constant_round(f: &Fixture, conns: usize, per_conn: usize) {
     join_all(calls).await;
 }
 
+/// The transition script alone, called on a plain connection with the limiter's arguments: shows how
+/// much of the gap is the script in Redis and how much the client side of `RedisLimiter`.
+async fn script_round(f: &Fixture, conns: usize, per_conn: usize, round: u64) {
+    let fp = bucketproof_redis::script::fingerprint(&f.config);
+    let cap = f.config.capacity_units().to_string();
+    let p = f.config.units_per_nanosecond();
+    let cost = f.config.units_per_token().to_string();
+    let calls = (0..conns).flat_map(|c| {
+        let (fp, cap, cost) = (&fp, &cap, &cost);
+        (0..per_conn).map(move |i| {
+            let key = format!(
+                "{}{{s{}}}",
+                f.prefix,
+                (round as usize * 7919 + c * per_conn + i) % 1000
+            );
+            let mut conn = f.constant[c].clone();
+            async move {
+                let reply: Vec<i64> = f
+                    .transition
+                    .key(key)
+                    .arg("s")
+                    .arg(0)
+                    .arg(0)
+                    .arg(fp)
+                    .arg(cap)
+                    .arg(p)
+                    .arg(cost)
+                    .arg("")
+                    .arg(60)
+                    .arg(0)
+                    .arg(8)
+                    .arg(0)
+                    .invoke_async(&mut conn)
+                    .await
+                    .expect("evalsha");
+                std::hint::black_box(reply);
+            }
+        })
+    });
+    join_all(calls).await;
+}
+
 fn bench(c: &mut Criterion) {
     let Ok(url) = std::env::var("REDIS_URL") else {
         eprintln!("!!!!! SKIP redis bench: REDIS_URL is not set, nothing measured !!!!!");
@@ -114,6 +168,17 @@ fn bench(c: &mut Criterion) {
                     let start = Instant::now();
                     for _ in 0..iters {
                         constant_round(&f, conns, per_conn).await;
+                    }
+                    start.elapsed()
+                })
+            })
+        });
+        group.bench_function("transition_script_only", |b| {
+            b.iter_custom(|iters| {
+                rt.block_on(async {
+                    let start = Instant::now();
+                    for round in 0..iters {
+                        script_round(&f, conns, per_conn, round).await;
                     }
                     start.elapsed()
                 })
