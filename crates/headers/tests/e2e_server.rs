@@ -64,8 +64,10 @@ async fn fields_on_the_wire_from_allow_to_429() {
         );
         let parsed = RateLimit::parse(Profile::Draft11, limit.as_bytes()).unwrap();
         assert_eq!(parsed.limits[0].remaining, expected_r);
-        // Exactly 0 fractional tokens left after a whole charge: next token in 1000 s.
-        assert_eq!(parsed.limits[0].reset, Some(1000));
+        // A whole charge leaves only the refill since the start (1/1000 token per s): the next
+        // token is just under 1000 s away, rounded up. A slow machine may shave off a few seconds.
+        let t = parsed.limits[0].reset.unwrap();
+        assert!((990..=1000).contains(&t), "t = {t}");
         let parsed_policy = RateLimitPolicy::parse(Profile::Draft11, policy.as_bytes()).unwrap();
         let this_pk = parsed_policy.policies[0].partition_key.clone().unwrap();
         assert_eq!(parsed.limits[0].partition_key.as_ref(), Some(&this_pk));
@@ -85,7 +87,10 @@ async fn fields_on_the_wire_from_allow_to_429() {
     assert_no_raw_id(&h);
     assert_eq!(h["content-type"], "application/problem+json");
     let retry_after: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
-    assert_eq!(retry_after, 1000);
+    assert!(
+        (990..=1000).contains(&retry_after),
+        "Retry-After {retry_after}"
+    );
     let limit = RateLimit::parse(Profile::Draft11, h["ratelimit"].as_bytes()).unwrap();
     assert!(retry_after >= limit.limits[0].reset.unwrap());
     let body: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
