@@ -15,6 +15,7 @@
 pub mod compare;
 pub mod engine;
 pub mod oracle;
+pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod shrink;

@@ -187,7 +187,7 @@ impl Expansion {
     /// Moves the true time to this step's arrival.
     fn advance(&mut self, step: u64) {
         let arrivals = &self.scenario.arrivals;
-        if let Some(jump) = &self.scenario.clock.jump {
+        if let (Some(jump), true) = (&self.scenario.clock.jump, step > 0) {
             if self.jump.hit(&mut self.clock_rng) {
                 self.jumped = self.jumped.saturating_add(jump.size.0);
                 self.true_time = self.true_time.saturating_add(jump.size.0);

@@ -501,7 +501,7 @@ pub struct Reconfigure {
 }
 
 /// `[request_ids]`: idempotency ids on acquires.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RequestIds {
     /// Per acquire: it carries a request id.
@@ -517,6 +517,16 @@ pub struct RequestIds {
 
 fn default_recent() -> usize {
     8
+}
+
+impl Default for RequestIds {
+    fn default() -> Self {
+        RequestIds {
+            probability: Probability(0.0),
+            repeat: Probability(0.0),
+            recent: default_recent(),
+        }
+    }
 }
 
 /// `[maintenance]`: sweeps and forgets mixed into the stream.
@@ -874,17 +884,17 @@ rate = "1/s"
             ),
             (
                 format!("{MINIMAL}[clock]\njitter = \"5 parsecs\"\n"),
-                "7:",
+                "8:",
                 "unknown duration unit",
             ),
             (
                 format!("{MINIMAL}[clock]\nfrozen = 1.5\n"),
-                "7:",
+                "8:",
                 "probability",
             ),
             (
                 format!("{MINIMAL}[[costs]]\ncost = \"lots\"\n"),
-                "6:",
+                "8:",
                 "\"capacity\"",
             ),
             (
