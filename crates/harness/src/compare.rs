@@ -927,6 +927,8 @@ pub struct NamedScenario {
 ///   0.99999999999972 tokens and a 1 ns wait, so Go denies. A fresh Go bucket cannot reach that
 ///   state through `AllowN` with burst 1 (an admission leaves at most 0 tokens), so the state is set
 ///   as the issue's reporter set it.
+/// - `go-46579-reached`: the same mechanism from a fresh Go limiter through `AllowN` alone, with
+///   burst 2 so that an admission can leave a fractional balance (a trace found by a search).
 /// - `go-34861`: `NewLimiter(0.7692307692307693, 1).Allow()` on a fresh limiter, Go's arithmetic
 ///   before the 2019 fix ([`GoRateVersion::SecondsCapped`]): the first refill reaches
 ///   0.9999999992307692 tokens and Go denies; the core admits.
@@ -940,6 +942,13 @@ pub fn named_scenario_defs() -> Vec<NamedScenario> {
     let go_46579 = GoStyleBucket::from_f64_rate(1, GO_46579_RATE)
         .and_then(|b| b.with_state(GO_46579_TOKENS, None))
         .expect("the issue's state is a valid Go bucket");
+    let at = |at: u64, cost: u64| Op::Acquire {
+        key: 0,
+        at,
+        cost,
+        request_id: None,
+    };
+    let go_46579_fresh = GoStyleBucket::from_f64_rate(2, GO_46579_RATE).expect("a valid Go bucket");
     let go_34861 = GoStyleBucket::from_f64_rate(1, GO_34861_RATE)
         .expect("a valid Go bucket")
         .with_version(GoRateVersion::SecondsCapped);
@@ -954,6 +963,23 @@ pub fn named_scenario_defs() -> Vec<NamedScenario> {
                 ops: vec![one(HOUR)],
             },
             go_template: go_46579,
+        },
+        NamedScenario {
+            name: "go-46579-reached",
+            summary: "golang/go#46579's mechanism reached through AllowN from a fresh limiter: rate \
+                      1/3600, burst 2; take 2, take 1 at 1.80 h (0.80 left), then, 2.04 h later, \
+                      take 2 from a bucket that is exactly full. Exact: admitted. Go (capped \
+                      refill, 2019-2021): the refill round trip through durationFromTokens stops \
+                      more than 1 ns worth short of 2 tokens, denied. Found by a deterministic search.",
+            trace: Trace {
+                setup: Setup::new(ConfigSpec::new(2, "1/3600s")),
+                ops: vec![
+                    at(7_274_941_802_361, 2),
+                    at(13_770_691_126_785, 1),
+                    at(21_103_551_712_482, 2),
+                ],
+            },
+            go_template: go_46579_fresh,
         },
         NamedScenario {
             name: "go-34861",

@@ -95,3 +95,48 @@ fn the_committed_report_is_fresh() {
             .any(|(n, _)| *n == format!("{REPORT_STEM}.svg"))
     );
 }
+
+/// The scenario files of the two Go issues: they pass on the exact core through the scenario engine,
+/// and fail on the Go-style float subjects (with an under-admission: a request exact arithmetic admits
+/// is denied).
+#[test]
+fn the_go_scenario_files_pass_on_the_core_and_fail_on_go() {
+    use bucketproof_harness::Registry;
+    use bucketproof_harness::engine::{Engine, EngineOptions, Status};
+    use bucketproof_harness::runner::{RunOptions, run_trace};
+    use bucketproof_harness::scenario::Scenario;
+
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    let registry = Registry::default();
+    let engine = Engine::new(&registry, EngineOptions::default());
+    for (file, go) in [
+        ("go-34861.toml", "float-go-2019"),
+        ("go-46579.toml", "float-go"),
+    ] {
+        let scenario = Scenario::load(&dir.join(file)).expect("the scenario loads");
+        let mut under = 0;
+        for &seed in &scenario.seeds {
+            let core = engine.run(&scenario, seed, "core");
+            assert_eq!(
+                core.status,
+                Status::Pass,
+                "{file} seed {seed}: {:?}",
+                core.status
+            );
+            let float = engine.run(&scenario, seed, go);
+            assert!(
+                float.status.is_failure(),
+                "{file} seed {seed} passes on {go}"
+            );
+            let mut subject = registry.build(go, &scenario.setup()).unwrap();
+            let options = RunOptions {
+                stop_at_first: false,
+                ..RunOptions::default()
+            };
+            let ops = scenario.expand(seed);
+            let report = run_trace(&scenario.setup(), ops, subject.as_mut(), &options).unwrap();
+            under += report.divergence.under_admissions;
+        }
+        assert!(under > 0, "{file}: {go} never denies what the model admits");
+    }
+}

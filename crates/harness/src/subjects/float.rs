@@ -94,6 +94,28 @@ impl<B: FloatBucket> FloatSubject<B> {
     }
 }
 
+impl FloatSubject<GoStyleBucket> {
+    /// Built from the setup's default config, transcribing another `x/time/rate` version, under `name`.
+    pub fn with_go_version(
+        setup: &Setup,
+        name: &'static str,
+        version: bucketproof_float::GoRateVersion,
+    ) -> Result<Self, SubjectError> {
+        let config = setup
+            .config
+            .to_config()
+            .map_err(|e| SubjectError::Build(e.to_string()))?;
+        let template = GoStyleBucket::new(
+            config.capacity(),
+            config.rate().numer(),
+            config.rate().denom(),
+        )
+        .map_err(float_error)?
+        .with_version(version);
+        Ok(FloatSubject::from_template(name, template))
+    }
+}
+
 impl<B: FloatBucket> Subject for FloatSubject<B> {
     fn name(&self) -> String {
         self.name.into()

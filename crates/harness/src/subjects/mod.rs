@@ -19,14 +19,21 @@ pub use self::model::ModelSubject;
 use crate::subject::{Subject, SubjectError, SubjectFactory};
 use crate::trace::Setup;
 
-/// Builds the subjects of this crate: `core`, `model`, `float-textbook`, `float-go`, and `governor`
+/// Builds the subjects of this crate: `core`, `model`, `float-textbook`, `float-go`, `float-go-2019`
+/// (Go before the golang/go#34861 fix), and `governor`
 /// when the `governor` feature is on.
 pub struct BuiltinSubjects;
 
 impl SubjectFactory for BuiltinSubjects {
     fn names(&self) -> Vec<String> {
         #[allow(unused_mut)] // pushed to only with the `governor` feature
-        let mut names = vec!["core", "model", "float-textbook", "float-go"];
+        let mut names = vec![
+            "core",
+            "model",
+            "float-textbook",
+            "float-go",
+            "float-go-2019",
+        ];
         #[cfg(feature = "governor")]
         names.push("governor");
         names.into_iter().map(String::from).collect()
@@ -43,6 +50,12 @@ impl SubjectFactory for BuiltinSubjects {
             "model" => boxed(ModelSubject::new(setup)),
             "float-textbook" => boxed(FloatTextbookSubject::new(setup)),
             "float-go" => boxed(FloatGoSubject::new(setup)),
+            // Go's arithmetic before the golang/go#34861 fix, for the scenarios that reproduce it.
+            "float-go-2019" => boxed(FloatGoSubject::with_go_version(
+                setup,
+                "float-go-2019",
+                bucketproof_float::GoRateVersion::SecondsCapped,
+            )),
             #[cfg(feature = "governor")]
             "governor" => boxed(GovernorSubject::new(setup)),
             _ => return None,
