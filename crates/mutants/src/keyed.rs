@@ -1,0 +1,390 @@
+//! The one keyed wrapper every sequential mutant shares, and the exact transition split into the
+//! steps a mutant may get wrong.
+//!
+//! A mutant is a [`Mistake`]: a set of hooks whose defaults are the exact rules of
+//! docs/semantics.md, of which each mutant overrides exactly one. [`Keyed`] drives those hooks for
+//! every key of a trace (a `BTreeMap`, time injected by the caller), so the only difference between a
+//! mutant and the exact limiter is the one overridden hook. The defaults are not a second copy of the
+//! limiter's arithmetic where they can avoid it: refill and reconfiguration call the limiter's own
+//! [`BucketState::refilled`] and [`BucketState::reconfigured`]; what is spelled out here (cost check,
+//! allow test, charge, waits) is the part a mutant must be able to replace, and the control test
+//! (`tests/kill.rs`, [`control`]) checks that with no hook overridden the wrapper agrees with the
+//! reference model on every generated trace, so a kill is the mistake's doing, not the wrapper's.
+//!
+//! What the wrapper does not model: the key bound and amortized sweeping (the mutants are about the
+//! transition; a subject without a bound is always consistent with the model, which has none).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bucketproof_harness::{Amount, ConfigSpec, Inspected, Observed, Setup, Subject, SubjectError};
+use bucketproof_limiter::{BucketState, Config, Nanos, Wait};
+
+/// The steps of one acquire that a mutant may get wrong. Every default is the exact rule; a mutant
+/// overrides one of them.
+pub trait Mistake: Send + Sync + 'static {
+    /// Step 1: `cost` in units, or `None` for an invalid cost (`0` or above capacity).
+    fn cost_units(&self, config: &Config, cost: u64) -> Option<u128> {
+        (cost != 0 && cost <= config.capacity()).then(|| cost as u128 * config.units_per_token())
+    }
+
+    /// Step 3: the state refilled up to `max(now, last_refill)`, clamped to capacity.
+    fn refill(&self, config: &Config, state: BucketState, now: Nanos) -> BucketState {
+        state.refilled(config, now)
+    }
+
+    /// Step 4: allow iff the refilled balance covers the cost.
+    fn allows(&self, balance: u128, cost_units: u128) -> bool {
+        balance >= cost_units
+    }
+
+    /// Step 4: the balance after the decision; a denial consumes nothing.
+    fn charge(&self, balance: u128, cost_units: u128, allowed: bool) -> u128 {
+        if allowed {
+            balance.saturating_sub(cost_units)
+        } else {
+            balance
+        }
+    }
+
+    /// Step 5: a denial's `retry_after`: `lag + ceil(short / rate)`.
+    fn retry_after(&self, short_units: u128, units_per_ns: u64, lag: Nanos, now: Nanos) -> Wait {
+        exact_wait(short_units, units_per_ns, lag, now)
+    }
+
+    /// reconfigure: refill to `now` under the old config, convert rounding down, clamp.
+    fn reconfigure(
+        &self,
+        old: &Config,
+        new: &Config,
+        state: BucketState,
+        now: Nanos,
+    ) -> BucketState {
+        state.reconfigured(old, new, now)
+    }
+
+    /// Buckets idle (no refill) for longer than this are dropped whatever their balance. The exact
+    /// rule drops only evictable buckets, so the default is `None`.
+    fn idle_ttl(&self) -> Option<Nanos> {
+        None
+    }
+
+    /// Step 2: a live request-id record is replayed instead of charged.
+    fn honours_request_ids(&self) -> bool {
+        true
+    }
+}
+
+/// `lag + ceil(short_units / units_per_ns)` ns from `now`: `After(0)` when nothing is short, `Never`
+/// with no refill or past the end of the `u64` clock (docs/semantics.md, acquire step 5).
+pub fn exact_wait(short_units: u128, units_per_ns: u64, lag: Nanos, now: Nanos) -> Wait {
+    if short_units == 0 {
+        return Wait::After(0);
+    }
+    if units_per_ns == 0 {
+        return Wait::Never;
+    }
+    wait_from(short_units.div_ceil(units_per_ns as u128), lag, now)
+}
+
+/// `lag + refill_ns` from `now`, or `Never` if that lies past the end of the `u64` clock.
+pub fn wait_from(refill_ns: u128, lag: Nanos, now: Nanos) -> Wait {
+    let total = refill_ns + lag as u128;
+    if total <= (u64::MAX - now) as u128 {
+        Wait::After(total as Nanos)
+    } else {
+        Wait::Never
+    }
+}
+
+/// No mistake at all: the control every mutant is measured against.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Exact;
+
+impl Mistake for Exact {}
+
+/// The control subject (`Keyed<Exact>`), for tests that prove the wrapper itself is right.
+pub fn control(setup: &Setup) -> Result<Keyed<Exact>, SubjectError> {
+    Keyed::new("mutant-control", Exact, setup)
+}
+
+#[derive(Clone, Debug)]
+struct Record {
+    request_id: u64,
+    observed: Observed,
+    at: Nanos,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Entry {
+    bucket: Option<BucketState>,
+    /// Set by `reconfigure`, kept until `forget`.
+    config: Option<Config>,
+    /// Oldest first, at most `dedupe_per_key`; only while `bucket` is held.
+    records: VecDeque<Record>,
+}
+
+/// One bucket per `u64` key, driven through a [`Mistake`]'s hooks.
+pub struct Keyed<M> {
+    name: String,
+    mistake: M,
+    default: Config,
+    dedupe_window: Nanos,
+    dedupe_per_key: usize,
+    entries: BTreeMap<u64, Entry>,
+}
+
+fn build_error(error: impl std::fmt::Display) -> SubjectError {
+    SubjectError::Build(error.to_string())
+}
+
+/// `now < at + window`, without overflow; a window of 0 disables request ids.
+fn is_live(at: Nanos, window: Nanos, now: Nanos) -> bool {
+    window > 0 && (now as u128) < at as u128 + window as u128
+}
+
+impl<M: Mistake> Keyed<M> {
+    /// A subject named `name` (e.g. `mutant:no-capacity-clamp`) with `mistake`, configured by `setup`.
+    pub fn new(name: impl Into<String>, mistake: M, setup: &Setup) -> Result<Self, SubjectError> {
+        Ok(Keyed {
+            name: name.into(),
+            mistake,
+            default: setup.config.to_config().map_err(build_error)?,
+            dedupe_window: setup.dedupe_window_ns,
+            dedupe_per_key: setup.dedupe_per_key,
+            entries: BTreeMap::new(),
+        })
+    }
+
+    fn config_of(&self, key: u64) -> Config {
+        self.entries
+            .get(&key)
+            .and_then(|entry| entry.config)
+            .unwrap_or(self.default)
+    }
+
+    /// The key's bucket as the mutant sees it at `now`: `None` if absent or dropped for idling.
+    fn bucket_at(&self, key: u64, now: Nanos) -> Option<BucketState> {
+        let bucket = self.entries.get(&key)?.bucket?;
+        let idle_too_long = self
+            .mistake
+            .idle_ttl()
+            .is_some_and(|ttl| now.saturating_sub(bucket.last_refill) > ttl);
+        (!idle_too_long).then_some(bucket)
+    }
+
+    fn drop_bucket(&mut self, key: u64) {
+        if let Some(entry) = self.entries.get_mut(&key) {
+            entry.bucket = None;
+            entry.records.clear();
+            if entry.config.is_none() {
+                self.entries.remove(&key);
+            }
+        }
+    }
+
+    /// Steps 3-5 on one bucket: the refill, the decision, the charge and the waits.
+    fn decide(
+        &self,
+        config: &Config,
+        state: BucketState,
+        now: Nanos,
+        cost_units: u128,
+    ) -> (BucketState, bool, Option<Wait>) {
+        let mut next = self.mistake.refill(config, state, now);
+        let allowed = self.mistake.allows(next.balance, cost_units);
+        let lag = next.last_refill.saturating_sub(now);
+        let p = config.units_per_nanosecond();
+        let retry_after = (!allowed).then(|| {
+            let short = cost_units.saturating_sub(next.balance);
+            self.mistake.retry_after(short, p, lag, now)
+        });
+        next.balance = self.mistake.charge(next.balance, cost_units, allowed);
+        (next, allowed, retry_after)
+    }
+}
+
+impl<M: Mistake> Subject for Keyed<M> {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn acquire(
+        &mut self,
+        key: u64,
+        now: u64,
+        cost: u64,
+        request_id: Option<u64>,
+    ) -> Result<Observed, SubjectError> {
+        let config = self.config_of(key);
+        let cost_units = self
+            .mistake
+            .cost_units(&config, cost)
+            .ok_or(SubjectError::InvalidCost)?;
+        let held = self.bucket_at(key, now);
+        if held.is_none() {
+            // Dropped for idling (only a mutant with an idle TTL does this): records go with it.
+            self.drop_bucket(key);
+        }
+        let request_id = request_id.filter(|_| self.mistake.honours_request_ids());
+        if let (Some(id), Some(entry)) = (request_id, self.entries.get(&key)) {
+            let window = self.dedupe_window;
+            let live = entry
+                .records
+                .iter()
+                .rev()
+                .find(|r| r.request_id == id && is_live(r.at, window, now));
+            if let Some(record) = live {
+                return Ok(Observed {
+                    replayed: true,
+                    created: Some(false),
+                    ..record.observed
+                });
+            }
+        }
+        let created = held.is_none();
+        let state = held.unwrap_or_else(|| BucketState::full(&config, now));
+        let (next, allowed, retry_after) = self.decide(&config, state, now, cost_units);
+        let lag = next.last_refill.saturating_sub(now);
+        let short_of_full = config.capacity_units().saturating_sub(next.balance);
+        let observed = Observed {
+            allowed,
+            remaining: Amount::Exact {
+                numer: next.balance,
+                denom: config.units_per_token(),
+            },
+            retry_after,
+            reset_after: Some(exact_wait(
+                short_of_full,
+                config.units_per_nanosecond(),
+                lag,
+                now,
+            )),
+            created: Some(created),
+            replayed: false,
+        };
+        let per_key = self.dedupe_per_key;
+        let entry = self.entries.entry(key).or_default();
+        entry.bucket = Some(next);
+        if let Some(id) = request_id {
+            entry.records.push_back(Record {
+                request_id: id,
+                observed,
+                at: now,
+            });
+            while entry.records.len() > per_key {
+                entry.records.pop_front();
+            }
+        }
+        Ok(observed)
+    }
+
+    fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
+        let new = config.to_config().map_err(build_error)?;
+        let old = self.config_of(key);
+        let state = self
+            .bucket_at(key, now)
+            .unwrap_or_else(|| BucketState::full(&old, now));
+        let next = self.mistake.reconfigure(&old, &new, state, now);
+        let entry = self.entries.entry(key).or_default();
+        entry.bucket = Some(next);
+        entry.config = Some(new);
+        Ok(())
+    }
+
+    fn forget(&mut self, key: u64) -> Result<(), SubjectError> {
+        self.entries.remove(&key);
+        Ok(())
+    }
+
+    fn sweep(&mut self, now: u64) -> Result<(), SubjectError> {
+        let window = self.dedupe_window;
+        let doomed: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|(key, entry)| {
+                if entry.bucket.is_none() {
+                    return false;
+                }
+                let Some(live) = self.bucket_at(**key, now) else {
+                    return true; // idled past the mutant's TTL
+                };
+                let config = entry.config.unwrap_or(self.default);
+                entry.config.is_none()
+                    && self.mistake.refill(&config, live, now).balance >= config.capacity_units()
+                    && !entry.records.iter().any(|r| is_live(r.at, window, now))
+            })
+            .map(|(key, _)| *key)
+            .collect();
+        for key in doomed {
+            self.drop_bucket(key);
+        }
+        Ok(())
+    }
+
+    fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
+        let config = self.config_of(key);
+        let Some(cost_units) = self.mistake.cost_units(&config, cost) else {
+            return Some(false);
+        };
+        let state = self
+            .bucket_at(key, now)
+            .unwrap_or_else(|| BucketState::full(&config, now));
+        Some(self.decide(&config, state, now, cost_units).1)
+    }
+
+    fn inspect(&mut self, key: u64) -> Option<Inspected> {
+        let config = self.config_of(key);
+        let bucket = self.entries.get(&key)?.bucket?;
+        Some(Inspected {
+            tokens: Amount::Exact {
+                numer: bucket.balance,
+                denom: config.units_per_token(),
+            },
+            last_refill: bucket.last_refill,
+            capacity: config.capacity(),
+        })
+    }
+
+    /// The wrapper reports `created` truthfully, so the runner can judge any drop it makes.
+    fn may_evict(&self) -> bool {
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bucketproof_limiter::{Rate, transition};
+
+    /// With no hook overridden, one step of the wrapper is the limiter's `transition`, value for
+    /// value, over awkward rates, rollbacks, boundaries and the end of the clock.
+    #[test]
+    fn the_exact_hooks_are_the_limiters_transition() {
+        let keyed = Keyed::new("control", Exact, &Setup::new(ConfigSpec::new(3, "7/3s"))).unwrap();
+        for rate in ["7/3s", "1/h", "3/2s", "1000/s", "0/s"] {
+            let config = Config::new(3, rate.parse::<Rate>().unwrap()).unwrap();
+            let mut state = BucketState::full(&config, 1_000);
+            for (i, now) in [
+                1_000u64,
+                1_000,
+                1_001,
+                500,
+                2_000_000_000,
+                1_999_999_999,
+                u64::MAX - 3,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                let cost = 1 + (i as u64 % 3);
+                let (next, decision) = transition(&config, state, now, cost).unwrap();
+                let cost_units = Exact.cost_units(&config, cost).unwrap();
+                let (mine, allowed, retry) = keyed.decide(&config, state, now, cost_units);
+                assert_eq!(mine, next, "{rate} step {i}");
+                assert_eq!(allowed, decision.is_allowed(), "{rate} step {i}");
+                assert_eq!(retry, decision.retry_after(), "{rate} step {i}");
+                state = next;
+            }
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! The kill runner: goes after every mutant of the catalogue and records who killed it, how fast and
+//! with how small a counterexample; writes `reports/mutants.md`.
+//!
+//! For a mutant killed by traces, generated traces ([`crate::traces`]) are tried shortest first (every
+//! family at every seed for one length, then the next length) through the harness's lockstep runner
+//! ([`run_trace`]) with all oracles on; the first failing trace is cut after its failing step and
+//! shrunk with the harness's shrinker ([`shrink`]), which keeps only candidates failing the same way.
+//! The racy mutant is hunted by [`crate::race::hunt_race`].
+//!
+//! Everything in a [`Kill`] is deterministic (same traces, same verdicts, same counterexamples)
+//! except `time_to_kill`, measured with `std::time::Instant`, and, for the race, which round
+//! breaks. The report keeps the time in its own column and says so: here the time is the point.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bucketproof_harness::oracle::Violation;
+use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_harness::shrink::shrink;
+use bucketproof_harness::{SubjectFactory, Trace};
+
+use crate::race::{hunt_race, racy_acquire};
+use crate::traces::{Family, generate};
+use crate::{KillBy, Mutant, MutantSubjects, catalogue};
+
+/// How hard the runner tries.
+#[derive(Clone, Debug)]
+pub struct KillOptions {
+    /// Trace lengths, tried in this order.
+    pub lengths: Vec<usize>,
+    /// Seeds per family and length.
+    pub seeds: u64,
+    /// Shrink the first failing trace.
+    pub shrink: bool,
+    /// Wall-clock budget of the race hunt.
+    pub race_budget: Duration,
+    /// At most this many race rounds.
+    pub race_rounds: u64,
+}
+
+impl Default for KillOptions {
+    fn default() -> Self {
+        KillOptions {
+            lengths: vec![8, 32, 128, 512],
+            seeds: 8,
+            shrink: true,
+            race_budget: Duration::from_secs(20),
+            race_rounds: 2_000_000,
+        }
+    }
+}
+
+/// The outcome for one mutant.
+#[derive(Clone, Debug)]
+pub struct Kill {
+    /// The catalogue entry.
+    pub mutant: Mutant,
+    /// The first violation (of the shrunk counterexample when shrinking); `None`: it survived.
+    pub violation: Option<Violation>,
+    /// Where the kill came from: the trace family, seed and length, or the race round.
+    pub found_by: String,
+    /// Traces (or race rounds) run until the kill or until giving up.
+    pub attempts: u64,
+    /// Wall-clock time from the start of the hunt to the first failure (not reproducible).
+    pub time_to_kill: Option<Duration>,
+    /// The shrunk failing trace (traces only).
+    pub counterexample: Option<Trace>,
+    /// Ops in the shrunk counterexample (for the race: the concurrent acquires of the bad round).
+    pub shrunk_ops: Option<usize>,
+}
+
+impl Kill {
+    /// True if an oracle fired.
+    pub fn killed(&self) -> bool {
+        self.violation.is_some()
+    }
+}
+
+/// Runs `trace` against the subject `name` (any name [`MutantSubjects`] builds) with every oracle;
+/// returns the first violation. A subject that cannot run the trace to the end (unsupported op)
+/// returns whatever it violated before that point.
+pub fn first_violation(name: &str, trace: &Trace) -> Option<Violation> {
+    failing_step(name, trace).map(|(_, violation)| violation)
+}
+
+/// The step at which `name` fails `trace`, if it does.
+fn failing_step(name: &str, trace: &Trace) -> Option<(u64, Violation)> {
+    let mut subject = MutantSubjects.build(name, &trace.setup)?.ok()?;
+    let report = run_trace(
+        &trace.setup,
+        trace.ops.iter().cloned(),
+        subject.as_mut(),
+        &RunOptions::default(),
+    )
+    .ok()?;
+    match report.verdict {
+        Verdict::Fail(failure) => Some((failure.step, failure.violation)),
+        Verdict::Pass | Verdict::Incompatible { .. } => None,
+    }
+}
+
+/// Goes after one mutant.
+pub fn kill(mutant: &Mutant, options: &KillOptions) -> Kill {
+    match mutant.kill_by {
+        KillBy::Traces => kill_by_traces(mutant, options),
+        KillBy::Threads => kill_by_threads(mutant, options),
+    }
+}
+
+fn kill_by_traces(mutant: &Mutant, options: &KillOptions) -> Kill {
+    let name = mutant.name();
+    let started = Instant::now();
+    let mut attempts = 0;
+    for &len in &options.lengths {
+        for seed in 0..options.seeds {
+            for family in Family::ALL {
+                let trace = generate(family, seed, len);
+                attempts += 1;
+                let Some((step, violation)) = failing_step(&name, &trace) else {
+                    continue;
+                };
+                let time_to_kill = started.elapsed();
+                // Ops after the failing step cannot matter to it.
+                let cut = Trace {
+                    setup: trace.setup.clone(),
+                    ops: trace.ops[..=step as usize].to_vec(),
+                };
+                let (small, violation) = if options.shrink {
+                    shrink(&cut, &violation, |candidate| {
+                        first_violation(&name, candidate)
+                    })
+                } else {
+                    (cut, violation)
+                };
+                return Kill {
+                    mutant: *mutant,
+                    violation: Some(violation),
+                    found_by: format!("{} seed {seed}, {len} ops", family.name()),
+                    attempts,
+                    time_to_kill: Some(time_to_kill),
+                    shrunk_ops: Some(small.ops.len()),
+                    counterexample: Some(small),
+                };
+            }
+        }
+    }
+    Kill {
+        mutant: *mutant,
+        violation: None,
+        found_by: "survived every generated trace".into(),
+        attempts,
+        time_to_kill: None,
+        counterexample: None,
+        shrunk_ops: None,
+    }
+}
+
+fn kill_by_threads(mutant: &Mutant, options: &KillOptions) -> Kill {
+    let started = Instant::now();
+    let outcome = hunt_race(racy_acquire, options.race_budget, options.race_rounds);
+    let time_to_kill = started.elapsed();
+    let killed = outcome.violation.is_some();
+    Kill {
+        mutant: *mutant,
+        found_by: if killed {
+            format!("2 threads, round {}", outcome.rounds)
+        } else {
+            format!("2 threads, no breach in {} rounds", outcome.rounds)
+        },
+        violation: outcome.violation,
+        attempts: outcome.rounds,
+        time_to_kill: killed.then_some(time_to_kill),
+        counterexample: None,
+        shrunk_ops: killed.then_some(outcome.ops),
+    }
+}
+
+/// Goes after every mutant of the catalogue, in order.
+pub fn kill_all(options: &KillOptions) -> Vec<Kill> {
+    catalogue().iter().map(|m| kill(m, options)).collect()
+}
+
+/// The median of the kill times of the killed mutants.
+pub fn median_time_to_kill(kills: &[Kill]) -> Option<Duration> {
+    let mut times: Vec<Duration> = kills.iter().filter_map(|k| k.time_to_kill).collect();
+    times.sort();
+    match times.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(times[n / 2]),
+        n => Some((times[n / 2 - 1] + times[n / 2]) / 2),
+    }
+}
+
+/// The largest shrunk counterexample the issue accepts.
+pub const MAX_SHRUNK_OPS: usize = 6;
+
+/// The cargo-mutants run over `crates/limiter` (issue 7): recorded by hand from one run, since it
+/// takes far longer than this report. See `reports/mutants.md` for the command.
+pub const CARGO_MUTANTS_RUN: &str = "not run yet";
+
+fn fmt_duration(duration: Option<Duration>) -> String {
+    match duration {
+        Some(d) if d < Duration::from_millis(1) => format!("{} µs", d.as_micros()),
+        Some(d) if d < Duration::from_secs(1) => format!("{:.1} ms", d.as_secs_f64() * 1e3),
+        Some(d) => format!("{:.2} s", d.as_secs_f64()),
+        None => "—".into(),
+    }
+}
+
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|")
+}
+
+/// The markdown report for `kills`.
+pub fn render_markdown(kills: &[Kill]) -> String {
+    let mut out = String::new();
+    let killed = kills.iter().filter(|k| k.killed()).count();
+    let _ = writeln!(out, "# Mutation self-test\n");
+    let _ = writeln!(
+        out,
+        "Generated by `bucketproof_mutants::kill::write_report` \
+         (`cargo run --release -p bucketproof-mutants --example report`). Each mutant deviates from \
+         the exact transition in one place (`crates/mutants`); the harness's oracles must catch it.\n"
+    );
+    let _ = writeln!(
+        out,
+        "**Kill rate: {killed}/{} ({}%).** Median time to kill: {}.\n",
+        kills.len(),
+        if kills.is_empty() {
+            0
+        } else {
+            killed * 100 / kills.len()
+        },
+        fmt_duration(median_time_to_kill(kills))
+    );
+    let _ = writeln!(
+        out,
+        "Every column is deterministic (same traces, verdicts and counterexamples on every run) \
+         except **time to kill**: wall-clock time from the start of the hunt to the first failure, \
+         measured with `std::time::Instant` on whatever machine wrote this file (shrinking not \
+         included). For `racy-rmw` the round that breaks also depends on the OS scheduler.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| # | mutant | mistake | killed by | violation | found by | shrunk ops | time to kill |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+    for kill in kills {
+        let (oracle, what) = match &kill.violation {
+            Some(v) => (v.oracle.name().to_string(), v.what.clone()),
+            None => ("**survived**".into(), String::new()),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | `{}` | {} | {} | {} | {} | {} | {} |",
+            kill.mutant.number,
+            kill.mutant.name(),
+            cell(kill.mutant.mistake),
+            oracle,
+            cell(&what),
+            cell(&kill.found_by),
+            kill.shrunk_ops.map_or("—".into(), |n| n.to_string()),
+            fmt_duration(kill.time_to_kill),
+        );
+    }
+    let over: Vec<String> = kills
+        .iter()
+        .filter(|k| k.shrunk_ops.is_some_and(|n| n > MAX_SHRUNK_OPS))
+        .map(|k| k.mutant.name())
+        .collect();
+    let _ = writeln!(
+        out,
+        "\nShrunk counterexamples above {MAX_SHRUNK_OPS} ops: {}.\n",
+        if over.is_empty() {
+            "none".into()
+        } else {
+            over.join(", ")
+        }
+    );
+    let _ = writeln!(out, "## Where each mistake was seen\n");
+    for kill in kills {
+        let _ = writeln!(
+            out,
+            "- `{}`: {}",
+            kill.mutant.name(),
+            cell(kill.mutant.seen)
+        );
+    }
+    let _ = writeln!(out, "\n## Shrunk counterexamples\n");
+    let _ = writeln!(
+        out,
+        "Replay one with `bucketproof_mutants::kill::first_violation(name, &trace)`; the setup \
+         fields not shown are the defaults.\n"
+    );
+    for kill in kills {
+        let _ = writeln!(out, "### `{}`\n", kill.mutant.name());
+        match (&kill.counterexample, &kill.violation) {
+            (Some(trace), Some(violation)) => {
+                let _ = writeln!(
+                    out,
+                    "Setup: capacity {}, rate `{}`, dedupe window {} ns.\n",
+                    trace.setup.config.capacity,
+                    trace.setup.config.rate,
+                    trace.setup.dedupe_window_ns
+                );
+                let _ = writeln!(out, "```text");
+                for op in &trace.ops {
+                    let _ = writeln!(out, "{op:?}");
+                }
+                let _ = writeln!(out, "```\n");
+                let _ = writeln!(out, "{}\n", cell(&violation.to_string()));
+            }
+            (None, Some(violation)) => {
+                let _ = writeln!(
+                    out,
+                    "Two threads, each one acquire of cost 1 on a fresh key of capacity 1 \
+                     (rate 1/s) at `T0` and `T0 + 1 ns`: both admitted.\n\n{}\n",
+                    cell(&violation.to_string())
+                );
+            }
+            _ => {
+                let _ = writeln!(out, "Survived.\n");
+            }
+        }
+    }
+    let _ = writeln!(out, "## cargo-mutants over `crates/limiter`\n");
+    let _ = writeln!(out, "{CARGO_MUTANTS_RUN}");
+    out
+}
+
+/// Goes after every mutant with the default options and writes the markdown report to `path`.
+pub fn write_report(path: &Path) -> std::io::Result<Vec<Kill>> {
+    let kills = kill_all(&KillOptions::default());
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, render_markdown(&kills))?;
+    Ok(kills)
+}

@@ -1,0 +1,227 @@
+//! # bucketproof-mutants: broken token buckets the harness must kill
+//!
+//! A verification harness earns trust by catching real bugs. This crate keeps a catalogue of the
+//! classic token-bucket mistakes (issue 7), each one a [`bucketproof_harness::Subject`] that deviates
+//! from the exact transition in exactly one place, and a kill runner ([`kill`]) that proves the
+//! harness catches every one: which oracle fires, how fast, and how small the shrunk counterexample
+//! is.
+//!
+//! - [`keyed`]: the one keyed wrapper all sequential mutants share, with the exact transition split
+//!   into hooks ([`keyed::Mistake`]); each mutant overrides one hook ([`mistakes`]);
+//! - [`race`]: mutant 6, the read-modify-write split in two critical sections (the limiter's
+//!   `racy-variant`), killed by two real threads and the arrival-curve oracle;
+//! - mutant 13 is the harness's own `float-textbook` subject, reused as is;
+//! - [`traces`]: deterministic trace families (rollbacks, boundaries, idle, reconfigure, request ids,
+//!   key bounds, invalid costs);
+//! - [`kill`]: the kill runner and `reports/mutants.md`.
+//!
+//! [`MutantSubjects`] builds every mutant by its stable name `mutant:<slug>`; the harness does not
+//! depend on this crate, the CLI registers the factory (`Registry::default().with(MutantSubjects)`).
+#![warn(missing_docs)]
+
+pub mod keyed;
+pub mod kill;
+pub mod mistakes;
+pub mod race;
+pub mod traces;
+
+use bucketproof_harness::subjects::FloatTextbookSubject;
+use bucketproof_harness::{Setup, Subject, SubjectError, SubjectFactory};
+
+use crate::keyed::{Keyed, Mistake};
+use crate::mistakes::*;
+
+/// How a mutant is killed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillBy {
+    /// Generated traces through the lockstep runner and its oracles.
+    Traces,
+    /// Two real threads and the arrival-curve oracle ([`race::hunt_race`]): sequentially the
+    /// mutant is indistinguishable from the real limiter.
+    Threads,
+}
+
+/// One entry of the catalogue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mutant {
+    /// The number in issue 7.
+    pub number: u8,
+    /// Stable slug; the subject is named `mutant:<slug>`.
+    pub slug: &'static str,
+    /// The mistake, in one line.
+    pub mistake: &'static str,
+    /// Where it was seen.
+    pub seen: &'static str,
+    /// How the kill runner goes after it.
+    pub kill_by: KillBy,
+}
+
+impl Mutant {
+    /// The subject name, `mutant:<slug>`.
+    pub fn name(&self) -> String {
+        format!("mutant:{}", self.slug)
+    }
+}
+
+const CATALOGUE: [Mutant; 13] = [
+    Mutant {
+        number: 1,
+        slug: "wall-clock-elapsed",
+        mistake: "elapsed from wall-clock time with no clamp: a rollback debits, the recovery re-credits",
+        seen: "varnish/libvmod-vsthrottle#4; sethvargo/go-limiter#41",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 2,
+        slug: "backwards-cursor",
+        mistake: "backwards clock: elapsed clamped to 0 but the cursor set to the earlier time",
+        seen: "Go x/time/rate, golang/go#56287",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 3,
+        slug: "no-capacity-clamp",
+        mistake: "no capacity clamp: an idle bucket accumulates past capacity",
+        seen: "udoprog/leaky-bucket#30",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 4,
+        slug: "charge-denied",
+        mistake: "denied requests are charged",
+        seen: "INCR-then-compare stores, e.g. @fastify/rate-limit's Redis store",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 5,
+        slug: "oversized-cost",
+        mistake: "cost > capacity accepted: denied forever with a bogus retry time",
+        seen: "emqx/emqx#2508; rwz/redis-gcra#6",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 6,
+        slug: "racy-rmw",
+        mistake: "read-modify-write split across two critical sections (a double spend under a race)",
+        seen: "GET-compute-SET limiters without a script or lock; the limiter's own racy-variant",
+        kill_by: KillBy::Threads,
+    },
+    Mutant {
+        number: 7,
+        slug: "retry-floor",
+        mistake: "retry-after rounded down: waiting exactly that long is denied again",
+        seen: "Go x/time/rate durationFromTokens truncation (crates/float/src/go.rs)",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 8,
+        slug: "whole-token-refill",
+        mistake: "refill remainder dropped: only whole tokens credited, cursor still moved to now",
+        seen: "firecracker-microvm/firecracker#3370",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 9,
+        slug: "strict-greater",
+        mistake: "`>` instead of `>=` in the allow test",
+        seen: "tj/node-ratelimiter#8",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 10,
+        slug: "idle-ttl",
+        mistake: "a bucket idle past a fixed 60 s TTL is dropped whatever its balance (burst after eviction)",
+        seen: "cristipufu/aspnetcore-redis-rate-limiting#46; infinigence/octollm#33",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 11,
+        slug: "request-id-twice",
+        mistake: "a repeated request id is charged twice",
+        seen: "any limiter without idempotency keys behind a retrying client",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 12,
+        slug: "retroactive-reconfig",
+        mistake: "reconfiguration applied retroactively to the elapsed interval",
+        seen: "OpenZeppelin/contracts-sui#350 (audit N-02); redisson/redisson#6499",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 13,
+        slug: "float-drift",
+        mistake: "float drift: the textbook f64 bucket (the harness's float-textbook subject)",
+        seen: "crates/float tests: textbook over-admission after many small refills",
+        kill_by: KillBy::Traces,
+    },
+];
+
+/// Every mutant, in issue order.
+pub fn catalogue() -> &'static [Mutant] {
+    &CATALOGUE
+}
+
+/// Builds every mutant by name (`mutant:<slug>`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MutantSubjects;
+
+fn keyed<M: Mistake>(
+    name: &str,
+    mistake: M,
+    setup: &Setup,
+) -> Result<Box<dyn Subject>, SubjectError> {
+    Keyed::new(name, mistake, setup).map(|subject| Box::new(subject) as Box<dyn Subject>)
+}
+
+impl SubjectFactory for MutantSubjects {
+    fn names(&self) -> Vec<String> {
+        CATALOGUE.iter().map(Mutant::name).collect()
+    }
+
+    fn build(&self, name: &str, setup: &Setup) -> Option<Result<Box<dyn Subject>, SubjectError>> {
+        let slug = name.strip_prefix("mutant:")?;
+        Some(match slug {
+            "wall-clock-elapsed" => keyed(name, WallClockElapsed, setup),
+            "backwards-cursor" => keyed(name, BackwardsCursor, setup),
+            "no-capacity-clamp" => keyed(name, NoCapacityClamp, setup),
+            "charge-denied" => keyed(name, ChargeDenied, setup),
+            "oversized-cost" => keyed(name, OversizedCost, setup),
+            "racy-rmw" => race::RacySubject::new(setup).map(|s| Box::new(s) as Box<dyn Subject>),
+            "retry-floor" => keyed(name, RetryFloor, setup),
+            "whole-token-refill" => keyed(name, WholeTokenRefill, setup),
+            "strict-greater" => keyed(name, StrictGreater, setup),
+            "idle-ttl" => keyed(name, IdleTtl, setup),
+            "request-id-twice" => keyed(name, RequestIdTwice, setup),
+            "retroactive-reconfig" => keyed(name, RetroactiveReconfig, setup),
+            // Reused, not copied: the harness's textbook f64 subject (its name stays `float-textbook`).
+            "float-drift" => {
+                FloatTextbookSubject::new(setup).map(|s| Box::new(s) as Box<dyn Subject>)
+            }
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bucketproof_harness::ConfigSpec;
+
+    #[test]
+    fn every_catalogue_name_builds_and_unknown_names_are_not_ours() {
+        let setup = Setup::new(ConfigSpec::new(3, "3/2s"));
+        let factory = MutantSubjects;
+        assert_eq!(factory.names().len(), 13);
+        for name in factory.names() {
+            assert!(
+                factory.build(&name, &setup).is_some_and(|b| b.is_ok()),
+                "{name}"
+            );
+        }
+        assert!(factory.build("core", &setup).is_none());
+        assert!(factory.build("mutant:nope", &setup).is_none());
+        let numbers: Vec<u8> = catalogue().iter().map(|m| m.number).collect();
+        assert_eq!(numbers, (1..=13).collect::<Vec<_>>());
+    }
+}

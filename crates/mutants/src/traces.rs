@@ -1,0 +1,327 @@
+//! Deterministic trace generation for the kill runner: a [`Family`] (what the trace stresses) and a
+//! seed give the same [`Trace`] on every machine and every version of the `rand` crates.
+//!
+//! The stream is `rand_chacha`'s ChaCha8 seeded with `seed_from_u64`; all sampling is done here with
+//! plain `%` on `next_u64` (not a library distribution, whose algorithm may change between releases;
+//! design.md section 7), so a seed in a report replays next year. The small modulo bias is irrelevant
+//! for test generation.
+//!
+//! Families cover what the mutants get wrong: clock rollbacks and recoveries, exact refill
+//! boundaries (and 1 ns before), idle gaps from a minute to centuries and the end of the clock,
+//! reconfiguration, request ids (replays, expiry, the per-key FIFO), invalid costs (0, capacity + 1,
+//! `u64::MAX`), key bounds (small `max_keys` under every policy, with sweeps and forgets) and a mix
+//! of everything. Only [`Family::Plain`] stays within what every subject supports (acquires without
+//! request ids), for the float bucket and the racy variant.
+
+use std::collections::BTreeMap;
+
+use bucketproof_harness::{ConfigSpec, Op, PolicySpec, Setup, Trace};
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+
+/// What a generated trace stresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    /// Acquires only, no request ids: every subject can run it.
+    Plain,
+    /// Clock rollbacks, frozen clocks and recoveries.
+    Rollback,
+    /// Steps of exactly the time `k` tokens take to refill, and 1 ns less.
+    Boundary,
+    /// Long idle gaps: past a minute-long TTL, hours, years, the end of the `u64` clock.
+    Idle,
+    /// Per-key reconfigurations to faster, slower, larger and smaller configs.
+    Reconfigure,
+    /// Repeated request ids, a short dedupe window and a small per-key FIFO.
+    RequestIds,
+    /// Costs of 0, the capacity, capacity + 1 and `u64::MAX`.
+    InvalidCost,
+    /// Many keys against a small `max_keys`, with sweeps and forgets.
+    KeyBound,
+    /// All of the above at once.
+    Mixed,
+}
+
+impl Family {
+    /// Every family, in the order the kill runner tries them.
+    pub const ALL: [Family; 9] = [
+        Family::Plain,
+        Family::Boundary,
+        Family::Rollback,
+        Family::InvalidCost,
+        Family::RequestIds,
+        Family::Reconfigure,
+        Family::Idle,
+        Family::KeyBound,
+        Family::Mixed,
+    ];
+
+    /// A stable name for reports and replay.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Plain => "plain",
+            Family::Rollback => "rollback",
+            Family::Boundary => "boundary",
+            Family::Idle => "idle",
+            Family::Reconfigure => "reconfigure",
+            Family::RequestIds => "request-ids",
+            Family::InvalidCost => "invalid-cost",
+            Family::KeyBound => "key-bound",
+            Family::Mixed => "mixed",
+        }
+    }
+
+    /// Percent chances of each kind of step, per op.
+    fn weights(self) -> Weights {
+        let base = Weights {
+            rollback: 0,
+            frozen: 10,
+            boundary: 10,
+            idle: 0,
+            reconfigure: 0,
+            forget: 0,
+            sweep: 0,
+            request_id: 0,
+            invalid: 0,
+            keys: 2,
+        };
+        match self {
+            Family::Plain => base,
+            Family::Rollback => Weights {
+                rollback: 25,
+                ..base
+            },
+            Family::Boundary => Weights {
+                boundary: 50,
+                ..base
+            },
+            Family::Idle => Weights { idle: 30, ..base },
+            Family::Reconfigure => Weights {
+                reconfigure: 20,
+                ..base
+            },
+            Family::RequestIds => Weights {
+                request_id: 60,
+                ..base
+            },
+            Family::InvalidCost => Weights {
+                invalid: 25,
+                ..base
+            },
+            Family::KeyBound => Weights {
+                sweep: 10,
+                forget: 5,
+                idle: 10,
+                keys: 6,
+                ..base
+            },
+            Family::Mixed => Weights {
+                rollback: 10,
+                frozen: 10,
+                boundary: 15,
+                idle: 8,
+                reconfigure: 6,
+                forget: 3,
+                sweep: 4,
+                request_id: 25,
+                invalid: 6,
+                keys: 4,
+            },
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Weights {
+    rollback: u64,
+    frozen: u64,
+    boundary: u64,
+    idle: u64,
+    reconfigure: u64,
+    forget: u64,
+    sweep: u64,
+    request_id: u64,
+    invalid: u64,
+    keys: u64,
+}
+
+/// Configs traces start with and reconfigure to: awkward rates (thirds, sevenths), slow ones (a
+/// minute per two tokens, so a minute-long idle leaves a bucket non-full), fast ones and no refill.
+pub const CONFIGS: [(u64, &str); 8] = [
+    (3, "3/2s"),
+    (5, "1/3s"),
+    (1, "1/s"),
+    (2, "7/5s"),
+    (5, "2/min"),
+    (4, "1000/s"),
+    (2, "0/s"),
+    (10, "3/s"),
+];
+
+const SECOND: u64 = 1_000_000_000;
+
+struct Draw(ChaCha8Rng);
+
+impl Draw {
+    /// Uniform-ish in `0..n` (0 when `n == 0`).
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.0.next_u64() % n }
+    }
+
+    fn percent(&mut self, chance: u64) -> bool {
+        self.below(100) < chance
+    }
+
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
+    }
+}
+
+/// Nanoseconds `k` tokens take to refill at `rate` (rounded up), if the rate refills at all.
+fn refill_ns(rate: &str, k: u64) -> Option<u64> {
+    let spec = ConfigSpec::new(1, rate).to_config().ok()?;
+    let p = spec.rate().numer() as u128;
+    if p == 0 {
+        return None;
+    }
+    let units = k as u128 * spec.units_per_token();
+    u64::try_from(units.div_ceil(p)).ok()
+}
+
+/// The trace of `family` for `seed`, `len` ops long.
+pub fn generate(family: Family, seed: u64, len: usize) -> Trace {
+    let salt = Family::ALL.iter().position(|f| *f == family).unwrap_or(0) as u64;
+    let mut draw = Draw(ChaCha8Rng::seed_from_u64(
+        seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt,
+    ));
+    let weights = family.weights();
+    let (capacity, rate) = draw.pick(&CONFIGS);
+    let mut setup = Setup::new(ConfigSpec::new(capacity, rate));
+    if weights.request_id > 0 {
+        setup.dedupe_window_ns = draw.pick(&[5 * SECOND, 60 * SECOND, 0]);
+        setup.dedupe_per_key = 1 + draw.below(3) as usize;
+    }
+    if family == Family::KeyBound || family == Family::Mixed {
+        setup.max_keys = 2 + draw.below(3) as usize;
+        setup.policy = draw.pick(&[
+            PolicySpec::RejectNewKeys,
+            PolicySpec::EvictFull,
+            PolicySpec::EvictLeastRecent,
+        ]);
+    }
+    // Per-key config, to aim costs at the capacity in force and boundaries at its rate.
+    let mut configs: BTreeMap<u64, (u64, &str)> = BTreeMap::new();
+    let mut now: u64 = 5 * SECOND;
+    let mut latest = now;
+    let mut ops = Vec::with_capacity(len);
+    while ops.len() < len {
+        let key = draw.below(weights.keys);
+        let (key_capacity, key_rate) = configs.get(&key).copied().unwrap_or((capacity, rate));
+        now = next_time(&mut draw, &weights, now, latest, key_rate);
+        latest = latest.max(now);
+        let roll = draw.below(100);
+        let op = if roll < weights.reconfigure {
+            let config = draw.pick(&CONFIGS);
+            configs.insert(key, config);
+            Op::Reconfigure {
+                key,
+                at: now,
+                config: ConfigSpec::new(config.0, config.1),
+            }
+        } else if roll < weights.reconfigure + weights.forget {
+            configs.remove(&key);
+            Op::Forget { key }
+        } else if roll < weights.reconfigure + weights.forget + weights.sweep {
+            Op::Sweep { at: now }
+        } else {
+            let cost = if draw.percent(weights.invalid) {
+                draw.pick(&[0, key_capacity + 1, u64::MAX])
+            } else if draw.percent(30) {
+                key_capacity
+            } else {
+                1 + draw.below(key_capacity)
+            };
+            let request_id = draw.percent(weights.request_id).then(|| draw.below(3));
+            Op::Acquire {
+                key,
+                at: now,
+                cost,
+                request_id,
+            }
+        };
+        ops.push(op);
+    }
+    Trace { setup, ops }
+}
+
+fn next_time(draw: &mut Draw, weights: &Weights, now: u64, latest: u64, rate: &str) -> u64 {
+    let roll = draw.below(100);
+    let mut threshold = weights.frozen;
+    if roll < threshold {
+        return now;
+    }
+    threshold += weights.rollback;
+    if roll < threshold {
+        // Back by up to 3 s, or, half the time, recover to just past the latest time seen.
+        return if draw.percent(50) {
+            now.saturating_sub(1 + draw.below(3 * SECOND))
+        } else {
+            latest.saturating_add(draw.below(SECOND / 2))
+        };
+    }
+    threshold += weights.boundary;
+    // A rate of 0 never refills: no boundary to aim at, fall through to the other steps.
+    if roll < threshold
+        && let Some(step) = refill_ns(rate, 1 + draw.below(3))
+    {
+        return now.saturating_add(step - draw.below(2));
+    }
+    threshold += weights.idle;
+    if roll < threshold {
+        let gap = match draw.below(6) {
+            // Just past a one-minute TTL, before a slow bucket is full again.
+            0 | 1 => 61 * SECOND + draw.below(30 * SECOND),
+            2 => 3_600 * SECOND,
+            3 => 365 * 86_400 * SECOND,
+            4 => 100 * 365 * 86_400 * SECOND,
+            _ => return u64::MAX - draw.below(1_000),
+        };
+        return now.saturating_add(gap);
+    }
+    now.saturating_add(1 + draw.below(SECOND / 2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_seed_gives_the_same_trace_and_another_seed_another() {
+        for family in Family::ALL {
+            assert_eq!(generate(family, 7, 50), generate(family, 7, 50));
+            assert_ne!(generate(family, 7, 50), generate(family, 8, 50));
+        }
+    }
+
+    #[test]
+    fn plain_traces_hold_only_acquires_without_request_ids() {
+        for seed in 0..20 {
+            for op in generate(Family::Plain, seed, 100).ops {
+                assert!(matches!(
+                    op,
+                    Op::Acquire {
+                        request_id: None,
+                        ..
+                    }
+                ));
+            }
+        }
+    }
+
+    #[test]
+    fn boundary_steps_are_the_exact_refill_time_and_one_ns_less() {
+        assert_eq!(refill_ns("1/3s", 1), Some(3 * SECOND));
+        assert_eq!(refill_ns("3/2s", 1), Some(666_666_667));
+        assert_eq!(refill_ns("0/s", 1), None);
+    }
+}
