@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bucketproof_limiter::{
-    AcquireError, Acquired, BucketState, Config, Decision, Nanos, Request, RequestId, transition,
+    AcquireError, Acquired, BucketState, Config, Decision, Nanos, Peek, Request, RequestId,
+    snapshot, transition,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, RedisError, Script};
@@ -121,6 +122,20 @@ pub enum BuildError {
     #[error("cannot connect to Redis: {0}")]
     Connect(#[source] RedisError),
 }
+
+/// Read-only: the time to peek at (server `TIME` or injected limbs) and the stored state, in one atomic
+/// call so the two cannot straddle a write.
+const PEEK_SOURCE: &str = r#"
+local s, n
+if ARGV[1] == 's' then
+  local tm = redis.call('TIME')
+  s = tm[1]; n = tostring(tonumber(tm[2]) * 1000)
+else
+  s = ARGV[2]; n = ARGV[3]
+end
+local h = redis.call('HMGET', KEYS[1], 'b', 's', 'n', 'g')
+return {s, n, h[1], h[2], h[3], h[4]}
+"#;
 
 /// The longest pause between two attempts.
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
@@ -256,6 +271,9 @@ impl RedisBuilder {
             .map_err(BuildError::Connect)?;
         Ok(RedisLimiter {
             fingerprint: fingerprint(&self.config),
+            capacity_arg: self.config.capacity_units().to_string(),
+            window_arg: limbs(self.dedupe_window),
+            peek: Script::new(PEEK_SOURCE),
             settings: self,
             conn,
             script,
@@ -271,6 +289,11 @@ impl RedisBuilder {
 pub struct RedisLimiter {
     settings: RedisBuilder,
     fingerprint: String,
+    /// Arguments that never change, rendered once.
+    capacity_arg: String,
+    window_arg: (u64, u64),
+    /// Read-only script for [`RedisLimiter::peek`].
+    peek: Script,
     conn: ConnectionManager,
     script: Script,
     counters: Counters,
@@ -355,14 +378,14 @@ impl RedisLimiter {
             }
             None => ("s", 0, 0, 0),
         };
-        let (win_s, win_n) = limbs(self.settings.dedupe_window);
+        let (win_s, win_n) = self.window_arg;
         let cost_units = request.cost as u128 * config.units_per_token();
         invocation
             .arg(mode)
             .arg(now_s)
             .arg(now_n)
             .arg(&self.fingerprint)
-            .arg(config.capacity_units().to_string())
+            .arg(&self.capacity_arg)
             .arg(config.units_per_nanosecond())
             .arg(cost_units.to_string())
             .arg(request.request_id.map(id_text).unwrap_or_default())
@@ -417,6 +440,95 @@ impl RedisLimiter {
             backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
         };
         self.unavailable(request, attempts, last)
+    }
+
+    /// Read-only look at `user`'s bucket at `now` (`None`: the server's time): what an acquire would
+    /// see after refilling, computed exactly in Rust by the core's `snapshot` from one atomic read.
+    /// Nothing is written, refilled or created. Not covered by the unavailability policy: an
+    /// unreachable Redis is an error here.
+    pub async fn peek(&self, user: &str, now: Option<Nanos>) -> Result<Peek, RedisAcquireError> {
+        let config = self.settings.config;
+        let mut conn = self.conn.clone();
+        let (mode, s, n) = match now {
+            Some(now) => {
+                let (s, n) = limbs(now);
+                ("i", s, n)
+            }
+            None => ("s", 0, 0),
+        };
+        let raw: Vec<Option<String>> = self
+            .peek
+            .key(self.redis_key(user))
+            .arg(mode)
+            .arg(s)
+            .arg(n)
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| {
+                if is_unavailable(&e) {
+                    RedisAcquireError::Unavailable {
+                        attempts: 1,
+                        last: e,
+                    }
+                } else {
+                    RedisAcquireError::Script(e)
+                }
+            })?;
+        let bad = |reason| ReplyError {
+            reply: Vec::new(),
+            reason,
+        };
+        // Exact integers below 2^53, written by Redis's own number formatting (maybe "1e+15").
+        let int = |x: &Option<String>| -> Result<Option<u128>, ReplyError> {
+            match x {
+                None => Ok(None),
+                Some(text) => {
+                    let v: f64 = text.parse().map_err(|_| bad("stored number unreadable"))?;
+                    if v.fract() != 0.0 || !(0.0..=crate::EXACT_LIMIT as f64).contains(&v) {
+                        return Err(bad("stored number not an exact integer"));
+                    }
+                    Ok(Some(v as u128))
+                }
+            }
+        };
+        let [now_s, now_n, b, ls, ln, g] = &raw[..] else {
+            return Err(bad("peek reply is not 6 values").into());
+        };
+        let now = crate::script::join(
+            int(now_s)?.unwrap_or(0) as i64,
+            int(now_n)?.unwrap_or(0) as i64,
+        )
+        .ok_or(bad("now outside u64 ns"))?;
+        let (state, present) = match (int(b)?, int(ls)?, int(ln)?) {
+            (Some(balance), Some(s), Some(n)) => {
+                if g.as_deref() != Some(self.fingerprint.as_str()) {
+                    return Err(RedisAcquireError::ConfigMismatch(format!(
+                        "stored config {g:?} differs from {}",
+                        self.fingerprint
+                    )));
+                }
+                let last_refill =
+                    crate::script::join(s as i64, n as i64).ok_or(bad("cursor outside u64 ns"))?;
+                if balance > config.capacity_units() {
+                    return Err(bad("stored balance above capacity").into());
+                }
+                (
+                    BucketState {
+                        balance,
+                        last_refill,
+                    },
+                    true,
+                )
+            }
+            _ => (BucketState::full(&config, now), false),
+        };
+        let view = snapshot(&config, state, now);
+        Ok(Peek {
+            remaining: view.remaining,
+            reset_after: view.reset_after,
+            present,
+            config,
+        })
     }
 
     /// Drops `user`'s bucket and request-id records; the next access is fresh.

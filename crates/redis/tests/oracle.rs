@@ -12,7 +12,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bucketproof_limiter::{
-    AcquireError, BucketState, Config, Limiter, ManualClock, Nanos, Rate, Request, Wait, transition,
+    AcquireError, BucketState, Config, Limiter, ManualClock, Nanos, Rate, Request, Wait, snapshot,
+    transition,
 };
 use bucketproof_redis::{
     BuildError, RangeError, RedisAcquireError, RedisLimiter, Source, max_capacity,
@@ -90,6 +91,7 @@ async fn decisions_equal_the_exact_core_on_random_traces() {
     let ops_per_trace = if heavy() { 4000 } else { 400 };
     let mut checked = 0u64;
     let mut exact_fits = 0u64;
+    let mut peeks = 0u64;
     let mut saturated = 0u64;
     for (index, config) in configs().into_iter().enumerate() {
         let prefix = unique_prefix("oracle");
@@ -111,6 +113,15 @@ async fn decisions_equal_the_exact_core_on_random_traces() {
                 .get(key)
                 .copied()
                 .unwrap_or_else(|| BucketState::full(&config, now));
+            if op % 5 == 0 {
+                // Read-only peek at the same instant: the core's snapshot of the model state.
+                let peek = limiter.peek(key, Some(now)).await.expect("peek");
+                let view = snapshot(&config, state, now);
+                assert_eq!(peek.remaining, view.remaining, "peek at op {op}");
+                assert_eq!(peek.reset_after, view.reset_after, "peek at op {op}");
+                assert_eq!(peek.present, model.contains_key(key));
+                peeks += 1;
+            }
             let expected = transition(&config, state, now, cost);
             let got = limiter.acquire_at(key, cost, now).await;
             let ctx =
