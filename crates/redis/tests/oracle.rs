@@ -199,6 +199,7 @@ async fn decisions_equal_the_exact_core_on_random_traces() {
         saturated > 10,
         "no trace refilled a bucket to capacity: {saturated}"
     );
+    assert!(peeks > 100, "peeks checked: {peeks}");
     assert!(
         exact_fits > 10,
         "no admission at the exact boundary: {exact_fits}"
