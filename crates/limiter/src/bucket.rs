@@ -11,6 +11,8 @@
 //! - allow iff the refilled balance covers the cost; a denial consumes nothing;
 //! - an invalid cost is an error that leaves the state untouched.
 
+use std::fmt;
+
 use crate::{AcquireError, Config, Nanos, Tokens, Wait};
 
 /// The whole per-key state: the balance in units and the refill cursor.
@@ -96,17 +98,26 @@ impl BucketState {
 /// The result of an acquire: allowed or denied, with the exact remaining balance and the waits.
 ///
 /// The waits are derived on demand from what the transition knew, so the allow path never divides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Stored compactly (72 bytes, 8-byte aligned; every `u128` is rebuilt on demand): the transition and
+/// the keyed limiter hand one out per call, so its size is on the hot path. Two decisions are equal
+/// exactly when their allow bit, remaining units, unit grid, capacity, missing units, refill speed,
+/// lag and `now` are equal (the missing units follow from the denied cost and the grid).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Decision {
-    allowed: bool,
-    remaining: Tokens,
-    capacity_units: u128,
-    /// Units missing to cover the cost (denied only; 0 when allowed).
-    short_units: u128,
+    /// The balance after the decision, in units, as `[low, high]` 64-bit halves.
+    remaining_units: [u64; 2],
+    /// `q * 10^9 < 2^62`.
+    units_per_token: u64,
+    /// Capacity in whole tokens.
+    capacity: u64,
+    /// Denied only: the cost asked for (0 when allowed). Missing units = `cost * units_per_token -
+    /// remaining`.
+    denied_cost: u64,
     units_per_ns: u64,
     /// `last_refill - now` after the refill: how far the cursor is ahead of this caller's clock.
     lag: Nanos,
     now: Nanos,
+    allowed: bool,
 }
 
 impl Decision {
@@ -117,26 +128,56 @@ impl Decision {
     }
 
     /// The exact balance after the decision (after the charge if allowed).
-    pub const fn remaining(&self) -> Tokens {
-        self.remaining
+    pub fn remaining(&self) -> Tokens {
+        Tokens::from_units(self.remaining_units(), self.units_per_token as u128)
     }
 
     /// For a denial: how long from `now` until this same request would be allowed with no other
     /// traffic, rounded up to the nanosecond (so retrying 1 ns earlier fails). `None` when allowed.
     pub fn retry_after(&self) -> Option<Wait> {
         (!self.allowed)
-            .then(|| Wait::until(self.short_units, self.units_per_ns, self.lag, self.now))
+            .then(|| Wait::until(self.short_units(), self.units_per_ns, self.lag, self.now))
     }
 
     /// How long from `now` until the bucket is full again with no traffic (`After(0)` if full now).
     pub fn reset_after(&self) -> Wait {
-        let short = self.capacity_units - self.remaining.units();
+        let short = self.capacity_units() - self.remaining_units();
         Wait::until(short, self.units_per_ns, self.lag, self.now)
     }
 
     /// The `now` the decision was made at.
     pub const fn decided_at(&self) -> Nanos {
         self.now
+    }
+
+    #[inline]
+    fn remaining_units(&self) -> u128 {
+        self.remaining_units[0] as u128 | (self.remaining_units[1] as u128) << 64
+    }
+
+    fn capacity_units(&self) -> u128 {
+        self.capacity as u128 * self.units_per_token as u128
+    }
+
+    /// Units missing to cover the cost (denied only; 0 when allowed).
+    fn short_units(&self) -> u128 {
+        (self.denied_cost as u128 * self.units_per_token as u128)
+            .saturating_sub(self.remaining_units())
+    }
+}
+
+/// Prints the same fields as before the compact layout, so logs and reports do not change.
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decision")
+            .field("allowed", &self.allowed)
+            .field("remaining", &self.remaining())
+            .field("capacity_units", &self.capacity_units())
+            .field("short_units", &self.short_units())
+            .field("units_per_ns", &self.units_per_ns)
+            .field("lag", &self.lag)
+            .field("now", &self.now)
+            .finish()
     }
 }
 
@@ -157,21 +198,20 @@ pub fn transition(
     })?;
     let mut next = state.refilled(config, now);
     let allowed = next.balance >= cost_units;
-    let short_units = if allowed {
+    if allowed {
         next.balance -= cost_units;
-        0
-    } else {
-        cost_units - next.balance
-    };
+    }
     next.assert_valid(config, state.last_refill);
+    debug_assert!(config.units_per_token() <= u64::MAX as u128);
     let decision = Decision {
-        allowed,
-        remaining: next.tokens(config),
-        capacity_units: config.capacity_units(),
-        short_units,
+        remaining_units: [next.balance as u64, (next.balance >> 64) as u64],
+        units_per_token: config.units_per_token() as u64,
+        capacity: config.capacity(),
+        denied_cost: if allowed { 0 } else { cost },
         units_per_ns: config.units_per_nanosecond(),
         lag: next.last_refill - now.min(next.last_refill),
         now,
+        allowed,
     };
     Ok((next, decision))
 }
@@ -390,6 +430,33 @@ mod tests {
             new.capacity_units(),
             "clamped to the new capacity"
         );
+    }
+
+    #[test]
+    fn the_compact_decision_keeps_its_equality_and_debug_output() {
+        let config = config(4, "1/s");
+        // Equal outcomes from different costs compare equal, as with the former field-per-value layout.
+        let three = BucketState {
+            balance: 3 * config.units_per_token(),
+            last_refill: 0,
+        };
+        let four = BucketState::full(&config, 0);
+        let (_, one_of_three) = transition(&config, three, 0, 1).unwrap();
+        let (_, two_of_four) = transition(&config, four, 0, 2).unwrap();
+        assert_eq!(one_of_three, two_of_four);
+        // A denial keeps its missing units; Debug prints the same fields as before.
+        let mut state = BucketState::full(&config, 0);
+        acquire(&config, &mut state, 0, 4);
+        let denied = acquire(&config, &mut state, SECOND / 2, 1);
+        assert_eq!(denied.retry_after(), Some(Wait::After(SECOND / 2)));
+        assert_eq!(denied.reset_after(), Wait::After(3 * SECOND + SECOND / 2));
+        assert_eq!(
+            format!("{denied:?}"),
+            "Decision { allowed: false, remaining: Tokens { units: 500000000, units_per_token: \
+             1000000000 }, capacity_units: 4000000000, short_units: 500000000, units_per_ns: 1, \
+             lag: 0, now: 500000000 }"
+        );
+        assert_ne!(denied, acquire(&config, &mut state, SECOND / 2, 2));
     }
 
     #[test]
