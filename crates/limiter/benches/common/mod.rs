@@ -1,0 +1,106 @@
+//! Prototypes used as evidence in reports/bench-limiter.md, not the product: what the exact
+//! [`transition`] costs behind other storage than [`bucketproof_limiter::Limiter`]'s.
+//!
+//! - [`DirectProto`]: one bucket behind one `Mutex`, the shape of governor's direct limiter (an
+//!   unkeyed front end the crate does not have).
+//! - [`FlatKeyedProto`]: `u64` keys in sharded `hashbrown::HashTable`s that hold the key and the
+//!   24-byte state inline (32-byte slots), instead of `IndexMap`'s index table plus a separate
+//!   48-byte entry vector. Same hasher (ahash), same shard count rule, same transition; no sweep, no
+//!   key bound, no overrides or request ids (a real version would keep a flag for those in the
+//!   balance's two spare top bits).
+#![allow(dead_code)]
+
+use std::sync::Mutex;
+
+use bucketproof_limiter::{AcquireError, BucketState, Config, Decision, Nanos, transition};
+use hashbrown::HashTable;
+
+pub struct DirectProto {
+    config: Config,
+    state: Mutex<BucketState>,
+}
+
+impl DirectProto {
+    pub fn new(config: Config, now: Nanos) -> DirectProto {
+        DirectProto {
+            config,
+            state: Mutex::new(BucketState::full(&config, now)),
+        }
+    }
+
+    #[inline]
+    pub fn acquire_at(&self, cost: u64, now: Nanos) -> Result<Decision, AcquireError> {
+        let mut state = self.state.lock().unwrap();
+        let (next, decision) = transition(&self.config, *state, now, cost)?;
+        *state = next;
+        Ok(decision)
+    }
+}
+
+/// Key, balance (low, high), last refill.
+type Slot = (u64, [u64; 2], Nanos);
+
+#[repr(align(128))]
+struct Shard(Mutex<HashTable<Slot>>);
+
+pub struct FlatKeyedProto {
+    shards: Box<[Shard]>,
+    shard_bits: u32,
+    hasher: ahash::RandomState,
+    config: Config,
+}
+
+impl FlatKeyedProto {
+    pub fn new(config: Config) -> FlatKeyedProto {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let shards = (cpus * 4).next_power_of_two();
+        FlatKeyedProto {
+            shards: (0..shards)
+                .map(|_| Shard(Mutex::new(HashTable::new())))
+                .collect(),
+            shard_bits: shards.trailing_zeros(),
+            hasher: ahash::RandomState::new(),
+            config,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.0.lock().unwrap().len()).sum()
+    }
+
+    #[inline]
+    pub fn acquire_at(&self, key: u64, cost: u64, now: Nanos) -> Result<Decision, AcquireError> {
+        let hash = self.hasher.hash_one(key);
+        let mixed = (hash ^ hash.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let index = if self.shard_bits == 0 {
+            0
+        } else {
+            (mixed >> (64 - self.shard_bits)) as usize
+        };
+        let mut table = self.shards[index].0.lock().unwrap();
+        if let Some(slot) = table.find_mut(hash, |slot| slot.0 == key) {
+            let state = BucketState {
+                balance: slot.1[0] as u128 | (slot.1[1] as u128) << 64,
+                last_refill: slot.2,
+            };
+            let (next, decision) = transition(&self.config, state, now, cost)?;
+            slot.1 = [next.balance as u64, (next.balance >> 64) as u64];
+            slot.2 = next.last_refill;
+            return Ok(decision);
+        }
+        let (next, decision) = transition(
+            &self.config,
+            BucketState::full(&self.config, now),
+            now,
+            cost,
+        )?;
+        let slot = (
+            key,
+            [next.balance as u64, (next.balance >> 64) as u64],
+            next.last_refill,
+        );
+        let hasher = &self.hasher;
+        table.insert_unique(hash, slot, |slot| hasher.hash_one(slot.0));
+        Ok(decision)
+    }
+}

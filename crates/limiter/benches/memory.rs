@@ -1,0 +1,134 @@
+//! Resident bytes per key at 1,000,000 keys: bucketproof's `Limiter<u64>` against governor 0.10's keyed
+//! DashMap limiter (issue 2, "Figures").
+//!
+//! A counting `#[global_allocator]` (a thin wrapper around `System`) keeps the number of live heap
+//! bytes. Each limiter is built, filled with keys `0..1,000,000` (one acquire each, at one instant, so
+//! nothing is full and nothing is swept), and the live bytes it holds (the delta from just before
+//! construction) are divided by the key count. This counts what the allocator handed out, not
+//! page-level RSS, and the same way for both. Not a criterion bench: it prints.
+//!
+//! Run: `cargo bench -p bucketproof-limiter --bench memory`.
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bucketproof_limiter::{AcquireError, Acquired, Config, Decision, Limiter, Rate};
+use governor::clock::FakeRelativeClock;
+use governor::{Quota, RateLimiter};
+
+/// `System`, counting live bytes.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let ptr = unsafe { System.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        if !new.is_null() {
+            LIVE.fetch_add(new_size, Ordering::Relaxed);
+            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+        }
+        new
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const KEYS: u64 = 1_000_000;
+const START_NS: u64 = 1_000_000_000;
+
+fn live() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+fn report(name: &str, bytes: usize, keys: usize) {
+    println!(
+        "{name:<44} {keys:>9} keys {bytes:>11} B  {:>7.2} B/key",
+        bytes as f64 / keys as f64
+    );
+}
+
+fn config() -> Config {
+    Config::new(4, Rate::per(1, Duration::from_secs(2)).unwrap()).unwrap()
+}
+
+fn ours(name: &str, build: impl FnOnce() -> Limiter<u64>) {
+    let before = live();
+    let limiter = build();
+    for key in 0..KEYS {
+        limiter.acquire_at(&key, 1, START_NS).unwrap();
+    }
+    let bytes = live() - before;
+    report(name, bytes, limiter.len());
+    drop(limiter);
+}
+
+fn governor() {
+    let before = live();
+    let clock = FakeRelativeClock::default();
+    clock.advance(Duration::from_nanos(START_NS));
+    let quota = Quota::with_period(Duration::from_secs(2))
+        .unwrap()
+        .allow_burst(NonZeroU32::new(4).unwrap());
+    let limiter = RateLimiter::dashmap_with_clock(quota, clock);
+    for key in 0..KEYS {
+        let _ = limiter.check_key(&key);
+    }
+    let bytes = live() - before;
+    report(
+        "governor 0.10 keyed (DashMap, u64 keys)",
+        bytes,
+        limiter.len(),
+    );
+    drop(limiter);
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing to parse.
+    println!(
+        "size_of: Decision {} B, Result<Acquired, AcquireError> {} B, Result<Decision, AcquireError> {} B",
+        size_of::<Decision>(),
+        size_of::<Result<Acquired, AcquireError>>(),
+        size_of::<Result<Decision, AcquireError>>()
+    );
+    ours("bucketproof Limiter<u64> (defaults)", || {
+        Limiter::new(config())
+    });
+    governor();
+    let before = live();
+    let proto = common::FlatKeyedProto::new(config());
+    for key in 0..KEYS {
+        proto.acquire_at(key, 1, START_NS).unwrap();
+    }
+    report(
+        "prototype: flat HashTable, 32-byte slots",
+        live() - before,
+        proto.len(),
+    );
+}
