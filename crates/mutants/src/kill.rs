@@ -15,10 +15,12 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use bucketproof_harness::engine::{Engine, EngineOptions, Status};
 use bucketproof_harness::oracle::Violation;
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_harness::scenario::{Scenario, load_all};
 use bucketproof_harness::shrink::shrink;
-use bucketproof_harness::{SubjectFactory, Trace};
+use bucketproof_harness::{Registry, SubjectFactory, Trace};
 
 use crate::race::{hunt_race, racy_acquire};
 use crate::traces::{Family, generate};
@@ -181,6 +183,82 @@ pub fn kill_all(options: &KillOptions) -> Vec<Kill> {
     catalogue().iter().map(|m| kill(m, options)).collect()
 }
 
+/// What the scenario suite (`scenarios/*.toml`, the harness's scenario engine) does to one mutant.
+#[derive(Clone, Debug)]
+pub struct ScenarioKills {
+    /// The catalogue entry.
+    pub mutant: Mutant,
+    /// Scenarios run (first declared seed each).
+    pub ran: usize,
+    /// Scenarios the subject cannot run (an unsupported op, e.g. reconfigure on the float bucket).
+    pub skipped: usize,
+    /// The scenarios that killed it, with the oracle that fired, in file order.
+    pub killed_by: Vec<(String, &'static str)>,
+    /// The first killing scenario's counterexample as the engine shrank it: ops.
+    pub first_shrunk_ops: Option<usize>,
+}
+
+/// Runs every scenario in `scenarios` (first declared seed) against every sequential mutant through
+/// the harness's scenario engine. The racy mutant is included to show that no sequential scenario can
+/// tell it from the real limiter. `shrink_budget` bounds the engine's shrinking of the first kill.
+pub fn scenario_kills(scenarios: &[Scenario], shrink_budget: usize) -> Vec<ScenarioKills> {
+    let registry = Registry::default().with(MutantSubjects);
+    // Counting runs do not shrink; only the first kill of each mutant is shrunk, by a second engine.
+    let counting = Engine::new(
+        &registry,
+        EngineOptions {
+            shrink_budget: 0,
+            ..EngineOptions::default()
+        },
+    );
+    let shrinking = Engine::new(
+        &registry,
+        EngineOptions {
+            shrink_budget,
+            ..EngineOptions::default()
+        },
+    );
+    catalogue()
+        .iter()
+        .map(|mutant| {
+            let name = mutant.name();
+            let mut kills = ScenarioKills {
+                mutant: *mutant,
+                ran: 0,
+                skipped: 0,
+                killed_by: Vec::new(),
+                first_shrunk_ops: None,
+            };
+            for scenario in scenarios {
+                let Some(&seed) = scenario.seeds.first() else {
+                    continue;
+                };
+                kills.ran += 1;
+                match counting.run(scenario, seed, &name).status {
+                    Status::Fail { violation } => {
+                        if kills.first_shrunk_ops.is_none() {
+                            let shrunk = shrinking.run(scenario, seed, &name).counterexample;
+                            kills.first_shrunk_ops = shrunk.map(|c| c.ops.len());
+                        }
+                        kills
+                            .killed_by
+                            .push((scenario.name.clone(), violation.oracle.name()));
+                    }
+                    Status::Skipped { .. } => kills.skipped += 1,
+                    _ => {}
+                }
+            }
+            kills
+        })
+        .collect()
+}
+
+/// Loads `dir` (the repository's `scenarios/`) for [`scenario_kills`]; `None` if it is absent or
+/// does not load (the report then says the scenario suite was not run, and why).
+pub fn load_scenarios(dir: &Path) -> Result<Vec<Scenario>, String> {
+    load_all(dir).map_err(|e| e.to_string())
+}
+
 /// The median of the kill times of the killed mutants.
 pub fn median_time_to_kill(kills: &[Kill]) -> Option<Duration> {
     let mut times: Vec<Duration> = kills.iter().filter_map(|k| k.time_to_kill).collect();
@@ -212,8 +290,8 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|")
 }
 
-/// The markdown report for `kills`.
-pub fn render_markdown(kills: &[Kill]) -> String {
+/// The markdown report for `kills` and the scenario suite's results (or why it did not run).
+pub fn render_markdown(kills: &[Kill], scenarios: &Result<Vec<ScenarioKills>, String>) -> String {
     let mut out = String::new();
     let killed = kills.iter().filter(|k| k.killed()).count();
     let _ = writeln!(out, "# Mutation self-test\n");
@@ -278,6 +356,7 @@ pub fn render_markdown(kills: &[Kill]) -> String {
             over.join(", ")
         }
     );
+    render_scenarios(&mut out, scenarios);
     let _ = writeln!(out, "## Where each mistake was seen\n");
     for kill in kills {
         let _ = writeln!(
@@ -329,12 +408,61 @@ pub fn render_markdown(kills: &[Kill]) -> String {
     out
 }
 
-/// Goes after every mutant with the default options and writes the markdown report to `path`.
+fn render_scenarios(out: &mut String, scenarios: &Result<Vec<ScenarioKills>, String>) {
+    let _ = writeln!(out, "## The scenario suite against the mutants\n");
+    let rows = match scenarios {
+        Ok(rows) => rows,
+        Err(why) => {
+            let _ = writeln!(out, "Not run: {}.\n", cell(why));
+            return;
+        }
+    };
+    let _ = writeln!(
+        out,
+        "Every `scenarios/*.toml` at its first declared seed, through the harness's scenario engine \
+         (`bucketproof_harness::engine`), against every mutant. Deterministic. A scenario the subject \
+         cannot run (an unsupported op) is skipped; `racy-rmw` is expected to pass them all: one call \
+         at a time it is the real limiter.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| mutant | killed by scenarios | skipped | first kill shrunk to | scenarios (oracle) |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    for row in rows {
+        let names: Vec<String> = row
+            .killed_by
+            .iter()
+            .map(|(scenario, oracle)| format!("{scenario} ({oracle})"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "| `{}` | {}/{} | {} | {} | {} |",
+            row.mutant.name(),
+            row.killed_by.len(),
+            row.ran,
+            row.skipped,
+            row.first_shrunk_ops
+                .map_or("—".into(), |n| format!("{n} ops")),
+            cell(&names.join(", "))
+        );
+    }
+    let _ = writeln!(out);
+}
+
+/// Goes after every mutant with the default options, runs the scenario suite from `scenarios/`
+/// (relative to the working directory: run it from the repository root, as the CLI does) and writes
+/// the markdown report to `path`.
 pub fn write_report(path: &Path) -> std::io::Result<Vec<Kill>> {
     let kills = kill_all(&KillOptions::default());
+    let scenarios = load_scenarios(Path::new("scenarios"))
+        .map(|suite| scenario_kills(&suite, SCENARIO_SHRINK_BUDGET));
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
-    std::fs::write(path, render_markdown(&kills))?;
+    std::fs::write(path, render_markdown(&kills, &scenarios))?;
     Ok(kills)
 }
+
+/// Trial runs the engine may spend shrinking a mutant's first scenario kill.
+pub const SCENARIO_SHRINK_BUDGET: usize = 2_000;
