@@ -14,15 +14,22 @@
 -- KEYS[1]  the user's hash (one key per user, so one slot in Redis Cluster)
 -- ARGV[1]  's' = use the server's TIME, 'i' = injected time in ARGV[2..3]
 -- ARGV[2]  now, whole seconds           ARGV[3]  now, nanoseconds within the second
--- ARGV[4]  config fingerprint (units per token / capacity units / p), refused if the stored one differs
--- ARGV[5]  capacity in units            ARGV[6]  p: units added per nanosecond
--- ARGV[7]  cost in units (1 <= cost <= capacity, checked by the caller: an invalid cost never gets here)
+-- ARGV[4]  default config fingerprint (units per token / capacity units / p); a stored bucket without an
+--          override must carry the same one, or it is refused (never read on another unit grid)
+-- ARGV[5]  default capacity in units    ARGV[6]  default p: units added per nanosecond
+-- ARGV[7]  cost in whole tokens (checked here against the key's effective capacity: 0 or above -> BPCOST)
 -- ARGV[8]  request id, '' for none
 -- ARGV[9]  dedupe window, seconds       ARGV[10] dedupe window, nanoseconds within the second
 -- ARGV[11] request-id records kept per key (0 = do not record)
 -- ARGV[12] TTL floor in ms (0 with server time; used with injected time, whose clock is not the server's)
+-- ARGV[13] default units per token (q * 1e9)    ARGV[14] default capacity in whole tokens
 --
--- Reply: {replayed, created, allowed, balance, reset, retry, t_s, t_n, now_s, now_n, seq, cost}
+-- A per-key override (set by RedisLimiter::reconfigure, atomically, with WATCH/MULTI) is the hash field
+-- 'o' = "version:capacity:p:q"; it replaces the default config for this key, and such a key never
+-- expires (the override must live until forget, as in the in-memory limiter).
+--
+-- Reply: {replayed, created, allowed, balance, reset, retry, t_s, t_n, now_s, now_n, seq, cost,
+--         o_version, o_capacity, o_p, o_q}   (o_version 0: the default config decided)
 --   reset / retry: ceil(missing units / p) in ns, measured from t; 0 = nothing missing; -1 = never (p = 0).
 --   t: the refill cursor max(now, last); the caller adds the lag t - now exactly in u128.
 --   seq: this key's transition counter, so a test can put concurrent decisions in their real order.
@@ -78,7 +85,9 @@ end
 local fp = ARGV[4]
 local cap = tonumber(ARGV[5])
 local p = tonumber(ARGV[6])
-local cost = tonumber(ARGV[7])
+local cost_tokens = tonumber(ARGV[7])
+local unit = tonumber(ARGV[13])
+local cap_tokens = tonumber(ARGV[14])
 local rid = ARGV[8]
 local win_s = tonumber(ARGV[9])
 local win_n = tonumber(ARGV[10])
@@ -86,17 +95,36 @@ local keep = tonumber(ARGV[11])
 local ttl_floor = tonumber(ARGV[12])
 local recording = rid ~= '' and keep > 0 and (win_s > 0 or win_n > 0)
 
-local h = redis.call('HMGET', key, 'b', 's', 'n', 'g', 'k', 'xs', 'xn')
+local h = redis.call('HMGET', key, 'b', 's', 'n', 'g', 'k', 'xs', 'xn', 'o')
+
+-- The key's effective config: its override if reconfigured, else the default.
+local ov, oc, on, oq = 0, 0, 0, 0
+if h[8] then
+  local a, c, d, e = string.match(h[8], '^(%d+):(%d+):(%d+):(%d+)$')
+  ov, oc, on, oq = tonumber(a), tonumber(c), tonumber(d), tonumber(e)
+  unit = oq * E9
+  cap_tokens = oc
+  cap = oc * unit
+  p = on
+  fp = h[4]
+end
+
+-- Step 1: an invalid cost is an error and changes nothing (no replay either).
+if cost_tokens < 1 or cost_tokens > cap_tokens then
+  return redis.error_reply('BPCOST ' .. fmt(cap_tokens))
+end
+local cost = cost_tokens * unit
 
 -- Step 2: a live record for this request id answers with the recorded decision; nothing changes.
--- Record: slot,exp_s,exp_n,allowed,balance,reset,retry,t_s,t_n,now_s,now_n,seq,cost
+-- Record: slot,exp_s,exp_n,allowed,balance,reset,retry,t_s,t_n,now_s,now_n,seq,cost,ov,oc,on,oq
 if rid ~= '' and h[1] then
   local rec = redis.call('HGET', key, 'r' .. rid)
   if rec then
     local f = {}
     for x in string.gmatch(rec, '[^,]+') do f[#f + 1] = tonumber(x) end
     if before(now_s, now_n, f[2], f[3]) then
-      return {1, 0, f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], f[13]}
+      return {1, 0, f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], f[13], f[14], f[15],
+        f[16], f[17]}
     end
   end
 end
@@ -161,7 +189,8 @@ if recording then
   local q = redis.call('HMGET', key, 'qh', 'qt', 'qc')
   local qh, qt, qc = tonumber(q[1]) or 0, tonumber(q[2]) or 0, tonumber(q[3]) or 0
   local rec = table.concat({fmt(qt), fmt(ex_s), fmt(ex_n), allowed, fmt(b), fmt(reset), fmt(retry),
-    fmt(ts), fmt(tn), fmt(now_s), fmt(now_n), fmt(seq), fmt(cost)}, ',')
+    fmt(ts), fmt(tn), fmt(now_s), fmt(now_n), fmt(seq), fmt(cost), fmt(ov), fmt(oc), fmt(on), fmt(oq)},
+    ',')
   redis.call('HSET', key, 'r' .. rid, rec, 'q' .. fmt(qt), rid)
   qt = qt + 1
   qc = qc + 1
@@ -184,9 +213,10 @@ if recording then
 end
 
 -- TTL: until the bucket is full as seen from now (lag included), and never before the newest live
--- request-id record dies. Never 0. A bucket that can never refill (p = 0, not full) must not expire.
+-- request-id record dies. Never 0. A bucket that can never refill (p = 0, not full) must not expire,
+-- and neither may a key holding an override.
 local ttl = -1
-if reset >= 0 then
+if reset >= 0 and ov == 0 then
   local lag_s, lag_n = ts - now_s, tn - now_n
   if lag_n < 0 then lag_s = lag_s - 1; lag_n = lag_n + E9 end
   ttl = lag_s * 1000 + ceildiv(lag_n + reset, 1000000)
@@ -201,4 +231,4 @@ else
   redis.call('PERSIST', key)
 end
 
-return {0, created, allowed, b, reset, retry, ts, tn, now_s, now_n, seq, cost}
+return {0, created, allowed, b, reset, retry, ts, tn, now_s, now_n, seq, cost, ov, oc, on, oq}

@@ -19,7 +19,7 @@ pub mod range;
 pub mod script;
 
 pub use limiter::{
-    BuildError, MAX_RECORDS_PER_KEY, Outcome, RedisAcquireError, RedisBuilder, RedisLimiter,
-    RedisStats, Source, Unavailable,
+    BuildError, MAX_RECORDS_PER_KEY, Outcome, ReconfigureError, RedisAcquireError, RedisBuilder,
+    RedisLimiter, RedisStats, Source, Unavailable,
 };
 pub use range::{EXACT_LIMIT, RangeError, check_exact, max_capacity};

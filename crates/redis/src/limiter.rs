@@ -133,8 +133,8 @@ if ARGV[1] == 's' then
 else
   s = ARGV[2]; n = ARGV[3]
 end
-local h = redis.call('HMGET', KEYS[1], 'b', 's', 'n', 'g')
-return {s, n, h[1], h[2], h[3], h[4]}
+local h = redis.call('HMGET', KEYS[1], 'b', 's', 'n', 'g', 'o')
+return {s, n, h[1], h[2], h[3], h[4], h[5]}
 "#;
 
 /// The longest pause between two attempts.
@@ -254,6 +254,7 @@ impl RedisBuilder {
             return Err(BuildError::NoAttempts);
         }
         let client = Client::open(url).map_err(BuildError::Connect)?;
+        let client_for_admin = client.clone();
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(self.response_timeout))
             .set_connection_timeout(Some(self.response_timeout))
@@ -272,6 +273,8 @@ impl RedisBuilder {
         Ok(RedisLimiter {
             fingerprint: fingerprint(&self.config),
             capacity_arg: self.config.capacity_units().to_string(),
+            unit_arg: self.config.units_per_token().to_string(),
+            client: client_for_admin,
             window_arg: limbs(self.dedupe_window),
             peek: Script::new(PEEK_SOURCE),
             settings: self,
@@ -291,7 +294,10 @@ pub struct RedisLimiter {
     fingerprint: String,
     /// Arguments that never change, rendered once.
     capacity_arg: String,
+    unit_arg: String,
     window_arg: (u64, u64),
+    /// For reconfigure, which needs a connection of its own (WATCH is per connection).
+    client: Client,
     /// Read-only script for [`RedisLimiter::peek`].
     peek: Script,
     conn: ConnectionManager,
@@ -365,8 +371,8 @@ impl RedisLimiter {
         request: Request,
     ) -> Result<Outcome, RedisAcquireError> {
         let config = self.settings.config;
-        // Step 1 of the semantics, before anything is sent: an invalid cost changes nothing anywhere.
-        transition(&config, BucketState::full(&config, 0), 0, request.cost)?;
+        // Step 1 of the semantics (cost 0 or above the key's capacity) is checked inside the script,
+        // against the key's effective config (its override, if reconfigured): nothing changes.
         let key = self.redis_key(user);
         let mut invocation = self.script.key(&key);
         let (mode, now_s, now_n, ttl_floor_ms) = match request.now {
@@ -379,7 +385,6 @@ impl RedisLimiter {
             None => ("s", 0, 0, 0),
         };
         let (win_s, win_n) = self.window_arg;
-        let cost_units = request.cost as u128 * config.units_per_token();
         invocation
             .arg(mode)
             .arg(now_s)
@@ -387,12 +392,14 @@ impl RedisLimiter {
             .arg(&self.fingerprint)
             .arg(&self.capacity_arg)
             .arg(config.units_per_nanosecond())
-            .arg(cost_units.to_string())
+            .arg(request.cost)
             .arg(request.request_id.map(id_text).unwrap_or_default())
             .arg(win_s)
             .arg(win_n)
             .arg(self.settings.dedupe_per_key)
-            .arg(ttl_floor_ms);
+            .arg(ttl_floor_ms)
+            .arg(&self.unit_arg)
+            .arg(config.capacity());
 
         let mut backoff = self.settings.retry_backoff;
         let mut attempts = 0;
@@ -421,6 +428,17 @@ impl RedisLimiter {
                         source: Source::Redis,
                         seq: reply.seq,
                     });
+                }
+                Err(CallError::Redis(e)) if e.code() == Some("BPCOST") => {
+                    let capacity = e
+                        .detail()
+                        .and_then(|d| d.trim().parse().ok())
+                        .unwrap_or(config.capacity());
+                    return Err(AcquireError::InvalidCost {
+                        cost: request.cost,
+                        capacity,
+                    }
+                    .into());
                 }
                 Err(CallError::Redis(e)) if e.code() == Some("BPCONFIG") => {
                     return Err(RedisAcquireError::ConfigMismatch(
@@ -491,8 +509,16 @@ impl RedisLimiter {
                 }
             }
         };
-        let [now_s, now_n, b, ls, ln, g] = &raw[..] else {
-            return Err(bad("peek reply is not 6 values").into());
+        let [now_s, now_n, b, ls, ln, g, o] = &raw[..] else {
+            return Err(bad("peek reply is not 7 values").into());
+        };
+        let config = match o {
+            Some(o) => {
+                parse_override(o)
+                    .ok_or(bad("stored override unreadable"))?
+                    .1
+            }
+            None => config,
         };
         let now = crate::script::join(
             int(now_s)?.unwrap_or(0) as i64,
@@ -501,7 +527,7 @@ impl RedisLimiter {
         .ok_or(bad("now outside u64 ns"))?;
         let (state, present) = match (int(b)?, int(ls)?, int(ln)?) {
             (Some(balance), Some(s), Some(n)) => {
-                if g.as_deref() != Some(self.fingerprint.as_str()) {
+                if o.is_none() && g.as_deref() != Some(self.fingerprint.as_str()) {
                     return Err(RedisAcquireError::ConfigMismatch(format!(
                         "stored config {g:?} differs from {}",
                         self.fingerprint
@@ -529,6 +555,117 @@ impl RedisLimiter {
             present,
             config,
         })
+    }
+
+    /// Moves `user` to `new` at `now` (`None`: the server's time), as the in-memory limiter's
+    /// `reconfigure_at`: refill under the old config up to `max(now, last)`, convert to the new unit grid
+    /// rounding down, clamp to the new capacity. Returns the key's new config version (1 for the first).
+    ///
+    /// Atomic by optimistic locking (WATCH, read, compute with the core's exact `reconfigured`,
+    /// MULTI/EXEC, retry if another instance wrote in between) on a connection of its own: rare, so it
+    /// does not need a second Lua script with its own arithmetic. The override is stored with the
+    /// bucket, every later acquire of the key uses it, and the key no longer expires until
+    /// [`RedisLimiter::forget`] (as the in-memory limiter keeps overrides). `new` must be in the exact
+    /// range like every config.
+    pub async fn reconfigure(
+        &self,
+        user: &str,
+        new: Config,
+        now: Option<Nanos>,
+    ) -> Result<u64, ReconfigureError> {
+        check_exact(&new)?;
+        let key = self.redis_key(user);
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(ReconfigureError::Redis)?;
+        loop {
+            let _: () = redis::cmd("WATCH")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .map_err(ReconfigureError::Redis)?;
+            let now = match now {
+                Some(now) => now,
+                None => {
+                    let (s, us): (u64, u64) = redis::cmd("TIME")
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(ReconfigureError::Redis)?;
+                    s.saturating_mul(1_000_000_000)
+                        .saturating_add(us.saturating_mul(1000))
+                }
+            };
+            let (b, s, n, g, o): StoredFields = redis::cmd("HMGET")
+                .arg(&key)
+                .arg(&["b", "s", "n", "g", "o"][..])
+                .query_async(&mut conn)
+                .await
+                .map_err(ReconfigureError::Redis)?;
+            let (version, old) = match &o {
+                Some(o) => parse_override(o).ok_or(ReconfigureError::Corrupt("override"))?,
+                None => {
+                    if g.as_ref().is_some_and(|g| *g != self.fingerprint) {
+                        return Err(ReconfigureError::ConfigMismatch(g.unwrap_or_default()));
+                    }
+                    (0, self.settings.config)
+                }
+            };
+            let state = match (b, s, n) {
+                (Some(b), Some(s), Some(n)) => {
+                    let exact = |x: &str| -> Option<u128> {
+                        let v: f64 = x.parse().ok()?;
+                        (v.fract() == 0.0 && (0.0..=crate::EXACT_LIMIT as f64).contains(&v))
+                            .then_some(v as u128)
+                    };
+                    let corrupt = ReconfigureError::Corrupt("bucket");
+                    let (b, s, n) = (exact(&b), exact(&s), exact(&n));
+                    let (Some(b), Some(s), Some(n)) = (b, s, n) else {
+                        return Err(corrupt);
+                    };
+                    BucketState {
+                        balance: b,
+                        last_refill: crate::script::join(s as i64, n as i64).ok_or(corrupt)?,
+                    }
+                }
+                _ => BucketState::full(&old, now),
+            };
+            let next = state.reconfigured(&old, &new, now);
+            let version = version + 1;
+            let (ls, ln) = limbs(next.last_refill);
+            let descriptor = format!(
+                "{version}:{}:{}:{}",
+                new.capacity(),
+                new.rate().numer(),
+                new.rate().denom()
+            );
+            let written: Option<redis::Value> = redis::pipe()
+                .atomic()
+                .cmd("HSET")
+                .arg(&key)
+                .arg("b")
+                .arg(next.balance.to_string())
+                .arg("s")
+                .arg(ls)
+                .arg("n")
+                .arg(ln)
+                .arg("g")
+                .arg(fingerprint(&new))
+                .arg("o")
+                .arg(descriptor)
+                .ignore()
+                .cmd("PERSIST")
+                .arg(&key)
+                .ignore()
+                .query_async(&mut conn)
+                .await
+                .map_err(ReconfigureError::Redis)?;
+            if written.is_some() {
+                return Ok(version);
+            }
+            // EXEC returned nil: another instance wrote the key after our WATCH; read again.
+        }
     }
 
     /// Drops `user`'s bucket and request-id records; the next access is fresh.
@@ -620,6 +757,48 @@ impl RedisLimiter {
     fn local_now(&self) -> Nanos {
         u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
+}
+
+/// `HMGET b s n g o` of a bucket.
+type StoredFields = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+
+/// The override descriptor `"version:capacity:p:q"` as (version, config).
+fn parse_override(text: &str) -> Option<(u64, Config)> {
+    let mut parts = text.split(':').map(|x| x.parse::<u64>().ok());
+    let (Some(Some(version)), Some(Some(capacity)), Some(Some(p)), Some(Some(q)), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return None;
+    };
+    let config = Config::new(capacity, bucketproof_limiter::Rate::new(p, q).ok()?).ok()?;
+    Some((version, config))
+}
+
+/// Why a reconfigure did not happen. Nothing was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconfigureError {
+    /// The new config is outside the exact range.
+    #[error(transparent)]
+    Range(#[from] RangeError),
+    /// The stored bucket has another config and no override: it was not written by this limiter.
+    #[error("stored bucket has another config: {0}")]
+    ConfigMismatch(String),
+    /// The stored bucket cannot be read as exact integers.
+    #[error("stored {0} is not readable")]
+    Corrupt(&'static str),
+    /// Redis failed or could not be reached.
+    #[error("Redis error during reconfigure: {0}")]
+    Redis(#[source] RedisError),
 }
 
 /// A request id as the script's hash field suffix: 32 hex digits.

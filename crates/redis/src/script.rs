@@ -7,7 +7,7 @@
 //! without duplicating any arithmetic. The script's own `reset`/`retry` quotients are then compared with
 //! the rebuilt decision, so a disagreement between Lua and Rust is an error, never a silent rounding.
 
-use bucketproof_limiter::{BucketState, Config, Decision, Nanos, Wait, transition};
+use bucketproof_limiter::{BucketState, Config, Decision, Nanos, Rate, Wait, transition};
 use redis::Script;
 
 /// The Lua source: read, replay check, refill, decide, write, record, TTL.
@@ -66,6 +66,8 @@ pub struct Reply {
     pub seq: u64,
     /// The cost in units this decision was made for (for a replay: the recorded request's cost).
     pub cost_units: u64,
+    /// The key's override config `(version, capacity, p, q)` the decision was made under, if any.
+    pub override_config: Option<(u64, u64, u64, u64)>,
 }
 
 /// Why a reply could not be turned into a decision.
@@ -79,7 +81,7 @@ pub struct ReplyError {
 }
 
 impl Reply {
-    /// Parses the script's 12-element array.
+    /// Parses the script's 16-element array.
     pub fn parse(raw: Vec<i64>) -> Result<Reply, ReplyError> {
         let bad = |reason| ReplyError {
             reply: raw.clone(),
@@ -98,9 +100,13 @@ impl Reply {
             now_n,
             seq,
             cost_units,
+            o_version,
+            o_capacity,
+            o_p,
+            o_q,
         ] = raw[..]
         else {
-            return Err(bad("expected 12 integers"));
+            return Err(bad("expected 16 integers"));
         };
         let flag = |x: i64| match x {
             0 => Ok(false),
@@ -118,11 +124,33 @@ impl Reply {
             now: join(now_s, now_n).ok_or_else(|| bad("now outside u64 ns"))?,
             seq: u64::try_from(seq).map_err(|_| bad("negative seq"))?,
             cost_units: u64::try_from(cost_units).map_err(|_| bad("negative cost"))?,
+            override_config: match (o_version, o_capacity, o_p, o_q) {
+                (0, _, _, _) => None,
+                (v, c, p, q) if v > 0 && c > 0 && p >= 0 && q > 0 => {
+                    Some((v as u64, c as u64, p as u64, q as u64))
+                }
+                _ => return Err(bad("malformed override config")),
+            },
         })
     }
 
-    /// The limiter's [`Decision`] for this reply, checked against the script's own quotients.
-    pub fn decision(&self, config: &Config) -> Result<Decision, ReplyError> {
+    /// The config the script decided under: the key's override, else `default`.
+    pub fn config(&self, default: &Config) -> Result<Config, ReplyError> {
+        match self.override_config {
+            None => Ok(*default),
+            Some((_, capacity, p, q)) => Rate::new(p, q)
+                .and_then(|rate| Config::new(capacity, rate))
+                .map_err(|_| ReplyError {
+                    reply: self.raw(),
+                    reason: "stored override is not a valid config",
+                }),
+        }
+    }
+
+    /// The limiter's [`Decision`] for this reply (under the key's override config if it has one, else
+    /// `default`), checked against the script's own quotients.
+    pub fn decision(&self, default: &Config) -> Result<Decision, ReplyError> {
+        let config = &self.config(default)?;
         let bad = |reason| ReplyError {
             reply: self.raw(),
             reason,
@@ -167,7 +195,7 @@ impl Reply {
     fn raw(&self) -> Vec<i64> {
         let (t_s, t_n) = limbs(self.t);
         let (n_s, n_n) = limbs(self.now);
-        vec![
+        [
             self.replayed as i64,
             self.created as i64,
             self.allowed as i64,
@@ -181,6 +209,12 @@ impl Reply {
             self.seq as i64,
             self.cost_units as i64,
         ]
+        .into_iter()
+        .chain(match self.override_config {
+            None => [0; 4],
+            Some((v, c, p, q)) => [v as i64, c as i64, p as i64, q as i64],
+        })
+        .collect()
     }
 }
 
@@ -220,9 +254,10 @@ mod tests {
 
     #[test]
     fn a_malformed_reply_is_an_error_not_a_decision() {
-        assert!(Reply::parse(vec![0; 11]).is_err());
-        assert!(Reply::parse(vec![2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]).is_err());
-        assert!(Reply::parse(vec![0, 0, 0, -5, 0, 0, 0, 0, 0, 0, 0, 1]).is_err());
+        assert!(Reply::parse(vec![0; 15]).is_err());
+        assert!(Reply::parse(vec![2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]).is_err());
+        assert!(Reply::parse(vec![0, 0, 0, -5, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]).is_err());
+        assert!(Reply::parse(vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1]).is_err());
         let config = Config::new(2, bucketproof_limiter::Rate::per_second(1)).unwrap();
         let ok = Reply::parse(vec![
             0,
@@ -237,6 +272,10 @@ mod tests {
             0,
             1,
             1_000_000_000,
+            0,
+            0,
+            0,
+            0,
         ]);
         assert!(ok.unwrap().decision(&config).unwrap().is_allowed());
         // Claims "allowed" with a quotient that is off by one: refused, not rounded over.
@@ -253,6 +292,10 @@ mod tests {
             0,
             1,
             1_000_000_000,
+            0,
+            0,
+            0,
+            0,
         ]);
         assert!(off.unwrap().decision(&config).is_err());
     }
