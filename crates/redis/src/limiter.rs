@@ -703,6 +703,9 @@ impl RedisLimiter {
     ) -> Result<Outcome, RedisAcquireError> {
         bump(&self.counters.unavailable);
         let now = request.now.unwrap_or_else(|| self.local_now());
+        // Without Redis the key's override (if any) is unknown: validate against the default config.
+        let config = self.settings.config;
+        transition(&config, BucketState::full(&config, now), now, request.cost)?;
         let fallback = |decision: Decision, source| Outcome {
             acquired: Acquired {
                 decision,
