@@ -399,9 +399,19 @@ impl Lockstep<'_> {
             Err(SubjectError::Unsupported(what)) => return Err(format!("unsupported: {what}")),
             Err(SubjectError::KeyLimitReached) => {
                 self.event("key_limit");
+                // A key the model still holds may have been dropped losslessly by the subject's
+                // amortized sweep (it was evictable); refusing it at the bound is then legal, and the
+                // model forgets it too so that a later admission starts fresh on both sides.
+                let latest = self.latest.unwrap_or(at);
+                let dropped =
+                    self.model.state(key).is_some() && self.model.is_evictable_at(key, latest);
                 let legal = self.subject.may_evict()
-                    && self.model.state(key).is_none()
+                    && (self.model.state(key).is_none() || dropped)
                     && !self.model.keys().is_empty();
+                if legal && dropped {
+                    self.model.evict(key);
+                    self.arrival.forget(key);
+                }
                 return Ok((!legal).then(|| {
                     Violation::new(
                         OracleKind::Model,
