@@ -14,14 +14,16 @@
 //! - `transition`: one key, no synchronization. [`bucketproof_limiter::transition`] against the
 //!   textbook f64 bucket below (`tokens = min(cap, tokens + dt * rate)`), same config and time step.
 //!   Each returns what a caller gets (ours a [`Decision`], the f64 bucket a `bool` and the remaining
-//!   balance), passed whole through `black_box`.
+//!   balance), passed whole through `black_box`; `ours_transition_allowed_only` passes only the
+//!   decision bit.
 //! - `keys_1m`: 1,000,000 existing keys, random access (one pre-generated ChaCha8 index sequence,
 //!   shared by both), time +1 µs per call. [`Limiter<u64>`] against governor's keyed DashMap limiter
 //!   with a `FakeRelativeClock`. Capacity 4, 1 token per 2 s per key, every bucket created empty: a
 //!   key is hit about once per simulated second, so about half the calls are denied and a bucket
-//!   rarely refills to full (so the lossless sweep seldom drops and re-creates keys). `ours_no_sweep` shows the
-//!   cost of the amortized sweep; `proto_flat_table` (benches/common, evidence, not the product) is
-//!   the same transition over a one-indirection table with the state inline.
+//!   rarely refills to full (so the lossless sweep seldom drops and re-creates keys).
+//!   `ours_no_sweep` shows the cost of the amortized sweep; `proto_flat_table` (benches/common,
+//!   evidence, not the product) is the same transition over a one-indirection table with the state
+//!   inline.
 //!
 //! Run: `cargo bench -p bucketproof-limiter --bench limiter`. Bytes per key are measured by the
 //! `memory` bench target, not here.
