@@ -110,9 +110,10 @@ async fn script_round(f: &Fixture, conns: usize, per_conn: usize, round: u64) {
     let fp = bucketproof_redis::script::fingerprint(&f.config);
     let cap = f.config.capacity_units().to_string();
     let p = f.config.units_per_nanosecond();
-    let cost = f.config.units_per_token().to_string();
+    let unit = f.config.units_per_token().to_string();
+    let capacity = f.config.capacity();
     let calls = (0..conns).flat_map(|c| {
-        let (fp, cap, cost) = (&fp, &cap, &cost);
+        let (fp, cap, unit) = (&fp, &cap, &unit);
         (0..per_conn).map(move |i| {
             let key = format!(
                 "{}{{s{}}}",
@@ -130,12 +131,14 @@ async fn script_round(f: &Fixture, conns: usize, per_conn: usize, round: u64) {
                     .arg(fp)
                     .arg(cap)
                     .arg(p)
-                    .arg(cost)
+                    .arg(1)
                     .arg("")
                     .arg(60)
                     .arg(0)
                     .arg(8)
                     .arg(0)
+                    .arg(unit)
+                    .arg(capacity)
                     .invoke_async(&mut conn)
                     .await
                     .expect("evalsha");
