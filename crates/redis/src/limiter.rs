@@ -317,10 +317,6 @@ impl std::fmt::Debug for RedisLimiter {
     }
 }
 
-enum CallError {
-    Redis(RedisError),
-}
-
 impl RedisLimiter {
     /// Settings for a limiter with `config` for every key; see [`RedisBuilder`].
     pub fn builder(config: Config) -> RedisBuilder {
@@ -407,10 +403,7 @@ impl RedisLimiter {
             attempts += 1;
             let mut conn = self.conn.clone();
             // The connection manager applies the response timeout to every command.
-            let call = invocation
-                .invoke_async::<Vec<i64>>(&mut conn)
-                .await
-                .map_err(CallError::Redis);
+            let call = invocation.invoke_async::<Vec<i64>>(&mut conn).await;
             let error = match call {
                 Ok(raw) => {
                     let reply = Reply::parse(raw)?;
@@ -429,7 +422,7 @@ impl RedisLimiter {
                         seq: reply.seq,
                     });
                 }
-                Err(CallError::Redis(e)) if e.code() == Some("BPCOST") => {
+                Err(e) if e.code() == Some("BPCOST") => {
                     let capacity = e
                         .detail()
                         .and_then(|d| d.trim().parse().ok())
@@ -440,13 +433,13 @@ impl RedisLimiter {
                     }
                     .into());
                 }
-                Err(CallError::Redis(e)) if e.code() == Some("BPCONFIG") => {
+                Err(e) if e.code() == Some("BPCONFIG") => {
                     return Err(RedisAcquireError::ConfigMismatch(
                         e.detail().unwrap_or_default().to_string(),
                     ));
                 }
-                Err(CallError::Redis(e)) if is_unavailable(&e) => e,
-                Err(CallError::Redis(e)) => return Err(RedisAcquireError::Script(e)),
+                Err(e) if is_unavailable(&e) => e,
+                Err(e) => return Err(RedisAcquireError::Script(e)),
             };
             // Retrying is safe with a request id (a replay charges nothing) or when nothing was sent.
             let safe = request.request_id.is_some() || error.is_connection_refusal();
