@@ -1,0 +1,149 @@
+//! The `bucketproof` binary end to end, as CI and a user run it: the gate passes on main with one JUnit
+//! test case per scenario-seed and fresh committed reports; `run` is byte-reproducible; a broken subject
+//! fails the gate with a counterexample of at most 6 ops that `replay` reproduces; a malformed scenario is
+//! a usage error naming file, line and column.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn bucketproof(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bucketproof"))
+        .args(args)
+        .current_dir(workspace())
+        .env("CI", "true") // plain lines, no progress bar
+        .env_remove("BUCKETPROOF_SCALE")
+        .output()
+        .expect("the binary runs")
+}
+
+/// A fresh directory for one test's outputs.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("bucketproof-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn check_passes_on_main_with_one_junit_case_per_scenario_seed_and_fresh_reports() {
+    let dir = scratch("junit");
+    let junit = dir.join("junit.xml");
+    let out = bucketproof(&["check", "--junit", junit.to_str().unwrap(), "--check-reports"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let scenarios =
+        bucketproof_harness::scenario::load_all(&workspace().join("scenarios")).unwrap();
+    let expected: usize = scenarios
+        .iter()
+        .map(|s| s.seeds.len() * s.subjects.len())
+        .sum();
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert_eq!(xml.matches("<testcase ").count(), expected, "{xml}");
+    assert!(!xml.contains("<failure"), "{xml}");
+    for scenario in &scenarios {
+        for seed in &scenario.seeds {
+            let case = format!("name=\"{} seed {seed} [", scenario.name);
+            assert!(xml.contains(&case), "no test case {case}");
+        }
+    }
+}
+
+#[test]
+fn run_twice_gives_byte_identical_json() {
+    let first = bucketproof(&["run", "rollback", "--seed", "2"]);
+    let second = bucketproof(&["run", "scenarios/rollback.toml", "--seed", "2"]);
+    assert_eq!(first.status.code(), Some(0), "{}", text(&first.stderr));
+    assert!(!first.stdout.is_empty());
+    assert_eq!(first.stdout, second.stdout);
+    let json: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
+    assert_eq!(json["status"], "pass");
+    assert_eq!(json["report"]["steps"], 4000);
+}
+
+#[test]
+fn a_broken_subject_fails_with_a_small_counterexample_that_replay_reproduces() {
+    let dir = scratch("broken");
+    let out = bucketproof(&[
+        "check",
+        "scenarios/repeated-denials.toml",
+        "--subject",
+        "broken:charges-denials",
+        "--reports",
+        dir.to_str().unwrap(),
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let failures = dir.join("failures");
+    let file = failures.join("repeated-denials-seed1-broken-charges-denials.json");
+    let replay_command = format!("bucketproof replay {}", file.display());
+    assert!(stderr.contains(&replay_command), "{stderr}");
+
+    let counterexample: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let ops = counterexample["ops"].as_array().unwrap();
+    assert!(ops.len() <= 6, "{} ops: {ops:?}", ops.len());
+    for field in ["scenario", "seed", "subject", "setup", "violation", "replay"] {
+        assert!(!counterexample[field].is_null(), "missing {field}");
+    }
+    assert_eq!(counterexample["violation"]["oracle"], "model");
+
+    let replayed = bucketproof(&["replay", file.to_str().unwrap()]);
+    let stdout = text(&replayed.stdout);
+    assert_eq!(replayed.status.code(), Some(1), "{stdout}");
+    let recorded = counterexample["violation"]["what"].as_str().unwrap();
+    assert!(stdout.contains("reproduced:"), "{stdout}");
+    assert!(stdout.contains(recorded), "{stdout}");
+
+    // The same file against the correct core passes: the failure is the subject's, not the trace's.
+    let mut fixed = counterexample.clone();
+    fixed["subject"] = "core".into();
+    let fixed_file = dir.join("fixed.json");
+    std::fs::write(&fixed_file, fixed.to_string()).unwrap();
+    let passed = bucketproof(&["replay", fixed_file.to_str().unwrap()]);
+    assert_eq!(passed.status.code(), Some(0), "{}", text(&passed.stdout));
+}
+
+#[test]
+fn a_malformed_scenario_is_a_usage_error_naming_file_line_and_column() {
+    let dir = scratch("malformed");
+    let file = dir.join("typo.toml");
+    std::fs::write(
+        &file,
+        "length = 10\nreach = [\"allowed\"]\n[setup]\ncapacity = 3\nrate = \"1/s\"\n[arrivals]\npatern = \"poisson\"\n",
+    )
+    .unwrap();
+    let out = bucketproof(&["check", file.to_str().unwrap()]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let place = format!("{}:7:1:", file.display());
+    assert!(stderr.contains(&place), "{stderr}");
+    assert!(stderr.contains("unknown field `patern`"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+
+    let unknown = bucketproof(&["check", "--subject", "no-such-subject"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(text(&unknown.stderr).contains("unknown subject"));
+}
+
+#[test]
+fn list_names_scenarios_and_subjects() {
+    let out = bucketproof(&["list"]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    for name in ["exact-refill", "rollback", "core", "model", "broken:charges-denials"] {
+        assert!(stdout.contains(name), "{stdout}");
+    }
+}
