@@ -181,7 +181,7 @@ pub fn format_ns(ns: u64) -> String {
         (1_000_000, "ms"),
         (1_000, "us"),
     ] {
-        if ns >= unit && ns % unit == 0 {
+        if ns >= unit && ns.is_multiple_of(unit) {
             return format!("{} {name}", ns / unit);
         }
     }
@@ -275,6 +275,28 @@ impl CompareOptions {
             .map(|h| parse_horizon(h.as_ref()))
             .collect::<Result<_, _>>()?;
         Ok(self)
+    }
+
+    /// What a command line asks for: the full grid if `full` (or `BUCKETPROOF_COMPARE_FULL`), else
+    /// the CI grid, with the rates and horizons replaced by the given ones when there are any.
+    pub fn from_args<S: AsRef<str>>(
+        full: bool,
+        rates: &[S],
+        horizons: &[S],
+    ) -> Result<CompareOptions, CompareError> {
+        let mut options = if full {
+            CompareOptions::full()
+        } else {
+            CompareOptions::from_env()
+        };
+        if !rates.is_empty() {
+            options = options.with_rates(rates)?;
+        }
+        if !horizons.is_empty() {
+            options = options.with_horizons(horizons)?;
+        }
+        options.validate()?;
+        Ok(options)
     }
 
     fn validate(&self) -> Result<(), CompareError> {
@@ -1201,6 +1223,36 @@ pub fn render_markdown(report: &CompareReport) -> String {
     md
 }
 
+/// The totals per subject as plain text, for a terminal.
+pub fn summary(report: &CompareReport) -> String {
+    let mut out = format!(
+        "{} cells; per subject: decisions differing (over/under), value mismatches, arrival-curve \
+         breaches, max token error\n",
+        report.cells.len()
+    );
+    for t in &report.totals {
+        let _ = writeln!(
+            out,
+            "  {:<15} {:>6} ({}/{})  values {:>6}  arrival {:>5}  max error {}",
+            t.subject,
+            t.decision_mismatches,
+            t.over_admissions,
+            t.under_admissions,
+            t.value_mismatches,
+            t.arrival_breaches,
+            fmt_err(t.max_token_error)
+        );
+    }
+    for s in &report.scenarios {
+        let _ = writeln!(
+            out,
+            "  scenario {:<17} core {}, float-go {} ({} under-admission)",
+            s.name, s.core.status, s.float_go.status, s.float_go.under_admissions
+        );
+    }
+    out
+}
+
 /// The JSON report (pretty, stable key order from the struct definitions).
 pub fn render_json(report: &CompareReport) -> String {
     let mut json =
@@ -1370,6 +1422,26 @@ mod tests {
         let mut empty = CompareOptions::ci();
         empty.capacities.clear();
         assert_eq!(run(&empty), Err(CompareError::EmptyGrid("no capacities")));
+    }
+
+    #[test]
+    fn command_line_arguments_replace_the_grid() {
+        let none: [&str; 0] = [];
+        assert_eq!(
+            CompareOptions::from_args(true, &none, &none).unwrap(),
+            CompareOptions::full()
+        );
+        let options = CompareOptions::from_args(false, &["7000000/s"], &["1s", "100y"]).unwrap();
+        assert_eq!(options.rates, vec![GridRate::parse("7000000/s").unwrap()]);
+        assert_eq!(options.horizons_ns, vec![SECOND, 100 * YEAR]);
+        assert!(matches!(
+            CompareOptions::from_args(false, &["7"], &none),
+            Err(CompareError::BadRate { .. })
+        ));
+        assert!(matches!(
+            CompareOptions::from_args(false, &none, &["soon"]),
+            Err(CompareError::BadHorizon { .. })
+        ));
     }
 
     #[test]
