@@ -7,6 +7,8 @@
 //! - `run SCENARIO`: one run, its JSON report on stdout (byte-identical across runs and machines).
 //! - `replay FILE`: reproduces a counterexample.
 //! - `list`: scenarios and subjects.
+//! - `compare`: float versus rational (the exact core, the f64 buckets and governor over a grid of
+//!   rates, capacities and horizons); writes `reports/float-vs-rational.{md,json,svg}`.
 //!
 //! What is deterministic (reports, JSON, JUnit, counterexamples) never contains timings; throughput is
 //! printed on stderr only.
@@ -101,6 +103,22 @@ enum Command {
         /// Scenario files or directories (default: `scenarios/`).
         paths: Vec<PathBuf>,
     },
+    /// Float versus rational: identical traces through the exact core, the f64 buckets and governor
+    /// over a grid of rates, capacities and horizons; writes `float-vs-rational.{md,json,svg}`.
+    Compare {
+        /// Horizons, e.g. `1s,1d,100y` (default: the grid's).
+        #[arg(long = "horizon", value_delimiter = ',')]
+        horizons: Vec<String>,
+        /// Rates as `<tokens>/<period>`, e.g. `10/13s,7000000/s` (default: the eight).
+        #[arg(long, value_delimiter = ',')]
+        rates: Vec<String>,
+        /// The big grid (env `BUCKETPROOF_COMPARE_FULL=1` too); the committed report is the default grid.
+        #[arg(long)]
+        full: bool,
+        /// Reports directory (default: `reports/` beside the scenarios directory).
+        #[arg(long)]
+        reports: Option<PathBuf>,
+    },
 }
 
 /// Exit codes.
@@ -149,6 +167,12 @@ fn main() -> ExitCode {
         } => run(&scenario, seed, subject, scale),
         Command::Replay { file } => replay_file(&file),
         Command::List { paths } => list(&paths),
+        Command::Compare {
+            horizons,
+            rates,
+            full,
+            reports,
+        } => compare(&horizons, &rates, full, reports),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -654,5 +678,25 @@ fn list(paths: &[PathBuf]) -> Result<u8, Fatal> {
     for name in registry().names() {
         println!("  {name}");
     }
+    Ok(PASS)
+}
+
+/// `compare`: runs the grid, writes the report, prints the totals.
+fn compare(
+    horizons: &[String],
+    rates: &[String],
+    full: bool,
+    reports: Option<PathBuf>,
+) -> Result<u8, Fatal> {
+    use bucketproof_harness::compare::{self, CompareOptions};
+    let options = CompareOptions::from_args(full, rates, horizons)?;
+    let dir = reports.unwrap_or_else(|| default_reports_dir(&[]));
+    let report = compare::write_report_with(&dir, &options)?;
+    print!("{}", compare::summary(&report));
+    eprintln!(
+        "wrote {}/{}.{{md,json,svg}}",
+        dir.display(),
+        compare::REPORT_STEM
+    );
     Ok(PASS)
 }
