@@ -330,13 +330,14 @@ impl Lockstep<'_> {
             Op::Reconfigure { key, at, config } => {
                 self.note_time(*at);
                 let new = config.to_model().map_err(|e| e.to_string())?;
-                let held_before = self.subject.may_evict() && self.subject.inspect(*key).is_some();
+                let follows = self.subject.may_evict() && self.subject.can_inspect();
+                let held_before = follows && self.subject.inspect(*key).is_some();
                 if let Err(error) = self.subject.reconfigure(*key, config, *at) {
                     return subject_failed(error);
                 }
                 // A reconfigure of a key the subject did not hold creates it, possibly with its cursor
                 // at the subject's eviction horizon: follow that before the model reconfigures.
-                if self.subject.may_evict() && !held_before {
+                if follows && !held_before {
                     if let Some(v) = self.follow_creation(*key, *at) {
                         return Ok(Some(v));
                     }
@@ -368,8 +369,23 @@ impl Lockstep<'_> {
                 if let Err(error) = self.subject.sweep(*at) {
                     return subject_failed(error);
                 }
-                for _ in self.model.sweep(*at) {
-                    self.event("swept");
+                if self.subject.may_evict() {
+                    // A subject that evicts on its own may keep or drop each evictable bucket (Redis
+                    // keeps them until their TTL): the model does not sweep, it follows the subject's
+                    // creations (`follow_creation`), which checks each drop was legal.
+                    let evictable = self
+                        .model
+                        .keys()
+                        .into_iter()
+                        .filter(|&key| self.model.is_evictable_at(key, *at))
+                        .count();
+                    for _ in 0..evictable {
+                        self.event("swept");
+                    }
+                } else {
+                    for _ in self.model.sweep(*at) {
+                        self.event("swept");
+                    }
                 }
                 Ok(None)
             }

@@ -136,6 +136,11 @@ pub trait Subject {
         None
     }
 
+    /// True if [`Subject::inspect`] works, so that its `None` means "no state for this key".
+    fn can_inspect(&self) -> bool {
+        false
+    }
+
     /// True if the subject may drop buckets on its own (amortized sweeping, key bound): the differential
     /// oracle then follows its `created` reports instead of failing on them.
     fn may_evict(&self) -> bool {

@@ -215,6 +215,60 @@ prop_state_machine! {
     fn the_core_limiter_matches_the_model_and_every_oracle_after_every_step(sequential 1..40 => CoreUnderTest);
 }
 
+/// The Redis script (injected time) against the model, every oracle after every step. Runs only with
+/// `REDIS_URL` (CI sets it, with `BUCKETPROOF_REQUIRE_REDIS=1` turning a skip into a failure).
+struct RedisUnderTest;
+
+impl StateMachineTest for RedisUnderTest {
+    type SystemUnderTest = Sut;
+    type Reference = LimiterMachine;
+
+    fn init_test(_: &Reference) -> Sut {
+        sut_for(Box::new(
+            bucketproof_harness::subjects::redis::RedisSubject::new(&setup()).unwrap(),
+        ))
+    }
+
+    fn apply(sut: Sut, _: &Reference, op: Op) -> Sut {
+        step(sut, op)
+    }
+}
+
+/// Property: the Redis script's decisions equal the reference model's under the same generated op
+/// sequences as the core (fewer cases: each one is a round trip per op).
+#[test]
+fn the_redis_script_matches_the_model_and_every_oracle_after_every_step() {
+    if std::env::var("REDIS_URL").is_err() {
+        assert!(
+            std::env::var("BUCKETPROOF_REQUIRE_REDIS").as_deref() != Ok("1"),
+            "REDIS_URL is not set but BUCKETPROOF_REQUIRE_REDIS=1"
+        );
+        eprintln!(
+            "\n!!!!! SKIP the_redis_script_matches_the_model...: REDIS_URL is not set !!!!!\n"
+        );
+        return;
+    }
+    let config = ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(24),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    };
+    let mut runner = TestRunner::new(config.clone());
+    let result = runner.run(
+        &LimiterMachine::sequential_strategy(1..30),
+        |(initial, transitions, seen)| {
+            RedisUnderTest::test_sequential(config.clone(), initial, transitions, seen);
+            Ok(())
+        },
+    );
+    if let Err(error) = result {
+        panic!("{error}");
+    }
+}
+
 /// A deliberately broken single-bucket subject built on the real transition, for proving the tests
 /// have teeth. Each variant is one classic bug.
 #[derive(Clone, Copy, Debug)]

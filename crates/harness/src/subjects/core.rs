@@ -112,6 +112,10 @@ impl Subject for CoreSubject {
         Some(peek.remaining.units() >= cost as u128 * peek.remaining.units_per_token())
     }
 
+    fn can_inspect(&self) -> bool {
+        true
+    }
+
     fn inspect(&mut self, key: u64) -> Option<Inspected> {
         let (state, config) = self.limiter.inspect(&key)?;
         Some(Inspected {

@@ -147,6 +147,10 @@ impl<B: FloatBucket> Subject for FloatSubject<B> {
         Some(peek.remaining >= cost as f64)
     }
 
+    fn can_inspect(&self) -> bool {
+        true
+    }
+
     fn inspect(&mut self, key: u64) -> Option<Inspected> {
         let bucket = self.buckets.get(key)?;
         Some(Inspected {

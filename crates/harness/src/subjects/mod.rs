@@ -9,6 +9,8 @@ pub mod float;
 #[cfg(feature = "governor")]
 pub mod governor;
 pub mod model;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 pub use self::core::CoreSubject;
 pub use self::float::{FloatGoSubject, FloatTextbookSubject};
@@ -20,8 +22,8 @@ use crate::subject::{Subject, SubjectError, SubjectFactory};
 use crate::trace::Setup;
 
 /// Builds the subjects of this crate: `core`, `model`, `float-textbook`, `float-go`, `float-go-2019`
-/// (Go before the golang/go#34861 fix), and `governor`
-/// when the `governor` feature is on.
+/// (Go before the golang/go#34861 fix), `governor` (feature `governor`) and `redis` (feature `redis`,
+/// needs a Redis at `REDIS_URL`).
 pub struct BuiltinSubjects;
 
 impl SubjectFactory for BuiltinSubjects {
@@ -36,6 +38,8 @@ impl SubjectFactory for BuiltinSubjects {
         ];
         #[cfg(feature = "governor")]
         names.push("governor");
+        #[cfg(feature = "redis")]
+        names.push("redis");
         names.into_iter().map(String::from).collect()
     }
 
@@ -58,6 +62,8 @@ impl SubjectFactory for BuiltinSubjects {
             )),
             #[cfg(feature = "governor")]
             "governor" => boxed(GovernorSubject::new(setup)),
+            #[cfg(feature = "redis")]
+            "redis" => boxed(redis::RedisSubject::new(setup)),
             _ => return None,
         })
     }

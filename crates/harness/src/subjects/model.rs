@@ -103,6 +103,10 @@ impl Subject for ModelSubject {
         Some(peek.remaining >= BigRational::from_integer(BigInt::from(cost)))
     }
 
+    fn can_inspect(&self) -> bool {
+        true
+    }
+
     fn inspect(&mut self, key: u64) -> Option<Inspected> {
         let (tokens, last_refill) = self.model.state(key)?;
         Some(Inspected {

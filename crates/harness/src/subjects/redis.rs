@@ -1,0 +1,126 @@
+//! The Redis subject: the harness against `bucketproof-redis`'s atomic Lua script, in injected-time
+//! mode, so every decision can be compared with the reference model.
+//!
+//! Needs a Redis at `REDIS_URL` (default `redis://127.0.0.1:6379/`). Each subject instance uses its own
+//! key prefix, so runs never see each other's buckets. The script has no sweep (Redis expires keys by
+//! TTL on its own clock), so `sweep` is a no-op and the runner follows any creation the script reports.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bucketproof_limiter::{Request, RequestId};
+use bucketproof_redis::{RedisAcquireError, RedisLimiter};
+
+use crate::subject::{Observed, Subject, SubjectError};
+use crate::subjects::core::{observe, subject_error};
+use crate::trace::{ConfigSpec, Setup};
+
+/// Distinguishes subjects made by one process; the process id distinguishes processes.
+static INSTANCE: AtomicU64 = AtomicU64::new(0);
+
+/// The Redis limiter behind the subject interface.
+pub struct RedisSubject {
+    runtime: tokio::runtime::Runtime,
+    limiter: RedisLimiter,
+}
+
+fn build(e: impl std::fmt::Display) -> SubjectError {
+    SubjectError::Build(e.to_string())
+}
+
+fn store(error: RedisAcquireError) -> SubjectError {
+    match error {
+        RedisAcquireError::Invalid(error) => subject_error(error),
+        other => SubjectError::Store(other.to_string()),
+    }
+}
+
+impl RedisSubject {
+    /// Connects to `REDIS_URL` with the setup's config and dedupe settings.
+    pub fn new(setup: &Setup) -> Result<RedisSubject, SubjectError> {
+        let url =
+            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
+        let config = setup.config.to_config().map_err(build)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(build)?;
+        let prefix = format!(
+            "bp-harness:{}:{}:",
+            std::process::id(),
+            INSTANCE.fetch_add(1, Ordering::Relaxed)
+        );
+        let limiter = runtime
+            .block_on(
+                RedisLimiter::builder(config)
+                    .prefix(prefix)
+                    .dedupe(
+                        std::time::Duration::from_nanos(setup.dedupe_window_ns),
+                        setup.dedupe_per_key,
+                    )
+                    .connect(&url),
+            )
+            .map_err(|e| build(format!("redis subject at {url}: {e}")))?;
+        Ok(RedisSubject { runtime, limiter })
+    }
+}
+
+impl Subject for RedisSubject {
+    fn name(&self) -> String {
+        "redis".into()
+    }
+
+    fn acquire(
+        &mut self,
+        key: u64,
+        now: u64,
+        cost: u64,
+        request_id: Option<u64>,
+    ) -> Result<Observed, SubjectError> {
+        let mut request = Request::cost(cost).at(now);
+        request.request_id = request_id.map(RequestId::from);
+        let outcome = self
+            .runtime
+            .block_on(self.limiter.acquire_with(&key.to_string(), request))
+            .map_err(store)?;
+        let acquired = outcome.acquired;
+        Ok(observe(
+            &acquired.decision,
+            acquired.created,
+            acquired.replayed,
+        ))
+    }
+
+    fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
+        let config = config.to_config().map_err(build)?;
+        self.runtime
+            .block_on(
+                self.limiter
+                    .reconfigure(&key.to_string(), config, Some(now)),
+            )
+            .map(drop)
+            .map_err(|e| SubjectError::Store(e.to_string()))
+    }
+
+    fn forget(&mut self, key: u64) -> Result<(), SubjectError> {
+        self.runtime
+            .block_on(self.limiter.forget(&key.to_string()))
+            .map(drop)
+            .map_err(|e| SubjectError::Store(e.to_string()))
+    }
+
+    fn sweep(&mut self, _now: u64) -> Result<(), SubjectError> {
+        Ok(())
+    }
+
+    fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
+        let peek = self
+            .runtime
+            .block_on(self.limiter.peek(&key.to_string(), Some(now)))
+            .ok()?;
+        Some(peek.remaining.units() >= cost as u128 * peek.remaining.units_per_token())
+    }
+
+    fn may_evict(&self) -> bool {
+        true
+    }
+}

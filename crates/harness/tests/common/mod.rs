@@ -1,0 +1,47 @@
+//! Trace generators shared by the integration tests.
+#![allow(dead_code)] // each test binary uses a different part
+
+use bucketproof_harness::{ConfigSpec, Op};
+
+pub const SECOND: u64 = 1_000_000_000;
+
+/// A deterministic mixed trace: a few keys, awkward time steps, rollbacks, invalid costs, request ids.
+pub fn mixed_trace(len: usize, seed: u64) -> Vec<Op> {
+    let mut state = seed | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut now = 5 * SECOND;
+    (0..len)
+        .map(|_| {
+            let r = next();
+            now = match r % 10 {
+                0 => now.saturating_sub(r % SECOND), // rollback
+                1 => now,                            // frozen
+                2 => now + 3 * SECOND,               // exact multiple
+                _ => now + r % (SECOND / 2),
+            };
+            match (r >> 8) % 20 {
+                0 => Op::Sweep { at: now },
+                1 => Op::Forget { key: (r >> 16) % 4 },
+                2 => Op::Reconfigure {
+                    key: (r >> 16) % 4,
+                    at: now,
+                    config: ConfigSpec::new(
+                        1 + (r >> 24) % 6,
+                        ["1/3s", "2/s", "7/5s"][(r >> 40) as usize % 3],
+                    ),
+                },
+                _ => Op::Acquire {
+                    key: (r >> 16) % 4,
+                    at: now,
+                    cost: (r >> 24) % 7,
+                    request_id: ((r >> 32) % 4 == 0).then_some((r >> 36) % 3),
+                },
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,102 @@
+//! The Redis subject (the atomic Lua script, injected time) against the reference model with every
+//! oracle: the same traces the core passes, including rollbacks, reconfigurations, request ids and
+//! invalid costs. Needs `REDIS_URL`; without it the test prints a loud SKIP line and passes, unless
+//! `BUCKETPROOF_REQUIRE_REDIS=1` (CI), which makes the skip a failure.
+
+mod common;
+
+use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_harness::subjects::redis::RedisSubject;
+use bucketproof_harness::{ConfigSpec, Setup};
+use common::{SECOND, mixed_trace};
+
+fn redis_available(test: &str) -> bool {
+    if std::env::var("REDIS_URL").is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var("BUCKETPROOF_REQUIRE_REDIS").as_deref() != Ok("1"),
+        "{test}: REDIS_URL is not set but BUCKETPROOF_REQUIRE_REDIS=1"
+    );
+    eprintln!("\n!!!!! SKIP {test}: REDIS_URL is not set, this Redis test did NOT run !!!!!\n");
+    false
+}
+
+#[test]
+fn the_redis_script_agrees_with_the_model_on_mixed_traces() {
+    if !redis_available("the_redis_script_agrees_with_the_model_on_mixed_traces") {
+        return;
+    }
+    for seed in 1..4 {
+        let setup = Setup::new(ConfigSpec::new(5, "3/2s"));
+        let mut redis = RedisSubject::new(&setup).unwrap();
+        let report = run_trace(
+            &setup,
+            mixed_trace(600, seed),
+            &mut redis,
+            &RunOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(report.verdict, Verdict::Pass, "seed {seed}");
+        for event in [
+            "rollback",
+            "denied",
+            "invalid_cost",
+            "replayed",
+            "saturated",
+        ] {
+            assert!(
+                report.events.get(event).copied().unwrap_or(0) > 0,
+                "seed {seed}: no {event}"
+            );
+        }
+    }
+}
+
+/// A 100-year idle gap and times near the end of the clock, at the edge of the script's exact range.
+#[test]
+fn the_redis_script_survives_century_gaps_at_the_edge_of_its_range() {
+    if !redis_available("the_redis_script_survives_century_gaps_at_the_edge_of_its_range") {
+        return;
+    }
+    let capacity = bucketproof_redis::max_capacity(bucketproof_limiter::Rate::per_second(1))
+        .expect("rate 1/s has an exact range");
+    let setup = Setup::new(ConfigSpec::new(capacity, "1/s"));
+    let century = 100 * 365 * 86_400 * SECOND;
+    let ops = vec![
+        bucketproof_harness::Op::Acquire {
+            key: 1,
+            at: SECOND,
+            cost: capacity,
+            request_id: None,
+        },
+        bucketproof_harness::Op::Acquire {
+            key: 1,
+            at: SECOND + century,
+            cost: capacity,
+            request_id: None,
+        },
+        bucketproof_harness::Op::Acquire {
+            key: 1,
+            at: SECOND + century,
+            cost: 1,
+            request_id: None,
+        },
+        bucketproof_harness::Op::Acquire {
+            key: 1,
+            at: u64::MAX - 5,
+            cost: 2,
+            request_id: None,
+        },
+        bucketproof_harness::Op::Acquire {
+            key: 1,
+            at: u64::MAX - 5,
+            cost: capacity,
+            request_id: None,
+        },
+    ];
+    let mut redis = RedisSubject::new(&setup).unwrap();
+    let report = run_trace(&setup, ops, &mut redis, &RunOptions::default()).unwrap();
+    assert_eq!(report.verdict, Verdict::Pass);
+    assert!(report.events.get("long_idle").copied().unwrap_or(0) >= 1);
+}
