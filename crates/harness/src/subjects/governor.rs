@@ -198,3 +198,113 @@ impl Subject for GovernorSubject {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::{RunOptions, run_trace};
+    use crate::trace::{ConfigSpec, Op};
+    use num_rational::BigRational;
+
+    fn subject(capacity: u64, rate: &str) -> GovernorSubject {
+        GovernorSubject::new(&Setup::new(ConfigSpec::new(capacity, rate))).unwrap()
+    }
+
+    fn tokens(observed: &Observed) -> BigRational {
+        observed.remaining.to_rational().unwrap()
+    }
+
+    #[test]
+    fn the_interval_is_truncated_to_whole_nanoseconds_and_oversells() {
+        let mut g = subject(1, "7000000/s");
+        assert_eq!(g.interval_ns(), 142, "1e9 / 7e6 = 142.857 ns, truncated");
+        assert!(g.acquire(0, 0, 1, None).unwrap().allowed);
+        // Exact arithmetic needs 142.857 ns for the next token; governor has it after 142.
+        let second = g.acquire(0, 142, 1, None).unwrap();
+        assert!(second.allowed, "governor admits what the model denies");
+        let mut exact = subject(1, "1000/s");
+        assert_eq!(exact.interval_ns(), 1_000_000);
+        assert!(exact.acquire(0, 0, 1, None).unwrap().allowed);
+        assert!(!exact.acquire(0, 999_999, 1, None).unwrap().allowed);
+        assert!(exact.acquire(0, 1_000_000, 1, None).unwrap().allowed);
+    }
+
+    #[test]
+    fn remaining_and_waits_are_governors_exact_state() {
+        let mut g = subject(10, "1000/s");
+        let d = g.acquire(0, 0, 3, None).unwrap();
+        assert_eq!(tokens(&d), BigRational::from_integer(7.into()));
+        assert_eq!(d.reset_after, Some(Wait::After(3_000_000)));
+        // Half a token later: 7.5, take 1.
+        let d = g.acquire(0, 500_000, 1, None).unwrap();
+        assert!(d.allowed);
+        assert_eq!(tokens(&d), BigRational::new(13.into(), 2.into()));
+        // Ask for 10 with 6.5: wait 3.5 tokens = 3.5 ms; a denial changes nothing.
+        let d = g.acquire(0, 500_000, 10, None).unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after, Some(Wait::After(3_500_000)));
+        assert_eq!(tokens(&d), BigRational::new(13.into(), 2.into()));
+        assert_eq!(d.created, Some(false));
+    }
+
+    #[test]
+    fn a_rollback_is_clamped_per_key_and_waits_count_from_now() {
+        let mut g = subject(1, "1/s");
+        assert!(g.acquire(0, 10_000_000_000, 1, None).unwrap().allowed);
+        let d = g.acquire(0, 9_000_000_000, 1, None).unwrap();
+        assert!(!d.allowed);
+        // Clock stays at 10 s: 1 s to the next token, plus the 1 s the call is behind.
+        assert_eq!(d.retry_after, Some(Wait::After(2_000_000_000)));
+        // Another key has its own clock.
+        assert!(g.acquire(1, 1_000, 1, None).unwrap().allowed);
+    }
+
+    #[test]
+    fn what_governor_cannot_do_is_an_error_not_a_panic() {
+        let setup = |c: u64, r: &str| Setup::new(ConfigSpec::new(c, r));
+        assert!(matches!(
+            GovernorSubject::new(&setup(1, "0/s")),
+            Err(SubjectError::Build(_))
+        ));
+        assert!(matches!(
+            GovernorSubject::new(&setup(1, "2000000000/s")),
+            Err(SubjectError::Build(_))
+        ));
+        assert!(matches!(
+            GovernorSubject::new(&setup(u64::from(u32::MAX) + 1, "1/s")),
+            Err(SubjectError::Build(_))
+        ));
+        let mut g = subject(3, "1/s");
+        assert_eq!(g.acquire(0, 0, 4, None), Err(SubjectError::InvalidCost));
+        assert_eq!(g.acquire(0, 0, 0, None), Err(SubjectError::InvalidCost));
+        assert!(matches!(
+            g.acquire(0, MAX_TIME_NS + 1, 1, None),
+            Err(SubjectError::Unsupported(_))
+        ));
+        assert!(matches!(
+            g.acquire(0, 0, 1, Some(7)),
+            Err(SubjectError::Unsupported(_))
+        ));
+    }
+
+    #[test]
+    fn with_a_whole_nanosecond_interval_it_agrees_with_the_model_in_lockstep() {
+        let setup = Setup::new(ConfigSpec::new(5, "1000/s"));
+        let mut now = 0u64;
+        let ops: Vec<Op> = (0..400u64)
+            .map(|i| {
+                now += [0, 1, 999_999, 1_000_000, 3_333_333][(i % 5) as usize];
+                Op::Acquire {
+                    key: i % 3,
+                    at: now,
+                    cost: 1 + i % 5,
+                    request_id: None,
+                }
+            })
+            .collect();
+        let mut g = GovernorSubject::new(&setup).unwrap();
+        let report = run_trace(&setup, ops, &mut g, &RunOptions::default()).unwrap();
+        assert!(report.verdict.passed(), "{:?}", report.verdict);
+        assert!(report.events.get("denied").copied().unwrap_or(0) > 0);
+    }
+}
