@@ -305,3 +305,23 @@ fn a_rollback_after_expiry_does_not_credit_time_twice() {
         10 * SECOND + SECOND / 2
     );
 }
+
+/// Found by the linearizability checker under lagging concurrent clocks: a reused id whose old record
+/// is dead must replace it, or the dead record holds a slot and pushes out another id's live record,
+/// which is then charged twice.
+#[test]
+fn a_reused_request_id_replaces_its_dead_record() {
+    let limiter: Limiter<u8> = Limiter::builder(config(100, "1/s"))
+        .dedupe(Duration::from_nanos(5), 3)
+        .build();
+    let at = |now: u64, id: u64| {
+        limiter
+            .acquire_with(&0, Request::cost(1).at(now).id(id))
+            .unwrap()
+    };
+    at(20, 100);
+    at(1, 200);
+    at(7, 200); // 200@1 is dead at 7: charged again, and its record replaces the dead one
+    at(8, 300);
+    assert!(at(8, 100).replayed, "100's record must still be there: charged once");
+}

@@ -179,15 +179,20 @@ else
   redis.call('HSET', key, 'b', b, 's', ts, 'n', tn, 'k', seq)
 end
 
--- Step 6: record the decision under the request id; FIFO of at most `keep` records per key. As in the
--- in-memory limiter, a stale record of the same id keeps its slot until the FIFO pushes it out; only
--- the newest record of an id can be live, so the hash keeps one record per id.
+-- Step 6: record the decision under the request id; FIFO of at most `keep` records per key. A new
+-- record of an id replaces its older (dead) one, slot included, so a dead record never holds a slot
+-- that could push out another id's live record (docs/semantics.md, step 6).
 local xs, xn = tonumber(h[6]), tonumber(h[7])
 if recording then
   local ex_s, ex_n = now_s + win_s, now_n + win_n
   if ex_n >= E9 then ex_s = ex_s + 1; ex_n = ex_n - E9 end
   local q = redis.call('HMGET', key, 'qh', 'qt', 'qc')
   local qh, qt, qc = tonumber(q[1]) or 0, tonumber(q[2]) or 0, tonumber(q[3]) or 0
+  local old = redis.call('HGET', key, 'r' .. rid)
+  if old then
+    redis.call('HDEL', key, 'q' .. string.match(old, '^[^,]+'))
+    qc = qc - 1
+  end
   local rec = table.concat({fmt(qt), fmt(ex_s), fmt(ex_n), allowed, fmt(b), fmt(reset), fmt(retry),
     fmt(ts), fmt(tn), fmt(now_s), fmt(now_n), fmt(seq), fmt(cost), fmt(ov), fmt(oc), fmt(on), fmt(oq)},
     ',')

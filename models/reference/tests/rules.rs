@@ -325,12 +325,12 @@ fn a_replay_inside_the_window_returns_the_recorded_decision_and_charges_nothing(
     let fresh = m.acquire(0, 10 * S, 3, Some(7)).unwrap();
     assert!(!fresh.replayed);
     assert_eq!(fresh.decision.remaining(), &int(0));
-    // The new record is appended; the dead one keeps its FIFO slot. The newest live record answers.
-    assert_eq!(m.records(0), vec![(7, 0), (7, 10 * S)]);
+    // The new record replaces the dead one of the same id.
+    assert_eq!(m.records(0), vec![(7, 10 * S)]);
     let replay = m.acquire(0, 19 * S, 3, Some(7)).unwrap();
     assert!(replay.replayed);
     assert_eq!(replay.decision, fresh.decision);
-    // During a rollback to 1 s both are live: still the newest.
+    // During a rollback to 1 s the newest record answers.
     assert_eq!(
         m.acquire(0, S, 3, Some(7)).unwrap().decision,
         fresh.decision
@@ -338,13 +338,15 @@ fn a_replay_inside_the_window_returns_the_recorded_decision_and_charges_nothing(
 }
 
 #[test]
-fn a_dead_record_keeps_its_fifo_slot_until_evicted() {
-    let mut m = Model::new(cfg(100, 1, 1), 10, 2);
-    m.acquire(0, 0, 1, Some(1)).unwrap();
-    m.acquire(0, 20, 1, Some(1)).unwrap();
-    assert_eq!(m.records(0), vec![(1, 0), (1, 20)]);
-    m.acquire(0, 21, 1, Some(2)).unwrap();
-    assert_eq!(m.records(0), vec![(1, 20), (2, 21)]);
+fn a_reused_id_replaces_its_dead_record_so_it_cannot_push_out_a_live_one() {
+    // The history the linearizability checker found (window 5 ns, 3 records per key).
+    let mut m = Model::new(cfg(100, 1, 1), 5, 3);
+    m.acquire(0, 20, 1, Some(100)).unwrap();
+    m.acquire(0, 1, 1, Some(200)).unwrap();
+    m.acquire(0, 7, 1, Some(200)).unwrap(); // 200@1 is dead at 7: charged, and it replaces 200@1
+    m.acquire(0, 8, 1, Some(300)).unwrap();
+    assert_eq!(m.records(0), vec![(100, 20), (200, 7), (300, 8)]);
+    assert!(m.acquire(0, 8, 1, Some(100)).unwrap().replayed, "100 is still live: charged once");
 }
 
 #[test]
