@@ -187,12 +187,13 @@ impl Expansion {
     /// Moves the true time to this step's arrival.
     fn advance(&mut self, step: u64) {
         let arrivals = &self.scenario.arrivals;
-        if let (Some(jump), true) = (&self.scenario.clock.jump, step > 0) {
-            if self.jump.hit(&mut self.clock_rng) {
-                self.jumped = self.jumped.saturating_add(jump.size.0);
-                self.true_time = self.true_time.saturating_add(jump.size.0);
-                self.on_until = self.on_until.saturating_add(jump.size.0);
-            }
+        if let Some(jump) = &self.scenario.clock.jump
+            && step > 0
+            && self.jump.hit(&mut self.clock_rng)
+        {
+            self.jumped = self.jumped.saturating_add(jump.size.0);
+            self.true_time = self.true_time.saturating_add(jump.size.0);
+            self.on_until = self.on_until.saturating_add(jump.size.0);
         }
         if step < arrivals.initial_burst.max(1) {
             return; // the burst (and the first op) come at the start time
@@ -219,7 +220,7 @@ impl Expansion {
                 let (grid, before) = match arrivals.offset {
                     BoundaryOffset::At => (index + 1, false),
                     BoundaryOffset::Before => (index + 1, true),
-                    BoundaryOffset::Both => (index / 2 + 1, index % 2 == 0),
+                    BoundaryOffset::Both => (index / 2 + 1, index.is_multiple_of(2)),
                 };
                 let on_grid = self
                     .start
@@ -233,16 +234,16 @@ impl Expansion {
     /// What the clock reads at this step.
     fn read_clock(&mut self) -> u64 {
         let clock = &self.scenario.clock;
-        if let Some(previous) = self.previous_reading {
-            if self.frozen.hit(&mut self.clock_rng) {
-                return previous;
-            }
+        if let Some(previous) = self.previous_reading
+            && self.frozen.hit(&mut self.clock_rng)
+        {
+            return previous;
         }
         let mut reading = self.true_time;
-        if let Some(rollback) = &clock.rollback {
-            if self.rollback.hit(&mut self.clock_rng) {
-                reading = reading.saturating_sub(rollback.size.0);
-            }
+        if let Some(rollback) = &clock.rollback
+            && self.rollback.hit(&mut self.clock_rng)
+        {
+            reading = reading.saturating_sub(rollback.size.0);
         }
         if clock.jitter.0 > 0 {
             let jitter = clock.jitter.0;
@@ -337,17 +338,17 @@ impl Iterator for Expansion {
         self.advance(step);
         let at = self.read_clock();
 
-        if let Some(entry) = self.schedule.get(self.schedule_next) {
-            if entry.step <= step {
-                self.schedule_next += 1;
-                let (key, capacity) = (entry.key, entry.capacity);
-                let config = ConfigSpec::new(entry.capacity, entry.rate.clone());
-                self.capacities.insert(key, capacity);
-                return Some(Op::Reconfigure { key, at, config });
-            }
+        if let Some(entry) = self.schedule.get(self.schedule_next)
+            && entry.step <= step
+        {
+            self.schedule_next += 1;
+            let (key, capacity) = (entry.key, entry.capacity);
+            let config = ConfigSpec::new(entry.capacity, entry.rate.clone());
+            self.capacities.insert(key, capacity);
+            return Some(Op::Reconfigure { key, at, config });
         }
         let every = self.scenario.maintenance.sweep_every;
-        if (every > 0 && (step + 1) % every == 0) || self.sweep.hit(&mut self.kinds_rng) {
+        if (every > 0 && (step + 1).is_multiple_of(every)) || self.sweep.hit(&mut self.kinds_rng) {
             return Some(Op::Sweep { at });
         }
         if self.forget.hit(&mut self.kinds_rng) {

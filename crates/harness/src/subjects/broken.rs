@@ -29,10 +29,11 @@ impl Subject for ChargesDenials {
         request_id: Option<u64>,
     ) -> Result<Observed, SubjectError> {
         let mut observed = self.0.acquire(key, now, cost, request_id)?;
-        if !observed.allowed && !observed.replayed {
-            if let Amount::Exact { numer, denom } = &mut observed.remaining {
-                *numer = numer.saturating_sub(*denom);
-            }
+        if !observed.allowed
+            && !observed.replayed
+            && let Amount::Exact { numer, denom } = &mut observed.remaining
+        {
+            *numer = numer.saturating_sub(*denom);
         }
         Ok(observed)
     }
