@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bucketproof_limiter::{
-    BucketState, Clock, Config, EvictionPolicy, Limiter, ManualClock, MonotonicClock, Rate, Wait,
-    transition,
+    BucketState, Clock, Config, EvictionPolicy, Limiter, ManualClock, MonotonicClock, Rate,
+    Request, Wait, transition,
 };
 
 const SECOND: u64 = 1_000_000_000;
@@ -265,4 +265,19 @@ fn the_amortized_sweep_reaches_every_full_bucket_and_counts_it() {
     }
     assert_eq!(limiter.len(), 20);
     assert_eq!(limiter.stats().evicted_lossless, 5);
+}
+
+/// Kills `keyed.rs` `replace && with || in Shard<K>::make_room` (every bucket with extras treated
+/// as pinned): only an override pins a bucket; a live request-id record does not protect the least
+/// recent bucket from a lossy eviction.
+#[test]
+fn a_request_id_record_does_not_pin_a_bucket_against_evict_least_recent() {
+    let limiter = bounded(2, EvictionPolicy::EvictLeastRecent);
+    limiter
+        .acquire_with(&1, Request::cost(2).at(0).id(7u64))
+        .expect("room");
+    limiter.acquire_at(&2, 2, SECOND / 2).expect("room");
+    assert!(limiter.acquire_at(&3, 1, SECOND).is_ok());
+    assert!(limiter.inspect(&1).is_none(), "the least recent goes");
+    assert!(limiter.inspect(&2).is_some());
 }

@@ -266,6 +266,8 @@ impl<M: Mistake> Subject for Keyed<M> {
         let entry = self.entries.entry(key).or_default();
         entry.bucket = Some(next);
         if let Some(id) = request_id {
+            // As the spec: a new record of an id replaces its older one (docs/semantics.md, step 6).
+            entry.records.retain(|record| record.request_id != id);
             entry.records.push_back(Record {
                 request_id: id,
                 observed,
