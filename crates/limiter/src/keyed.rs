@@ -13,16 +13,21 @@
 //!   and a fresh bucket's cursor starts no earlier than the latest cursor the shard ever evicted, so a
 //!   clock that runs backwards after an expiry cannot be credited the same interval twice;
 //! - an error changes nothing; a replayed request id charges nothing.
+//!
+//! Storage (why it looks like this: reports/bench-limiter.md): each shard holds its keys in a
+//! [`SlabMap`] of `(key, PackedBucket)` slots, 32 bytes for a `u64` key, with nothing else per key. The
+//! rarely used per-key extras (override config, request-id records) live in a per-shard side map,
+//! and a spare top bit of the packed balance says whether a key has one, so the common path never
+//! touches it. The amortized sweep runs when a shard inserts a new key (the only time its memory
+//! grows), not on every call: a call on a known key does no work for other keys.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::time::Duration;
 
-use indexmap::IndexMap;
-use indexmap::map::RawEntryApiV1;
-
 use crate::bucket::{BucketState, Decision, snapshot, transition};
 use crate::sync::{Mutex, lock};
+use crate::table::SlabMap;
 use crate::{AcquireError, Clock, Config, MonotonicClock, Nanos, Tokens, Wait};
 
 /// Identifies one logical request across retries (e.g. the low 128 bits of an idempotency key's hash,
@@ -181,7 +186,8 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
         self
     }
 
-    /// Entries the amortized sweep inspects per operation (0 disables it). Default 2.
+    /// Entries the amortized sweep inspects each time an acquire inserts a new key into a shard (the
+    /// only time the shard's memory grows); 0 disables it. Default 2.
     pub fn sweep_per_op(mut self, entries: usize) -> Self {
         self.sweep_per_op = entries;
         self
@@ -218,11 +224,16 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
             ),
             None => ahash::RandomState::new(),
         };
-        let max_keys_per_shard = self.max_keys.div_ceil(self.shards);
+        // A shard stores positions as `u32`; a bound above that could never be reached anyway.
+        let max_keys_per_shard = self
+            .max_keys
+            .div_ceil(self.shards)
+            .min(SlabMap::<K, PackedBucket, ahash::RandomState>::MAX_LEN);
         let shards = (0..self.shards)
             .map(|_| {
                 Padded(Mutex::new(Shard {
-                    entries: IndexMap::with_hasher(hasher.clone()),
+                    entries: SlabMap::with_hasher(hasher.clone()),
+                    extras: HashMap::with_hasher(hasher.clone()),
                     evicted_horizon: 0,
                     sweep_cursor: 0,
                     stats: Stats::default(),
@@ -281,13 +292,6 @@ impl<K> Settings<K> {
         }
     }
 
-    fn config_of(&self, key: &K, entry: &Entry) -> Config {
-        match entry.extra.as_ref().and_then(|extra| extra.config_override) {
-            Some((config, _version)) => config,
-            None => self.resolved_config(key),
-        }
-    }
-
     fn record_is_live(&self, recorded_at: Nanos, now: Nanos) -> bool {
         // A `now` before the record (a rollback) counts as inside the window.
         now.saturating_sub(recorded_at) < self.dedupe_window
@@ -295,43 +299,64 @@ impl<K> Settings<K> {
 }
 
 struct Shard<K> {
-    entries: IndexMap<K, Entry, ahash::RandomState>,
+    /// Key and bucket of every live key, nothing else.
+    entries: SlabMap<K, PackedBucket, ahash::RandomState>,
+    /// Override configs and request-id records, for the keys whose bucket has `HAS_EXTRA` set (and
+    /// only those: an entry here exists exactly when its key is live and flagged).
+    extras: HashMap<K, Extra, ahash::RandomState>,
     /// The latest `last_refill` of any bucket this shard dropped by eviction. A new bucket starts with
     /// its cursor at `max(now, evicted_horizon)`, so a key that was dropped and comes back under a
     /// clock that ran backwards is never credited the same time twice.
     evicted_horizon: Nanos,
-    /// Where the amortized sweep resumes (an index into `entries`).
+    /// Where the amortized sweep and the room scan resume (a position in `entries`).
     sweep_cursor: usize,
     stats: Stats,
 }
 
-/// One key's state. The common case is just the bucket; overrides and request ids live behind one
-/// pointer so they cost nothing for keys that do not use them.
-struct Entry {
-    bucket: PackedBucket,
-    extra: Option<Box<Extra>>,
-}
-
-/// [`BucketState`] without `u128`'s 16-byte alignment: 24 bytes instead of 32 per key.
+/// [`BucketState`] without `u128`'s 16-byte alignment (24 bytes instead of 32 per key), plus one flag.
+///
+/// A balance is at most `capacity_units < 2^126` (see [`Config`]), so the top bit of its high word is
+/// always zero in a real balance; it carries `HAS_EXTRA` instead: "this key has an entry in the shard's
+/// `extras`". `unpack` masks it off and `store` keeps it, so the arithmetic never sees it.
 #[derive(Clone, Copy)]
 struct PackedBucket {
     balance: [u64; 2],
     last_refill: Nanos,
 }
 
+const HAS_EXTRA: u64 = 1 << 63;
+
 impl PackedBucket {
-    fn pack(state: BucketState) -> PackedBucket {
+    fn new(state: BucketState) -> PackedBucket {
         PackedBucket {
             balance: [state.balance as u64, (state.balance >> 64) as u64],
             last_refill: state.last_refill,
         }
     }
 
+    #[inline]
     fn unpack(self) -> BucketState {
         BucketState {
-            balance: self.balance[0] as u128 | (self.balance[1] as u128) << 64,
+            balance: self.balance[0] as u128 | ((self.balance[1] & !HAS_EXTRA) as u128) << 64,
             last_refill: self.last_refill,
         }
+    }
+
+    /// Replaces the state, keeping the flag.
+    #[inline]
+    fn store(&mut self, state: BucketState) {
+        let flag = self.balance[1] & HAS_EXTRA;
+        *self = PackedBucket::new(state);
+        self.balance[1] |= flag;
+    }
+
+    #[inline]
+    fn has_extra(self) -> bool {
+        self.balance[1] & HAS_EXTRA != 0
+    }
+
+    fn set_has_extra(&mut self) {
+        self.balance[1] |= HAS_EXTRA;
     }
 }
 
@@ -343,65 +368,27 @@ struct Extra {
     requests: VecDeque<(RequestId, Nanos, Decision)>,
 }
 
-impl Entry {
-    fn new(state: BucketState) -> Entry {
-        Entry {
-            bucket: PackedBucket::pack(state),
-            extra: None,
-        }
-    }
-
-    fn state(&self) -> BucketState {
-        self.bucket.unpack()
-    }
-
-    fn set_state(&mut self, state: BucketState) {
-        self.bucket = PackedBucket::pack(state);
-    }
-
-    fn extra_mut(&mut self) -> &mut Extra {
-        self.extra.get_or_insert_with(Default::default)
-    }
-
-    fn replay(
+impl Extra {
+    fn replay<K>(
         &self,
         request_id: RequestId,
         now: Nanos,
-        settings: &Settings<impl Sized>,
+        settings: &Settings<K>,
     ) -> Option<Decision> {
-        let extra = self.extra.as_ref()?;
-        extra
-            .requests
+        self.requests
             .iter()
             .rev()
             .find(|(id, at, _)| *id == request_id && settings.record_is_live(*at, now))
             .map(|(_, _, decision)| *decision)
     }
 
-    fn record(&mut self, request_id: RequestId, now: Nanos, decision: Decision, per_key: usize) {
-        if per_key == 0 {
-            return;
-        }
-        let requests = &mut self.extra_mut().requests;
-        while requests.len() >= per_key {
-            requests.pop_front();
-        }
-        requests.push_back((request_id, now, decision));
-    }
-
-    /// Evictable at `now`: dropping it changes no later decision at `now >= last_refill`.
-    fn is_evictable<K>(&self, key: &K, now: Nanos, settings: &Settings<K>) -> bool {
-        if let Some(extra) = &self.extra {
-            let has_live_record = extra
+    /// Keeps this key's bucket from being evicted at `now`.
+    fn pins<K>(&self, now: Nanos, settings: &Settings<K>) -> bool {
+        self.config_override.is_some()
+            || self
                 .requests
                 .iter()
-                .any(|(_, at, _)| settings.record_is_live(*at, now));
-            if extra.config_override.is_some() || has_live_record {
-                return false;
-            }
-        }
-        let config = settings.config_of(key, self);
-        self.state().refilled(&config, now).is_full(&config)
+                .any(|(_, at, _)| settings.record_is_live(*at, now))
     }
 }
 
@@ -437,26 +424,31 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
 
     /// Takes `cost` tokens for `key` at `now`.
     pub fn acquire_at(&self, key: &K, cost: u64, now: Nanos) -> Result<Decision, AcquireError> {
-        Ok(self
-            .acquire_with(key, Request::cost(cost).at(now))?
-            .decision)
+        // Inlined with `request_id: None`, so the request-id branches fold away on this path.
+        Ok(self.acquire_inner(key, cost, now, None)?.decision)
     }
 
     /// The full form: optional explicit time and request id, and a report of what happened.
     pub fn acquire_with(&self, key: &K, request: Request) -> Result<Acquired, AcquireError> {
         let now = request.now.unwrap_or_else(|| self.clock.now());
+        self.acquire_inner(key, request.cost, now, request.request_id)
+    }
+
+    #[inline(always)]
+    fn acquire_inner(
+        &self,
+        key: &K,
+        cost: u64,
+        now: Nanos,
+        request_id: Option<RequestId>,
+    ) -> Result<Acquired, AcquireError> {
         let hash = self.hasher.hash_one(key);
         let mut shard = lock(self.shard(hash));
-        let result = shard.acquire(
-            hash,
-            key,
-            now,
-            request.cost,
-            request.request_id,
-            &self.settings,
-        );
-        // Sweep only after a successful call: an error changes nothing, not even other keys.
-        if result.is_ok() {
+        let result = shard.acquire(hash, key, now, cost, request_id, &self.settings);
+        // Sweep only when this call inserted a key: memory grows only then, so sweeping at every
+        // insertion bounds what expired keys can pile up, and calls on known keys pay nothing. Never
+        // after an error: an error changes nothing, not even other keys.
+        if let Ok(Acquired { created: true, .. }) = result {
             shard.sweep_some(now, self.settings.sweep_per_op, &self.settings);
         }
         result
@@ -467,10 +459,11 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         let hash = self.hasher.hash_one(key);
         let shard = lock(self.shard(hash));
         let (config, state, present) = match shard.find(hash, key) {
-            Some(index) => {
-                let entry = &shard.entries[index];
-                (self.settings.config_of(key, entry), entry.state(), true)
-            }
+            Some((bucket, _)) => (
+                shard.config_of(key, bucket, &self.settings),
+                bucket.unpack(),
+                true,
+            ),
             None => {
                 let config = self.settings.resolved_config(key);
                 (config, shard.fresh(&config, now), false)
@@ -491,20 +484,21 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     pub fn reconfigure_at(&self, key: &K, config: Config, now: Nanos) -> Result<u64, AcquireError> {
         let hash = self.hasher.hash_one(key);
         let mut shard = lock(self.shard(hash));
-        let index = match shard.find(hash, key) {
-            Some(index) => index,
+        let (bucket, pos) = match shard.find(hash, key) {
+            Some(found) => found,
             None => {
                 let old = self.settings.resolved_config(key);
                 let fresh = shard.fresh(&old, now);
-                shard.insert(hash, key, fresh, now, &self.settings)?
+                let pos = shard.insert(hash, key, fresh, now, &self.settings)?;
+                (PackedBucket::new(fresh), pos)
             }
         };
-        let entry = &mut shard.entries[index];
-        let old = self.settings.config_of(key, entry);
-        entry.set_state(entry.state().reconfigured(&old, &config, now));
-        let extra = entry.extra_mut();
+        let old = shard.config_of(key, bucket, &self.settings);
+        let next = bucket.unpack().reconfigured(&old, &config, now);
+        let extra = shard.extra_mut(key, pos);
         let version = extra.config_override.map_or(0, |(_, version)| version) + 1;
         extra.config_override = Some((config, version));
+        shard.store(pos, next);
         Ok(version)
     }
 
@@ -513,8 +507,8 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         let hash = self.hasher.hash_one(key);
         let mut shard = lock(self.shard(hash));
         match shard.find(hash, key) {
-            Some(index) => {
-                shard.remove(index);
+            Some((_, pos)) => {
+                shard.remove(pos);
                 true
             }
             None => false,
@@ -538,8 +532,11 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     pub fn inspect(&self, key: &K) -> Option<(BucketState, Config)> {
         let hash = self.hasher.hash_one(key);
         let shard = lock(self.shard(hash));
-        let entry = &shard.entries[shard.find(hash, key)?];
-        Some((entry.state(), self.settings.config_of(key, entry)))
+        let (bucket, _) = shard.find(hash, key)?;
+        Some((
+            bucket.unpack(),
+            shard.config_of(key, bucket, &self.settings),
+        ))
     }
 
     /// The config that applies to `key` now (override, resolver or default).
@@ -547,7 +544,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         let hash = self.hasher.hash_one(key);
         let shard = lock(self.shard(hash));
         match shard.find(hash, key) {
-            Some(index) => self.settings.config_of(key, &shard.entries[index]),
+            Some((bucket, _)) => shard.config_of(key, bucket, &self.settings),
             None => self.settings.resolved_config(key),
         }
     }
@@ -593,8 +590,9 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         self.settings.max_keys_per_shard * self.shards.len()
     }
 
+    #[inline]
     fn shard(&self, hash: u64) -> &Mutex<Shard<K>> {
-        // The map inside a shard uses the hash's low bits (slot) and top 7 bits (tag); pick the shard
+        // The table inside a shard uses the hash's low bits (slot) and top 7 bits (tag); pick the shard
         // from a remix so that keys of one shard still spread over its whole table.
         let mixed = (hash ^ hash.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let index = if self.shard_bits == 0 {
@@ -619,10 +617,10 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         let (config, state) = {
             let shard = lock(self.shard(hash));
             match shard.find(hash, key) {
-                Some(index) => {
-                    let entry = &shard.entries[index];
-                    (self.settings.config_of(key, entry), entry.state())
-                }
+                Some((bucket, _)) => (
+                    shard.config_of(key, bucket, &self.settings),
+                    bucket.unpack(),
+                ),
                 None => {
                     let config = self.settings.resolved_config(key);
                     (config, shard.fresh(&config, now))
@@ -631,11 +629,11 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         };
         let (next, decision) = transition(&config, state, now, cost)?;
         let mut shard = lock(self.shard(hash));
-        let index = match shard.find(hash, key) {
-            Some(index) => index,
+        let pos = match shard.find(hash, key) {
+            Some((_, pos)) => pos,
             None => shard.insert(hash, key, next, now, &self.settings)?,
         };
-        shard.entries[index].set_state(next);
+        shard.store(pos, next);
         Ok(decision)
     }
 }
@@ -647,12 +645,45 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         BucketState::full(config, now.max(self.evicted_horizon))
     }
 
-    fn find(&self, hash: u64, key: &K) -> Option<usize> {
-        self.entries
-            .raw_entry_v1()
-            .index_from_hash(hash, |candidate| candidate == key)
+    /// The key's bucket (a copy) and position.
+    #[inline]
+    fn find(&self, hash: u64, key: &K) -> Option<(PackedBucket, usize)> {
+        let pos = self.entries.find(hash, key)?;
+        let (_, bucket) = self.entries.get(pos)?;
+        Some((*bucket, pos))
     }
 
+    /// The config of a live key: its override if it has one, else the resolver's or the default.
+    #[inline]
+    fn config_of(&self, key: &K, bucket: PackedBucket, settings: &Settings<K>) -> Config {
+        if bucket.has_extra() {
+            if let Some((config, _)) = self.extra(key).and_then(|extra| extra.config_override) {
+                return config;
+            }
+        }
+        settings.resolved_config(key)
+    }
+
+    fn extra(&self, key: &K) -> Option<&Extra> {
+        self.extras.get(key)
+    }
+
+    /// The extras of the live key at `pos`, created (and flagged) on first use.
+    fn extra_mut(&mut self, key: &K, pos: usize) -> &mut Extra {
+        if let Some((_, bucket)) = self.entries.get_mut(pos) {
+            bucket.set_has_extra();
+        }
+        self.extras.entry(key.clone()).or_default()
+    }
+
+    #[inline]
+    fn store(&mut self, pos: usize, state: BucketState) {
+        if let Some((_, bucket)) = self.entries.get_mut(pos) {
+            bucket.store(state);
+        }
+    }
+
+    #[inline]
     fn acquire(
         &mut self,
         hash: u64,
@@ -664,10 +695,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
     ) -> Result<Acquired, AcquireError> {
         let found = self.find(hash, key);
         let (config, state) = match found {
-            Some(index) => {
-                let entry = &self.entries[index];
-                (settings.config_of(key, entry), entry.state())
-            }
+            Some((bucket, _)) => (self.config_of(key, bucket, settings), bucket.unpack()),
             None => {
                 let config = settings.resolved_config(key);
                 (config, self.fresh(&config, now))
@@ -681,8 +709,14 @@ impl<K: Hash + Eq + Clone> Shard<K> {
                 capacity: config.capacity(),
             });
         }
-        if let (Some(index), Some(request_id)) = (found, request_id) {
-            if let Some(decision) = self.entries[index].replay(request_id, now, settings) {
+        if let (Some((bucket, _)), Some(request_id)) = (found, request_id) {
+            let replayed = if bucket.has_extra() {
+                self.extra(key)
+                    .and_then(|extra| extra.replay(request_id, now, settings))
+            } else {
+                None
+            };
+            if let Some(decision) = replayed {
                 self.stats.replayed += 1;
                 return Ok(Acquired {
                     decision,
@@ -692,20 +726,29 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             }
         }
         let (next, decision) = transition(&config, state, now, cost)?;
-        let index = match found {
-            Some(index) => index,
+        let pos = match found {
+            Some((_, pos)) => pos,
             None => match self.insert(hash, key, next, now, settings) {
-                Ok(index) => index,
+                Ok(pos) => pos,
                 Err(error) => {
                     self.stats.errors += 1;
                     return Err(error);
                 }
             },
         };
-        let entry = &mut self.entries[index];
-        entry.set_state(next);
+        self.store(pos, next);
         if let Some(request_id) = request_id {
-            entry.record(request_id, now, decision, settings.dedupe_per_key);
+            let per_key = settings.dedupe_per_key;
+            if per_key > 0 {
+                let requests = &mut self.extra_mut(key, pos).requests;
+                // A new record of an id replaces its older (dead) one: a dead record must not hold a
+                // slot that could push out another id's live record (docs/semantics.md, step 6).
+                requests.retain(|(id, _, _)| *id != request_id);
+                while requests.len() >= per_key {
+                    requests.pop_front();
+                }
+                requests.push_back((request_id, now, decision));
+            }
         }
         if decision.is_allowed() {
             self.stats.allowed += 1;
@@ -719,7 +762,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         })
     }
 
-    /// Inserts a new key, making room first if the shard is at its bound. Returns the entry's index.
+    /// Inserts a new key, making room first if the shard is at its bound. Returns the entry's position.
     fn insert(
         &mut self,
         hash: u64,
@@ -731,20 +774,37 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         if self.entries.len() >= settings.max_keys_per_shard {
             self.make_room(now, settings)?;
         }
-        let index = self.entries.len();
         match self
             .entries
-            .raw_entry_mut_v1()
-            .from_hash(hash, |k| k == key)
+            .push_new(hash, key.clone(), PackedBucket::new(state))
         {
-            indexmap::map::raw_entry_v1::RawEntryMut::Vacant(vacant) => {
-                vacant.insert_hashed_nocheck(hash, key.clone(), Entry::new(state));
-            }
-            indexmap::map::raw_entry_v1::RawEntryMut::Occupied(_) => {
-                unreachable!("insert is only called for a key the shard does not hold")
-            }
+            Some(pos) => Ok(pos),
+            // Unreachable: `max_keys_per_shard` is at most the table's `MAX_LEN`. Still an error, not a
+            // panic, and nothing changed.
+            None => Err(AcquireError::KeyLimitReached {
+                max_keys: settings.max_keys,
+                live_keys: self.entries.len(),
+            }),
         }
-        Ok(index)
+    }
+
+    /// Evictable at `now`: dropping it changes no later decision at `now >= last_refill`.
+    fn is_evictable(
+        &self,
+        key: &K,
+        bucket: PackedBucket,
+        now: Nanos,
+        settings: &Settings<K>,
+    ) -> bool {
+        if bucket.has_extra()
+            && self
+                .extra(key)
+                .is_some_and(|extra| extra.pins(now, settings))
+        {
+            return false;
+        }
+        let config = self.config_of(key, bucket, settings);
+        bucket.unpack().refilled(&config, now).is_full(&config)
     }
 
     fn make_room(&mut self, now: Nanos, settings: &Settings<K>) -> Result<(), AcquireError> {
@@ -761,26 +821,29 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         let len = self.entries.len();
         let mut oldest: Option<(usize, Nanos)> = None;
         for step in 0..ROOM_SCAN.min(len) {
-            let index = (self.sweep_cursor + step) % len;
-            let (key, entry) = self.entries.get_index(index).expect("index below len");
-            if entry.is_evictable(key, now, settings) {
-                self.evict(index);
+            let pos = (self.sweep_cursor + step) % len;
+            let Some((key, bucket)) = self.entries.get(pos) else {
+                break;
+            };
+            let bucket = *bucket;
+            if self.is_evictable(key, bucket, now, settings) {
+                self.evict(pos);
                 self.stats.evicted_lossless += 1;
                 return Ok(());
             }
-            let pinned = entry
-                .extra
-                .as_ref()
-                .is_some_and(|extra| extra.config_override.is_some());
-            let last_refill = entry.bucket.last_refill;
+            let pinned = bucket.has_extra()
+                && self
+                    .extra(key)
+                    .is_some_and(|extra| extra.config_override.is_some());
+            let last_refill = bucket.last_refill;
             if !pinned && oldest.is_none_or(|(_, oldest_time)| last_refill < oldest_time) {
-                oldest = Some((index, last_refill));
+                oldest = Some((pos, last_refill));
             }
         }
         self.sweep_cursor = (self.sweep_cursor + ROOM_SCAN) % len;
         match (settings.policy, oldest) {
-            (EvictionPolicy::EvictLeastRecent, Some((index, _))) => {
-                self.evict(index);
+            (EvictionPolicy::EvictLeastRecent, Some((pos, _))) => {
+                self.evict(pos);
                 self.stats.evicted_lossy += 1;
                 Ok(())
             }
@@ -788,21 +851,24 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         }
     }
 
-    /// Inspects up to `budget` entries from the cursor and drops the evictable ones. Returns how many.
+    /// Inspects up to `budget` entries (and at most the shard's length) from the cursor and drops the
+    /// evictable ones. Returns how many.
     fn sweep_some(&mut self, now: Nanos, budget: usize, settings: &Settings<K>) -> usize {
         let mut dropped = 0;
-        for _ in 0..budget {
+        for _ in 0..budget.min(self.entries.len()) {
             if self.entries.is_empty() {
                 break;
             }
             if self.sweep_cursor >= self.entries.len() {
                 self.sweep_cursor = 0;
             }
-            let index = self.sweep_cursor;
-            let (key, entry) = self.entries.get_index(index).expect("cursor below len");
-            if entry.is_evictable(key, now, settings) {
-                // swap_remove moves the last entry into `index`; the cursor stays to inspect it next.
-                self.evict(index);
+            let pos = self.sweep_cursor;
+            let Some((key, bucket)) = self.entries.get(pos) else {
+                break;
+            };
+            if self.is_evictable(key, *bucket, now, settings) {
+                // swap_remove moves the last entry into `pos`; the cursor stays to inspect it next.
+                self.evict(pos);
                 self.stats.evicted_lossless += 1;
                 dropped += 1;
             } else {
@@ -812,15 +878,20 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         dropped
     }
 
-    fn remove(&mut self, index: usize) {
-        self.entries.swap_remove_index(index);
+    /// Drops the entry at `pos` and its extras.
+    fn remove(&mut self, pos: usize) {
+        if let Some((key, bucket)) = self.entries.swap_remove(pos) {
+            if bucket.has_extra() {
+                self.extras.remove(&key);
+            }
+        }
     }
 
     /// Drops an entry by eviction (not by `forget`): its cursor raises the horizon.
-    fn evict(&mut self, index: usize) {
-        if let Some((_, entry)) = self.entries.get_index(index) {
-            self.evicted_horizon = self.evicted_horizon.max(entry.bucket.last_refill);
+    fn evict(&mut self, pos: usize) {
+        if let Some((_, bucket)) = self.entries.get(pos) {
+            self.evicted_horizon = self.evicted_horizon.max(bucket.last_refill);
         }
-        self.remove(index);
+        self.remove(pos);
     }
 }

@@ -27,7 +27,8 @@
 //! - [`bucket`]: the single transition every front end uses;
 //! - [`keyed`]: the sharded keyed [`Limiter`] with its memory bound, expiry and request ids;
 //! - [`clock`]: [`Clock`], [`MonotonicClock`], [`ManualClock`];
-//! - `sync`: the std / loom / shuttle switch for every lock.
+//! - `sync`: the std / loom / shuttle switch for every lock;
+//! - `table`: a shard's storage (dense slots plus a hash index), used by [`keyed`].
 #![warn(missing_docs)]
 
 pub mod bucket;
@@ -37,6 +38,7 @@ mod error;
 pub mod keyed;
 pub mod rate;
 mod sync;
+mod table;
 pub mod units;
 
 pub use bucket::{BucketState, Decision, Snapshot, snapshot, transition};
