@@ -394,8 +394,9 @@ pub fn render_markdown(kills: &[Kill], scenarios: &Result<Vec<ScenarioKills>, St
             (None, Some(violation)) => {
                 let _ = writeln!(
                     out,
-                    "Two threads, each one acquire of cost 1 on a fresh key of capacity 1 \
-                     (rate 1/s) at `T0` and `T0 + 1 ns`: both admitted.\n\n{}\n",
+                    "Two threads, 256 acquires of cost 1 each on a fresh key of capacity 256 with \
+                     no refill: more than 256 admitted, and two admitted acquires report the same \
+                     remaining balance (they spent the same token: the 2-op witness).\n\n{}\n",
                     cell(&violation.to_string())
                 );
             }

@@ -7,14 +7,18 @@
 //! it is indistinguishable from the real limiter ([`RacySubject`] passes every sequential trace), so
 //! the trace runner cannot kill it; a concurrent run can.
 //!
-//! [`hunt_race`] is that run. Two real threads, released together by a barrier, each make one
-//! acquire of cost 1 on a fresh key of capacity 1 (rate 1 token/s), thread `i` at time `T0 + i` ns;
-//! the main thread then feeds both answers to the arrival-curve oracle
-//! ([`bucketproof_harness::oracle::arrival::ArrivalCurve`]): over `[T0, T0 + 1]` at most
-//! `1 + 1e-9` tokens may be admitted, whatever order the two calls took the lock in, so two
-//! admissions are a breach that no linearizable limiter can produce. Rounds repeat (the key is
-//! forgotten between rounds) until a breach or the budget runs out. Every round is already the
-//! minimal counterexample: two concurrent acquires.
+//! [`hunt_race`] is that run. Two real threads, started together by a barrier, each make 256
+//! acquires of cost 1 on a fresh key of capacity 256 with no refill (rate 0), at interleaved per-op
+//! times; the main thread then feeds every admitted acquire to the arrival-curve oracle
+//! ([`bucketproof_harness::oracle::arrival::ArrivalCurve`]): with no refill at most 256 tokens may be
+//! admitted, in whatever order the calls took the lock, so more is a breach no linearizable limiter
+//! can produce. Rounds repeat (the key is forgotten between rounds) until a breach or the budget runs
+//! out. The witness is two admitted acquires reporting the same remaining balance: they read the
+//! same state and spent the same token, the minimal counterexample (2 ops).
+//!
+//! Why 256 acquires per thread rather than one: on two shared cores a sleeping barrier releases one
+//! thread microseconds before the other, enough to finish a single call alone; a longer round gives
+//! the two threads time to overlap.
 //!
 //! Why real threads and not shuttle here: the limiter's `shuttle` feature swaps its mutexes for
 //! shuttle's in every crate of the build, which would break every non-shuttle test of this crate and
@@ -128,17 +132,21 @@ pub struct RaceOutcome {
     pub violation: Option<Violation>,
     /// Rounds run (a round is two concurrent acquires).
     pub rounds: u64,
-    /// Acquires in the counterexample (2 when found).
+    /// Acquires in the counterexample: 2 (two admitted acquires that spent the same token) when
+    /// found.
     pub ops: usize,
 }
 
 const T0: Nanos = 1_000_000_000;
 const THREADS: usize = 2;
 
-/// Runs rounds of two concurrent acquires (see the module docs) until the arrival curve breaks or
-/// `budget` / `max_rounds` run out.
+/// Tokens per round, and acquires per thread per round.
+const CAPACITY: u64 = 256;
+
+/// Runs rounds (see the module docs) until the arrival curve breaks or `budget` / `max_rounds` run
+/// out.
 pub fn hunt_race(acquire: AcquireFn, budget: Duration, max_rounds: u64) -> RaceOutcome {
-    let Ok(config) = Config::new(1, Rate::per_second(1)) else {
+    let Ok(config) = Config::new(CAPACITY, Rate::ZERO) else {
         return RaceOutcome {
             violation: None,
             rounds: 0,
@@ -147,56 +155,77 @@ pub fn hunt_race(acquire: AcquireFn, budget: Duration, max_rounds: u64) -> RaceO
     };
     let limiter: Limiter<u64> = Limiter::builder(config).shards(1).build();
     let curve_config = CurveConfig {
-        capacity: 1,
-        rate_numer: config.rate().numer(),
-        rate_denom: config.rate().denom(),
+        capacity: CAPACITY,
+        rate_numer: 0,
+        rate_denom: 1,
     };
-    // Main and workers meet twice per round: once to start it, once when both answers are in.
+    // Main and workers meet twice per round: once to start it, once when both threads are done.
     let barrier = Barrier::new(THREADS + 1);
     let stop = AtomicBool::new(false);
     let round_key = AtomicU64::new(0);
-    let answers: Vec<Mutex<Option<bool>>> = (0..THREADS).map(|_| Mutex::new(None)).collect();
-    let started = Instant::now();
+    // Per thread: (time, remaining units) of every admitted acquire of the round.
+    let answers: Vec<Mutex<Vec<(Nanos, u128)>>> =
+        (0..THREADS).map(|_| Mutex::new(Vec::new())).collect();
+    let clock = Instant::now();
     let mut rounds = 0;
     let mut violation = None;
+    let mut witness_ops = 0;
     std::thread::scope(|scope| {
         for thread in 0..THREADS {
             let (limiter, barrier, stop, round_key, answers) =
                 (&limiter, &barrier, &stop, &round_key, &answers);
             scope.spawn(move || {
+                let mut admitted = Vec::with_capacity(CAPACITY as usize);
                 loop {
                     barrier.wait();
                     if stop.load(Ordering::Acquire) {
                         break;
                     }
                     let key = round_key.load(Ordering::Acquire);
-                    let now = T0 + thread as Nanos;
-                    let allowed = acquire(limiter, &key, 1, now).map(|d| d.is_allowed());
+                    admitted.clear();
+                    for op in 0..CAPACITY {
+                        // Per-op times, interleaved between the threads; no refill, so any order of
+                        // the two threads' calls admits exactly `CAPACITY` in total.
+                        let now = T0 + 2 * op + thread as Nanos;
+                        if let Ok(decision) = acquire(limiter, &key, 1, now)
+                            && decision.is_allowed()
+                        {
+                            admitted.push((now, decision.remaining().units()));
+                        }
+                    }
                     if let Ok(mut slot) = answers[thread].lock() {
-                        *slot = allowed.ok();
+                        slot.clone_from(&admitted);
                     }
                     barrier.wait();
                 }
             });
         }
-        while rounds < max_rounds && started.elapsed() < budget {
+        while rounds < max_rounds && clock.elapsed() < budget {
             let key = rounds;
             round_key.store(key, Ordering::Release);
             barrier.wait();
             barrier.wait();
             rounds += 1;
-            let mut curve = ArrivalCurve::default();
-            curve.restart(key, T0, curve_config);
-            let mut breach = None;
-            for (thread, answer) in answers.iter().enumerate() {
-                let allowed = answer.lock().map(|slot| *slot).unwrap_or(None);
-                let now = T0 + thread as Nanos;
-                if let Err(found) = curve.observe(key, now, 1, allowed == Some(true)) {
-                    breach = Some(found);
+            let mut all: Vec<(Nanos, u128)> = Vec::new();
+            for answer in &answers {
+                if let Ok(slot) = answer.lock() {
+                    all.extend_from_slice(&slot);
                 }
             }
             limiter.forget(&key);
+            all.sort_unstable();
+            let mut curve = ArrivalCurve::default();
+            curve.restart(key, T0, curve_config);
+            let breach = all
+                .iter()
+                .find_map(|&(now, _)| curve.observe(key, now, 1, true).err());
             if let Some(breach) = breach {
+                // The witness: two admitted acquires that report the same remaining balance both
+                // spent the same token (read the same state); a linearizable run never repeats one.
+                let mut balances: Vec<u128> = all.iter().map(|&(_, units)| units).collect();
+                balances.sort_unstable();
+                let repeated = balances.windows(2).any(|pair| pair[0] == pair[1]);
+                witness_ops = if repeated { THREADS } else { all.len() };
                 violation = Some(Violation::new(
                     OracleKind::ArrivalCurve,
                     "admitted more than the arrival curve allows on one key (2 threads)",
@@ -213,7 +242,7 @@ pub fn hunt_race(acquire: AcquireFn, budget: Duration, max_rounds: u64) -> RaceO
         barrier.wait();
     });
     RaceOutcome {
-        ops: if violation.is_some() { THREADS } else { 0 },
+        ops: if violation.is_some() { witness_ops } else { 0 },
         violation,
         rounds,
     }
