@@ -271,14 +271,19 @@ impl<'a> Engine<'a> {
             ..self.options.run.clone()
         };
         let mut budget = self.options.shrink_budget;
-        let fails = |candidate: &Trace| {
+        let mut fails = |candidate: &Trace| {
             if budget == 0 {
                 return None;
             }
             budget -= 1;
             first_violation(self.registry, subject_name, candidate, &options)
         };
-        let (small, small_violation) = crate::shrink::shrink(&trace, violation, fails);
+        let (mut small, mut small_violation) = crate::shrink::shrink(&trace, violation, &mut fails);
+        // Merging acquires can enable further deletions: alternate until neither helps.
+        while let Some(merged) = merge_acquires(&small, &small_violation, &mut fails) {
+            (small, small_violation) = crate::shrink::shrink(&merged.0, &merged.1, &mut fails);
+        }
+        let (small, small_violation) = round_times(small, small_violation, &mut fails);
         let mut counterexample = Counterexample {
             format: COUNTEREXAMPLE_FORMAT,
             scenario: scenario.name.clone(),
@@ -297,6 +302,91 @@ impl<'a> Engine<'a> {
         );
         counterexample
     }
+}
+
+/// A shrinking step the generic shrinker lacks: two adjacent acquires on the same key become one
+/// whose cost is their sum (at either op's time), e.g. five single-token requests that drain a bucket
+/// become one request for five tokens. Returns the first merge that still fails the same way.
+fn merge_acquires(
+    trace: &Trace,
+    violation: &Violation,
+    fails: &mut impl FnMut(&Trace) -> Option<Violation>,
+) -> Option<(Trace, Violation)> {
+    let signature = violation.signature();
+    for index in 0..trace.ops.len().saturating_sub(1) {
+        let (
+            Op::Acquire {
+                key,
+                at,
+                cost,
+                request_id: None,
+            },
+            Op::Acquire {
+                key: next_key,
+                at: next_at,
+                cost: next_cost,
+                request_id: None,
+            },
+        ) = (&trace.ops[index], &trace.ops[index + 1])
+        else {
+            continue;
+        };
+        if key != next_key {
+            continue;
+        }
+        let Some(total) = cost.checked_add(*next_cost) else {
+            continue;
+        };
+        for time in [*at, *next_at] {
+            let mut candidate = trace.clone();
+            candidate.ops[index] = Op::Acquire {
+                key: *key,
+                at: time,
+                cost: total,
+                request_id: None,
+            };
+            candidate.ops.remove(index + 1);
+            if let Some(found) = fails(&candidate)
+                && found.signature() == signature
+            {
+                return Some((candidate, found));
+            }
+        }
+    }
+    None
+}
+
+/// A last shrinking pass over values: each op's time is rounded down to a whole second, millisecond or
+/// microsecond when the trace still fails the same way, so a counterexample reads `at: 3000000000`
+/// rather than `at: 2899729074` wherever the exact value does not matter.
+fn round_times(
+    mut best: Trace,
+    mut best_violation: Violation,
+    fails: &mut impl FnMut(&Trace) -> Option<Violation>,
+) -> (Trace, Violation) {
+    let signature = best_violation.signature();
+    for index in 0..best.ops.len() {
+        for unit in [1_000_000_000u64, 1_000_000, 1_000] {
+            let mut candidate = best.clone();
+            match &mut candidate.ops[index] {
+                Op::Acquire { at, .. } | Op::Reconfigure { at, .. } | Op::Sweep { at } => {
+                    if *at % unit == 0 {
+                        break; // already round at this unit, hence at the finer ones
+                    }
+                    *at -= *at % unit;
+                }
+                Op::Forget { .. } => break,
+            }
+            if let Some(violation) = fails(&candidate)
+                && violation.signature() == signature
+            {
+                best = candidate;
+                best_violation = violation;
+                break;
+            }
+        }
+    }
+    (best, best_violation)
 }
 
 /// Runs `trace` on a fresh `subject_name` and returns its first violation.
