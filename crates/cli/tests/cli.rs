@@ -36,7 +36,12 @@ fn text(bytes: &[u8]) -> String {
 fn check_passes_on_main_with_one_junit_case_per_scenario_seed_and_fresh_reports() {
     let dir = scratch("junit");
     let junit = dir.join("junit.xml");
-    let out = bucketproof(&["check", "--junit", junit.to_str().unwrap(), "--check-reports"]);
+    let out = bucketproof(&[
+        "check",
+        "--junit",
+        junit.to_str().unwrap(),
+        "--check-reports",
+    ]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -95,7 +100,14 @@ fn a_broken_subject_fails_with_a_small_counterexample_that_replay_reproduces() {
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let ops = counterexample["ops"].as_array().unwrap();
     assert!(ops.len() <= 6, "{} ops: {ops:?}", ops.len());
-    for field in ["scenario", "seed", "subject", "setup", "violation", "replay"] {
+    for field in [
+        "scenario",
+        "seed",
+        "subject",
+        "setup",
+        "violation",
+        "replay",
+    ] {
         assert!(!counterexample[field].is_null(), "missing {field}");
     }
     assert_eq!(counterexample["violation"]["oracle"], "model");
@@ -143,7 +155,13 @@ fn list_names_scenarios_and_subjects() {
     let out = bucketproof(&["list"]);
     assert_eq!(out.status.code(), Some(0));
     let stdout = text(&out.stdout);
-    for name in ["exact-refill", "rollback", "core", "model", "broken:charges-denials"] {
+    for name in [
+        "exact-refill",
+        "rollback",
+        "core",
+        "model",
+        "broken:charges-denials",
+    ] {
         assert!(stdout.contains(name), "{stdout}");
     }
 }
