@@ -15,7 +15,8 @@
 //! - an error changes nothing; a replayed request id charges nothing.
 //!
 //! Storage (why it looks like this: reports/bench-limiter.md): each shard holds its keys in a
-//! [`SlabMap`] of `(key, PackedBucket)` slots, 32 bytes for a `u64` key, with nothing else per key. The
+//! [`FlatMap`]: one hash table of `(key, PackedBucket)` slots (32 bytes for a `u64` key), nothing else
+//! per key, one dependent random access per lookup after the control bytes. The
 //! rarely used per-key extras (override config, request-id records) live in a per-shard side map,
 //! and a spare top bit of the packed balance says whether a key has one, so the common path never
 //! touches it. The amortized sweep runs when a shard inserts a new key (the only time its memory
@@ -27,7 +28,7 @@ use std::time::Duration;
 
 use crate::bucket::{BucketState, Decision, snapshot, transition};
 use crate::sync::{Mutex, lock};
-use crate::table::SlabMap;
+use crate::table::FlatMap;
 use crate::{AcquireError, Clock, Config, MonotonicClock, Nanos, Tokens, Wait};
 
 /// Identifies one logical request across retries (e.g. the low 128 bits of an idempotency key's hash,
@@ -140,6 +141,10 @@ pub struct Stats {
 /// the table with non-full buckets cannot turn every request into a full scan.
 const ROOM_SCAN: usize = 32;
 
+/// How many table slots (occupied or not) that scan may step over. A shard at its bound is at least
+/// about 7/16 full (hashbrown doubles at 7/8), so 4 slots per wanted entry usually find all 32.
+const ROOM_SCAN_SLOTS: usize = 4 * ROOM_SCAN;
+
 /// Builder for [`Limiter`]; see [`Limiter::builder`].
 pub struct Builder<K, C = MonotonicClock> {
     default_config: Config,
@@ -187,7 +192,8 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
     }
 
     /// Entries the amortized sweep inspects each time an acquire inserts a new key into a shard (the
-    /// only time the shard's memory grows); 0 disables it. Default 2.
+    /// only time the shard's memory grows), stepping over at most 8 table slots per entry; 0 disables
+    /// it. Default 2.
     pub fn sweep_per_op(mut self, entries: usize) -> Self {
         self.sweep_per_op = entries;
         self
@@ -224,15 +230,11 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
             ),
             None => ahash::RandomState::new(),
         };
-        // A shard stores positions as `u32`; a bound above that could never be reached anyway.
-        let max_keys_per_shard = self
-            .max_keys
-            .div_ceil(self.shards)
-            .min(SlabMap::<K, PackedBucket, ahash::RandomState>::MAX_LEN);
+        let max_keys_per_shard = self.max_keys.div_ceil(self.shards);
         let shards = (0..self.shards)
             .map(|_| {
                 Padded(Mutex::new(Shard {
-                    entries: SlabMap::with_hasher(hasher.clone()),
+                    entries: FlatMap::with_hasher(hasher.clone()),
                     extras: HashMap::with_hasher(hasher.clone()),
                     evicted_horizon: 0,
                     sweep_cursor: 0,
@@ -300,7 +302,7 @@ impl<K> Settings<K> {
 
 struct Shard<K> {
     /// Key and bucket of every live key, nothing else.
-    entries: SlabMap<K, PackedBucket, ahash::RandomState>,
+    entries: FlatMap<K, PackedBucket, ahash::RandomState>,
     /// Override configs and request-id records, for the keys whose bucket has `HAS_EXTRA` set (and
     /// only those: an entry here exists exactly when its key is live and flagged).
     extras: HashMap<K, Extra, ahash::RandomState>,
@@ -308,7 +310,7 @@ struct Shard<K> {
     /// its cursor at `max(now, evicted_horizon)`, so a key that was dropped and comes back under a
     /// clock that ran backwards is never credited the same time twice.
     evicted_horizon: Nanos,
-    /// Where the amortized sweep and the room scan resume (a position in `entries`).
+    /// Where the amortized sweep and the room scan resume (a slot position in `entries`).
     sweep_cursor: usize,
     stats: Stats,
 }
@@ -449,7 +451,8 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         // insertion bounds what expired keys can pile up, and calls on known keys pay nothing. Never
         // after an error: an error changes nothing, not even other keys.
         if let Ok(Acquired { created: true, .. }) = result {
-            shard.sweep_some(now, self.settings.sweep_per_op, &self.settings);
+            let budget = self.settings.sweep_per_op;
+            shard.sweep_some(now, budget, budget.saturating_mul(8), &self.settings);
         }
         result
     }
@@ -521,9 +524,9 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
             .iter()
             .map(|shard| {
                 let mut shard = lock(&shard.0);
-                let len = shard.entries.len();
+                let (len, slots) = (shard.entries.len(), shard.entries.slots());
                 shard.sweep_cursor = 0;
-                shard.sweep_some(now, len, &self.settings)
+                shard.sweep_some(now, len, slots, &self.settings)
             })
             .sum()
     }
@@ -774,18 +777,9 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         if self.entries.len() >= settings.max_keys_per_shard {
             self.make_room(now, settings)?;
         }
-        match self
+        Ok(self
             .entries
-            .push_new(hash, key.clone(), PackedBucket::new(state))
-        {
-            Some(pos) => Ok(pos),
-            // Unreachable: `max_keys_per_shard` is at most the table's `MAX_LEN`. Still an error, not a
-            // panic, and nothing changed.
-            None => Err(AcquireError::KeyLimitReached {
-                max_keys: settings.max_keys,
-                live_keys: self.entries.len(),
-            }),
-        }
+            .insert_new(hash, key.clone(), PackedBucket::new(state)))
     }
 
     /// Evictable at `now`: dropping it changes no later decision at `now >= last_refill`.
@@ -818,16 +812,25 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         if settings.policy == EvictionPolicy::RejectNewKeys || self.entries.is_empty() {
             return reject(self);
         }
-        let len = self.entries.len();
+        let slots = self.entries.slots();
         let mut oldest: Option<(usize, Nanos)> = None;
-        for step in 0..ROOM_SCAN.min(len) {
-            let pos = (self.sweep_cursor + step) % len;
-            let Some((key, bucket)) = self.entries.get(pos) else {
+        let mut inspected = 0;
+        let mut pos = self.sweep_cursor % slots;
+        // At most ROOM_SCAN entries over at most ROOM_SCAN_SLOTS slots: bounded whatever the table holds.
+        for _ in 0..ROOM_SCAN_SLOTS.min(slots) {
+            if inspected == ROOM_SCAN {
                 break;
+            }
+            let here = pos;
+            pos = (pos + 1) % slots;
+            let Some((key, bucket)) = self.entries.get(here) else {
+                continue;
             };
+            inspected += 1;
             let bucket = *bucket;
             if self.is_evictable(key, bucket, now, settings) {
-                self.evict(pos);
+                self.sweep_cursor = pos;
+                self.evict(here);
                 self.stats.evicted_lossless += 1;
                 return Ok(());
             }
@@ -837,13 +840,13 @@ impl<K: Hash + Eq + Clone> Shard<K> {
                     .is_some_and(|extra| extra.config_override.is_some());
             let last_refill = bucket.last_refill;
             if !pinned && oldest.is_none_or(|(_, oldest_time)| last_refill < oldest_time) {
-                oldest = Some((pos, last_refill));
+                oldest = Some((here, last_refill));
             }
         }
-        self.sweep_cursor = (self.sweep_cursor + ROOM_SCAN) % len;
+        self.sweep_cursor = pos;
         match (settings.policy, oldest) {
-            (EvictionPolicy::EvictLeastRecent, Some((pos, _))) => {
-                self.evict(pos);
+            (EvictionPolicy::EvictLeastRecent, Some((victim, _))) => {
+                self.evict(victim);
                 self.stats.evicted_lossy += 1;
                 Ok(())
             }
@@ -851,36 +854,46 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         }
     }
 
-    /// Inspects up to `budget` entries (and at most the shard's length) from the cursor and drops the
-    /// evictable ones. Returns how many.
-    fn sweep_some(&mut self, now: Nanos, budget: usize, settings: &Settings<K>) -> usize {
+    /// Inspects up to `budget` entries from the cursor, stepping over at most `max_slots` slots (and
+    /// at most the whole table), and drops the evictable ones. Returns how many.
+    fn sweep_some(
+        &mut self,
+        now: Nanos,
+        budget: usize,
+        max_slots: usize,
+        settings: &Settings<K>,
+    ) -> usize {
+        let slots = self.entries.slots();
+        if slots == 0 || budget == 0 {
+            return 0;
+        }
         let mut dropped = 0;
-        for _ in 0..budget.min(self.entries.len()) {
-            if self.entries.is_empty() {
+        let mut inspected = 0;
+        let mut pos = self.sweep_cursor % slots;
+        for _ in 0..max_slots.min(slots) {
+            if inspected == budget {
                 break;
             }
-            if self.sweep_cursor >= self.entries.len() {
-                self.sweep_cursor = 0;
-            }
-            let pos = self.sweep_cursor;
-            let Some((key, bucket)) = self.entries.get(pos) else {
-                break;
+            let here = pos;
+            pos = (pos + 1) % slots;
+            let Some((key, bucket)) = self.entries.get(here) else {
+                continue;
             };
+            inspected += 1;
             if self.is_evictable(key, *bucket, now, settings) {
-                // swap_remove moves the last entry into `pos`; the cursor stays to inspect it next.
-                self.evict(pos);
+                // Removal moves no other entry, so the cursor just goes on.
+                self.evict(here);
                 self.stats.evicted_lossless += 1;
                 dropped += 1;
-            } else {
-                self.sweep_cursor += 1;
             }
         }
+        self.sweep_cursor = pos;
         dropped
     }
 
     /// Drops the entry at `pos` and its extras.
     fn remove(&mut self, pos: usize) {
-        if let Some((key, bucket)) = self.entries.swap_remove(pos) {
+        if let Some((key, bucket)) = self.entries.remove(pos) {
             if bucket.has_extra() {
                 self.extras.remove(&key);
             }
