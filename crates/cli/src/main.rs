@@ -119,6 +119,14 @@ enum Command {
         #[arg(long)]
         reports: Option<PathBuf>,
     },
+    /// Mutation self-test: goes after every deliberately broken limiter with generated traces (and
+    /// real threads for the race), runs the scenario suite against each, prints the kill table and
+    /// writes `reports/mutants.md`. Exit 1 if a mutant survives or a counterexample exceeds 6 ops.
+    Mutants {
+        /// Where to write the report (default: `reports/mutants.md` beside the scenarios directory).
+        #[arg(long)]
+        report: Option<PathBuf>,
+    },
 }
 
 /// Exit codes.
@@ -173,6 +181,7 @@ fn main() -> ExitCode {
             full,
             reports,
         } => compare(&horizons, &rates, full, reports),
+        Command::Mutants { report } => mutants(report),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -699,4 +708,49 @@ fn compare(
         compare::REPORT_STEM
     );
     Ok(PASS)
+}
+
+/// The largest shrunk counterexample a kill may have (issue 7).
+const MAX_COUNTEREXAMPLE_OPS: usize = 6;
+
+fn mutants(report: Option<PathBuf>) -> Result<u8, Fatal> {
+    let path = report.unwrap_or_else(|| default_reports_dir(&[]).join("mutants.md"));
+    // The scenario part of the report reads `scenarios/` relative to the working directory.
+    let kills = bucketproof_mutants::kill::write_report(&path)
+        .map_err(|e| Fatal(format!("cannot write {}: {e}", path.display())))?;
+    println!(
+        "{:<28} {:<14} {:>12} {:>10}",
+        "mutant", "killed by", "time", "shrunk"
+    );
+    let mut failed = false;
+    for kill in &kills {
+        let killed_by = kill
+            .violation
+            .as_ref()
+            .map_or("SURVIVED", |violation| violation.oracle.name());
+        let time = kill.time_to_kill.map_or("-".to_owned(), |t| {
+            format!("{:.2} ms", t.as_secs_f64() * 1e3)
+        });
+        let shrunk = kill
+            .shrunk_ops
+            .map_or("-".to_owned(), |n| format!("{n} ops"));
+        println!(
+            "{:<28} {killed_by:<14} {time:>12} {shrunk:>10}",
+            kill.mutant.name()
+        );
+        let too_big = kill.shrunk_ops.is_some_and(|n| n > MAX_COUNTEREXAMPLE_OPS);
+        failed |= !kill.killed() || too_big;
+    }
+    let killed = kills.iter().filter(|k| k.killed()).count();
+    let median = bucketproof_mutants::kill::median_time_to_kill(&kills)
+        .map_or("-".to_owned(), |t| {
+            format!("{:.2} ms", t.as_secs_f64() * 1e3)
+        });
+    println!(
+        "{killed}/{} killed ({:.0}%), median time to kill {median}; wrote {}",
+        kills.len(),
+        100.0 * killed as f64 / kills.len().max(1) as f64,
+        path.display()
+    );
+    Ok(if failed { VIOLATION } else { PASS })
 }
