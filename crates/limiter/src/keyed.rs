@@ -15,7 +15,7 @@
 //! - an error changes nothing; a replayed request id charges nothing.
 //!
 //! Storage (why it looks like this: reports/bench-limiter.md): each shard holds its keys in a
-//! [`FlatMap`]: one hash table of `(key, PackedBucket)` slots (32 bytes for a `u64` key), nothing else
+//! `table::FlatMap`: one hash table of `(key, PackedBucket)` slots (32 bytes for a `u64` key), nothing else
 //! per key, one dependent random access per lookup after the control bytes. The
 //! rarely used per-key extras (override config, request-id records) live in a per-shard side map,
 //! and a spare top bit of the packed balance says whether a key has one, so the common path never
