@@ -23,10 +23,11 @@
 //! grows), not on every call: a call on a known key does no work for other keys.
 
 use std::collections::{HashMap, VecDeque};
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::time::Duration;
 
 use crate::bucket::{BucketState, Decision, snapshot, transition};
+use crate::hashing::KeyHasher;
 use crate::sync::{Mutex, lock};
 use crate::table::FlatMap;
 use crate::{AcquireError, Clock, Config, MonotonicClock, Nanos, Tokens, Wait};
@@ -213,7 +214,9 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
         self
     }
 
-    /// Fixes the hasher's seed (reproducible shard placement in simulations). Default: random.
+    /// Fixes the hasher's seed: shard placement and table order become the same on every run and every
+    /// machine (a portable SipHash-1-3 instead of the random `ahash`), for simulations and verification
+    /// reports. Default: random.
     pub fn hasher_seed(mut self, seed: u64) -> Self {
         self.hasher_seed = Some(seed);
         self
@@ -221,15 +224,9 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
 
     /// Builds the limiter.
     pub fn build(self) -> Limiter<K, C> {
-        let hasher = match self.hasher_seed {
-            Some(seed) => ahash::RandomState::with_seeds(
-                seed,
-                seed ^ 0x243F_6A88_85A3_08D3,
-                seed.rotate_left(17),
-                !seed,
-            ),
-            None => ahash::RandomState::new(),
-        };
+        let hasher = self
+            .hasher_seed
+            .map_or_else(KeyHasher::random, KeyHasher::seeded);
         let max_keys_per_shard = self.max_keys.div_ceil(self.shards);
         let shards = (0..self.shards)
             .map(|_| {
@@ -265,7 +262,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
 pub struct Limiter<K, C = MonotonicClock> {
     shards: Box<[Padded<Mutex<Shard<K>>>]>,
     shard_bits: u32,
-    hasher: ahash::RandomState,
+    hasher: KeyHasher,
     settings: Settings<K>,
     clock: C,
 }
@@ -302,10 +299,10 @@ impl<K> Settings<K> {
 
 struct Shard<K> {
     /// Key and bucket of every live key, nothing else.
-    entries: FlatMap<K, PackedBucket, ahash::RandomState>,
+    entries: FlatMap<K, PackedBucket, KeyHasher>,
     /// Override configs and request-id records, for the keys whose bucket has `HAS_EXTRA` set (and
     /// only those: an entry here exists exactly when its key is live and flagged).
-    extras: HashMap<K, Extra, ahash::RandomState>,
+    extras: HashMap<K, Extra, KeyHasher>,
     /// The latest `last_refill` of any bucket this shard dropped by eviction. A new bucket starts with
     /// its cursor at `max(now, evicted_horizon)`, so a key that was dropped and comes back under a
     /// clock that ran backwards is never credited the same time twice.

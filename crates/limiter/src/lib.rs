@@ -35,6 +35,7 @@ pub mod bucket;
 pub mod clock;
 pub mod config;
 mod error;
+mod hashing;
 pub mod keyed;
 pub mod rate;
 mod sync;
