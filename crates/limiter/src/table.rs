@@ -94,7 +94,9 @@ mod tests {
                 .expect("model key present");
             assert_eq!(map.get(pos), Some(&(*key, *value)));
         }
-        let occupied = (0..map.slots()).filter(|&pos| map.get(pos).is_some()).count();
+        let occupied = (0..map.slots())
+            .filter(|&pos| map.get(pos).is_some())
+            .count();
         assert_eq!(occupied, model.len());
         assert_eq!(map.get(map.slots()), None);
     }

@@ -323,5 +323,8 @@ fn a_reused_request_id_replaces_its_dead_record() {
     at(1, 200);
     at(7, 200); // 200@1 is dead at 7: charged again, and its record replaces the dead one
     at(8, 300);
-    assert!(at(8, 100).replayed, "100's record must still be there: charged once");
+    assert!(
+        at(8, 100).replayed,
+        "100's record must still be there: charged once"
+    );
 }
