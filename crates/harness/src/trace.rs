@@ -120,7 +120,8 @@ pub struct Setup {
     /// What happens at the bound.
     #[serde(default)]
     pub policy: PolicySpec,
-    /// Entries the amortized sweep inspects per operation.
+    /// Entries the amortized sweep inspects each time an acquire inserts a new key (see the limiter's
+    /// `Builder::sweep_per_op`).
     #[serde(default = "default_sweep_per_op")]
     pub sweep_per_op: usize,
     /// Request-id records live this long.

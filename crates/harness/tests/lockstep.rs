@@ -5,7 +5,8 @@ use bucketproof_harness::oracle::OracleKind;
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_harness::shrink::shrink;
 use bucketproof_harness::subjects::CoreSubject;
-use bucketproof_harness::{ConfigSpec, Observed, Setup, Subject, SubjectError, Trace};
+use bucketproof_harness::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
+use bucketproof_harness::{ConfigSpec, Setup, SubjectFactory, Trace};
 
 mod common;
 use common::mixed_trace;
@@ -43,52 +44,20 @@ fn the_core_agrees_with_the_model_on_mixed_traces() {
     }
 }
 
-/// Wraps the core and charges denials: caught by the model and by the invariants.
-struct ChargesDenials(CoreSubject);
-
-impl Subject for ChargesDenials {
-    fn name(&self) -> String {
-        "charges-denials".into()
-    }
-    fn acquire(
-        &mut self,
-        key: u64,
-        now: u64,
-        cost: u64,
-        id: Option<u64>,
-    ) -> Result<Observed, SubjectError> {
-        let mut observed = self.0.acquire(key, now, cost, id)?;
-        if !observed.allowed {
-            if let bucketproof_harness::Amount::Exact { numer, denom } = &mut observed.remaining {
-                *numer = numer.saturating_sub(*denom);
-            }
-        }
-        Ok(observed)
-    }
-    fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
-        self.0.reconfigure(key, config, now)
-    }
-    fn forget(&mut self, key: u64) -> Result<(), SubjectError> {
-        self.0.forget(key)
-    }
-    fn sweep(&mut self, now: u64) -> Result<(), SubjectError> {
-        self.0.sweep(now)
-    }
-    fn may_evict(&self) -> bool {
-        true
-    }
-}
-
 #[test]
 fn a_broken_subject_fails_and_shrinks_to_a_few_ops() {
     let setup = setup(3, "1/s");
     let ops = mixed_trace(500, 7);
     let run = |trace: &Trace| {
-        let mut subject = ChargesDenials(CoreSubject::new(&trace.setup).unwrap());
+        // The fixture reports a denial's balance one token short, as if the denial had been charged.
+        let mut subject = BrokenSubjects
+            .build(CHARGES_DENIALS, &trace.setup)
+            .unwrap()
+            .unwrap();
         match run_trace(
             &trace.setup,
             trace.ops.clone(),
-            &mut subject,
+            subject.as_mut(),
             &RunOptions::default(),
         )
         .unwrap()

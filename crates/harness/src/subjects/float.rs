@@ -42,43 +42,47 @@ pub type FloatTextbookSubject = FloatSubject<TextbookBucket>;
 /// The Go x/time/rate style f64 bucket.
 pub type FloatGoSubject = FloatSubject<GoStyleBucket>;
 
+/// The setup's default config as the float constructors take it: `(capacity, p, q)`.
+fn float_parts(setup: &Setup) -> Result<(u64, u64, u64), SubjectError> {
+    let config = setup
+        .config
+        .to_config()
+        .map_err(|e| SubjectError::Build(e.to_string()))?;
+    Ok((
+        config.capacity(),
+        config.rate().numer(),
+        config.rate().denom(),
+    ))
+}
+
 impl FloatSubject<TextbookBucket> {
     /// Built from the setup's default config (float buckets have no reconfigure or key bound).
     pub fn new(setup: &Setup) -> Result<Self, SubjectError> {
-        let config = setup
-            .config
-            .to_config()
-            .map_err(|e| SubjectError::Build(e.to_string()))?;
-        let template = TextbookBucket::new(
-            config.capacity(),
-            config.rate().numer(),
-            config.rate().denom(),
-        )
-        .map_err(float_error)?;
-        Ok(FloatSubject {
-            name: "float-textbook",
-            buckets: FloatKeyed::new(template),
-        })
+        let (capacity, numer, denom) = float_parts(setup)?;
+        let template = TextbookBucket::new(capacity, numer, denom).map_err(float_error)?;
+        Ok(FloatSubject::from_template("float-textbook", template))
     }
 }
 
 impl FloatSubject<GoStyleBucket> {
-    /// Built from the setup's default config.
+    /// Built from the setup's default config, with today's `x/time/rate` arithmetic.
     pub fn new(setup: &Setup) -> Result<Self, SubjectError> {
-        let config = setup
-            .config
-            .to_config()
-            .map_err(|e| SubjectError::Build(e.to_string()))?;
-        let template = GoStyleBucket::new(
-            config.capacity(),
-            config.rate().numer(),
-            config.rate().denom(),
-        )
-        .map_err(float_error)?;
-        Ok(FloatSubject {
-            name: "float-go",
-            buckets: FloatKeyed::new(template),
-        })
+        let (capacity, numer, denom) = float_parts(setup)?;
+        let template = GoStyleBucket::new(capacity, numer, denom).map_err(float_error)?;
+        Ok(FloatSubject::from_template("float-go", template))
+    }
+
+    /// Built from the setup's default config, transcribing another `x/time/rate` version, under `name`.
+    pub fn with_go_version(
+        setup: &Setup,
+        name: &'static str,
+        version: bucketproof_float::GoRateVersion,
+    ) -> Result<Self, SubjectError> {
+        let (capacity, numer, denom) = float_parts(setup)?;
+        let template = GoStyleBucket::new(capacity, numer, denom)
+            .map_err(float_error)?
+            .with_version(version);
+        Ok(FloatSubject::from_template(name, template))
     }
 }
 
@@ -91,28 +95,6 @@ impl<B: FloatBucket> FloatSubject<B> {
             name,
             buckets: FloatKeyed::new(template),
         }
-    }
-}
-
-impl FloatSubject<GoStyleBucket> {
-    /// Built from the setup's default config, transcribing another `x/time/rate` version, under `name`.
-    pub fn with_go_version(
-        setup: &Setup,
-        name: &'static str,
-        version: bucketproof_float::GoRateVersion,
-    ) -> Result<Self, SubjectError> {
-        let config = setup
-            .config
-            .to_config()
-            .map_err(|e| SubjectError::Build(e.to_string()))?;
-        let template = GoStyleBucket::new(
-            config.capacity(),
-            config.rate().numer(),
-            config.rate().denom(),
-        )
-        .map_err(float_error)?
-        .with_version(version);
-        Ok(FloatSubject::from_template(name, template))
     }
 }
 
