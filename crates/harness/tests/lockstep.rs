@@ -17,31 +17,9 @@ fn setup(capacity: u64, rate: &str) -> Setup {
 
 #[test]
 fn the_core_agrees_with_the_model_on_mixed_traces() {
-    for seed in 1..16 {
-        let setup = setup(5, "3/2s");
-        let mut core = CoreSubject::new(&setup).unwrap();
-        let report = run_trace(
-            &setup,
-            mixed_trace(2_000, seed),
-            &mut core,
-            &RunOptions::default(),
-        )
-        .unwrap();
-        assert_eq!(report.verdict, Verdict::Pass, "seed {seed}");
-        for event in [
-            "rollback",
-            "denied",
-            "invalid_cost",
-            "replayed",
-            "saturated",
-        ] {
-            assert!(
-                report.events.get(event).copied().unwrap_or(0) > 0,
-                "seed {seed}: no {event}: {:?}",
-                report.events
-            );
-        }
-    }
+    common::assert_agrees_on_mixed_traces(1..16, 2_000, |setup| {
+        Box::new(CoreSubject::new(setup).unwrap())
+    });
 }
 
 #[test]

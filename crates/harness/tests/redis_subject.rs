@@ -8,7 +8,7 @@ mod common;
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_harness::subjects::redis::RedisSubject;
 use bucketproof_harness::{ConfigSpec, Setup};
-use common::{SECOND, mixed_trace};
+use common::SECOND;
 
 fn redis_available(test: &str) -> bool {
     if std::env::var("REDIS_URL").is_ok() {
@@ -27,30 +27,9 @@ fn the_redis_script_agrees_with_the_model_on_mixed_traces() {
     if !redis_available("the_redis_script_agrees_with_the_model_on_mixed_traces") {
         return;
     }
-    for seed in 1..4 {
-        let setup = Setup::new(ConfigSpec::new(5, "3/2s"));
-        let mut redis = RedisSubject::new(&setup).unwrap();
-        let report = run_trace(
-            &setup,
-            mixed_trace(600, seed),
-            &mut redis,
-            &RunOptions::default(),
-        )
-        .unwrap();
-        assert_eq!(report.verdict, Verdict::Pass, "seed {seed}");
-        for event in [
-            "rollback",
-            "denied",
-            "invalid_cost",
-            "replayed",
-            "saturated",
-        ] {
-            assert!(
-                report.events.get(event).copied().unwrap_or(0) > 0,
-                "seed {seed}: no {event}"
-            );
-        }
-    }
+    common::assert_agrees_on_mixed_traces(1..4, 600, |setup| {
+        Box::new(RedisSubject::new(setup).unwrap())
+    });
 }
 
 /// A 100-year idle gap and times near the end of the clock, at the edge of the script's exact range.

@@ -1,7 +1,8 @@
 //! Trace generators shared by the integration tests.
 #![allow(dead_code)] // each test binary uses a different part
 
-use bucketproof_harness::{ConfigSpec, Op};
+use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_harness::{ConfigSpec, Op, Setup, Subject};
 
 pub const SECOND: u64 = 1_000_000_000;
 
@@ -44,4 +45,38 @@ pub fn mixed_trace(len: usize, seed: u64) -> Vec<Op> {
             }
         })
         .collect()
+}
+
+/// Runs `mixed_trace(len, seed)` for each seed through a subject built by `build` and the model with
+/// every oracle; asserts a pass and that the traces reached the cases they exist for.
+pub fn assert_agrees_on_mixed_traces(
+    seeds: std::ops::Range<u64>,
+    len: usize,
+    build: impl Fn(&Setup) -> Box<dyn Subject>,
+) {
+    for seed in seeds {
+        let setup = Setup::new(ConfigSpec::new(5, "3/2s"));
+        let mut subject = build(&setup);
+        let report = run_trace(
+            &setup,
+            mixed_trace(len, seed),
+            subject.as_mut(),
+            &RunOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(report.verdict, Verdict::Pass, "seed {seed}");
+        for event in [
+            "rollback",
+            "denied",
+            "invalid_cost",
+            "replayed",
+            "saturated",
+        ] {
+            assert!(
+                report.events.get(event).copied().unwrap_or(0) > 0,
+                "seed {seed}: no {event}: {:?}",
+                report.events
+            );
+        }
+    }
 }
