@@ -337,10 +337,11 @@ impl Lockstep<'_> {
                 }
                 // A reconfigure of a key the subject did not hold creates it, possibly with its cursor
                 // at the subject's eviction horizon: follow that before the model reconfigures.
-                if follows && !held_before {
-                    if let Some(v) = self.follow_creation(*key, *at) {
-                        return Ok(Some(v));
-                    }
+                if follows
+                    && !held_before
+                    && let Some(v) = self.follow_creation(*key, *at)
+                {
+                    return Ok(Some(v));
                 }
                 let old = self.model.config_of(*key).capacity();
                 self.model.reconfigure(*key, new, *at);
@@ -451,10 +452,10 @@ impl Lockstep<'_> {
             .map(|(tokens, last)| (tokens.clone(), last));
         let expected = self.model.acquire(key, at, cost, request_id);
         let comparison = compare_acquire(&expected, &got);
-        if let Some(error) = comparison.token_error {
-            if error > self.divergence.max_token_error {
-                self.divergence.max_token_error = error;
-            }
+        if let Some(error) = comparison.token_error
+            && error > self.divergence.max_token_error
+        {
+            self.divergence.max_token_error = error;
         }
         match comparison.admission {
             Some(Admission::Over) => self.divergence.over_admissions += 1,
@@ -532,13 +533,14 @@ impl Lockstep<'_> {
             )));
         }
 
-        if self.options.check_retry_after && !observed.allowed && !observed.replayed {
-            if let Some(Wait::After(wait)) = observed.retry_after {
-                if let Some(v) = self.check_retry_after(key, at, cost, wait) {
-                    self.divergence.other_violations += 1;
-                    violation = violation.or(Some(v));
-                }
-            }
+        if self.options.check_retry_after
+            && !observed.allowed
+            && !observed.replayed
+            && let Some(Wait::After(wait)) = observed.retry_after
+            && let Some(v) = self.check_retry_after(key, at, cost, wait)
+        {
+            self.divergence.other_violations += 1;
+            violation = violation.or(Some(v));
         }
 
         if self.options.sample_key == Some(key) {
@@ -688,7 +690,7 @@ impl Lockstep<'_> {
         let total = start.1 + if admitted { cost } else { 0 };
         self.sample_admitted.insert(key, (start.0, total));
         self.sample_seen += 1;
-        if self.sample_seen % self.sample_stride != 0 {
+        if !self.sample_seen.is_multiple_of(self.sample_stride) {
             return;
         }
         let config = self.model.config_of(key);

@@ -118,10 +118,10 @@ fn simpler(op: &Op) -> Vec<Op> {
 fn renumber_keys(trace: &Trace) -> Option<Trace> {
     let mut order: Vec<u64> = Vec::new();
     for op in &trace.ops {
-        if let Some(key) = op.key() {
-            if !order.contains(&key) {
-                order.push(key);
-            }
+        if let Some(key) = op.key()
+            && !order.contains(&key)
+        {
+            order.push(key);
         }
     }
     let rename = |key: u64| order.iter().position(|&k| k == key).unwrap_or(0) as u64;

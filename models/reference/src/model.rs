@@ -184,14 +184,14 @@ impl Model {
         // Step 1.
         check_cost(&config, cost)?;
         // Step 2.
-        if let Some(id) = request_id {
-            if let Some(record) = self.live_record(key, id, now) {
-                return Ok(Outcome {
-                    decision: record.decision.clone(),
-                    replayed: true,
-                    created: false,
-                });
-            }
+        if let Some(id) = request_id
+            && let Some(record) = self.live_record(key, id, now)
+        {
+            return Ok(Outcome {
+                decision: record.decision.clone(),
+                replayed: true,
+                created: false,
+            });
         }
         // Steps 3-5.
         let held = self.entries.get(&key).and_then(|e| e.bucket.clone());
