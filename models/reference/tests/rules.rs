@@ -346,7 +346,10 @@ fn a_reused_id_replaces_its_dead_record_so_it_cannot_push_out_a_live_one() {
     m.acquire(0, 7, 1, Some(200)).unwrap(); // 200@1 is dead at 7: charged, and it replaces 200@1
     m.acquire(0, 8, 1, Some(300)).unwrap();
     assert_eq!(m.records(0), vec![(100, 20), (200, 7), (300, 8)]);
-    assert!(m.acquire(0, 8, 1, Some(100)).unwrap().replayed, "100 is still live: charged once");
+    assert!(
+        m.acquire(0, 8, 1, Some(100)).unwrap().replayed,
+        "100 is still live: charged once"
+    );
 }
 
 #[test]
