@@ -28,6 +28,10 @@ impl Coverage {
     }
     fn at_least(&self, n: u64, what: &str) {
         let got = self.0.load(Relaxed);
+        // `COVERAGE_PRINT=1` shows the counts, to set floors well below what runs reach.
+        if std::env::var_os("COVERAGE_PRINT").is_some() {
+            eprintln!("COVERAGE {what}: {got} (floor {n})");
+        }
         assert!(
             got >= n,
             "only {got} cases reached {what}; the generator must reach it at least {n} times"
@@ -521,5 +525,7 @@ fn prop_keyed_traces_replays_and_errors_change_nothing_and_tokens_stay_in_bounds
     check(prop as fn(Trace) -> bool);
     ERRORS.at_least(300, "an invalid cost");
     REPLAYS.at_least(25, "a replayed request id");
-    SWEPT.at_least(35, "a sweep that dropped a key");
+    // Observed 32-63 per run (quickcheck seeds from entropy): the floor proves the case is reached
+    // without making the test flaky.
+    SWEPT.at_least(15, "a sweep that dropped a key");
 }
