@@ -112,6 +112,13 @@ fn retry_after_is_the_ceiling() {
     QuickCheck::new()
         .tests(5_000)
         .quickcheck(property as fn(u64, u64, u64, u128, u64, u32, u64) -> TestResult);
+    if std::env::var_os("COVERAGE_PRINT").is_some() {
+        eprintln!(
+            "COVERAGE retry {} rollback {}",
+            RETRY_CASES.load(Relaxed),
+            ROLLBACK_RETRY_CASES.load(Relaxed)
+        );
+    }
     assert!(
         RETRY_CASES.load(Relaxed) >= 1_000,
         "too few denials reached"
@@ -163,6 +170,9 @@ fn reconfiguration_never_creates_tokens() {
     QuickCheck::new()
         .tests(5_000)
         .quickcheck(property as fn((u64, u64, u64), (u64, u64, u64), u128, u64, u32) -> TestResult);
+    if std::env::var_os("COVERAGE_PRINT").is_some() {
+        eprintln!("COVERAGE lossy {}", LOSSY_RECONFIGURE_CASES.load(Relaxed));
+    }
     assert!(
         LOSSY_RECONFIGURE_CASES.load(Relaxed) >= 100,
         "too few conversions that had to round down"
