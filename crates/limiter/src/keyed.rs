@@ -24,6 +24,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hash};
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use crate::bucket::{BucketState, Decision, snapshot, transition};
@@ -812,38 +813,33 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         if settings.policy == EvictionPolicy::RejectNewKeys || self.entries.is_empty() {
             return reject(self);
         }
-        let slots = self.entries.slots();
         let mut oldest: Option<(usize, Nanos)> = None;
-        let mut inspected = 0;
-        let mut pos = self.sweep_cursor % slots;
+        let mut made_room = false;
         // At most ROOM_SCAN entries over at most ROOM_SCAN_SLOTS slots: bounded whatever the table holds.
-        for _ in 0..ROOM_SCAN_SLOTS.min(slots) {
-            if inspected == ROOM_SCAN {
-                break;
-            }
-            let here = pos;
-            pos = (pos + 1) % slots;
-            let Some((key, bucket)) = self.entries.get(here) else {
-                continue;
+        self.walk_from_cursor(ROOM_SCAN, ROOM_SCAN_SLOTS, |shard, here| {
+            let Some((key, bucket)) = shard.entries.get(here) else {
+                return ControlFlow::Continue(());
             };
-            inspected += 1;
             let bucket = *bucket;
-            if self.is_evictable(key, bucket, now, settings) {
-                self.sweep_cursor = pos;
-                self.evict(here);
-                self.stats.evicted_lossless += 1;
-                return Ok(());
+            if shard.is_evictable(key, bucket, now, settings) {
+                shard.evict(here);
+                shard.stats.evicted_lossless += 1;
+                made_room = true;
+                return ControlFlow::Break(());
             }
             let pinned = bucket.has_extra()
-                && self
+                && shard
                     .extra(key)
                     .is_some_and(|extra| extra.config_override.is_some());
             let last_refill = bucket.last_refill;
             if !pinned && oldest.is_none_or(|(_, oldest_time)| last_refill < oldest_time) {
                 oldest = Some((here, last_refill));
             }
+            ControlFlow::Continue(())
+        });
+        if made_room {
+            return Ok(());
         }
-        self.sweep_cursor = pos;
         match (settings.policy, oldest) {
             (EvictionPolicy::EvictLeastRecent, Some((victim, _))) => {
                 self.evict(victim);
@@ -863,11 +859,35 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         max_slots: usize,
         settings: &Settings<K>,
     ) -> usize {
+        let mut dropped = 0;
+        self.walk_from_cursor(budget, max_slots, |shard, here| {
+            if let Some((key, bucket)) = shard.entries.get(here)
+                && shard.is_evictable(key, *bucket, now, settings)
+            {
+                // Removal moves no other entry, so the cursor just goes on.
+                shard.evict(here);
+                shard.stats.evicted_lossless += 1;
+                dropped += 1;
+            }
+            ControlFlow::Continue(())
+        });
+        dropped
+    }
+
+    /// The one bounded walk the amortized sweep and the room scan share: visits up to `budget`
+    /// occupied slots from the sweep cursor, stepping over at most `max_slots` slots (and at most the
+    /// whole table), and leaves the cursor after the last slot stepped over. `visit` may evict the slot
+    /// it is given; `Break` ends the walk there.
+    fn walk_from_cursor(
+        &mut self,
+        budget: usize,
+        max_slots: usize,
+        mut visit: impl FnMut(&mut Self, usize) -> ControlFlow<()>,
+    ) {
         let slots = self.entries.slots();
         if slots == 0 || budget == 0 {
-            return 0;
+            return;
         }
-        let mut dropped = 0;
         let mut inspected = 0;
         let mut pos = self.sweep_cursor % slots;
         for _ in 0..max_slots.min(slots) {
@@ -876,19 +896,15 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             }
             let here = pos;
             pos = (pos + 1) % slots;
-            let Some((key, bucket)) = self.entries.get(here) else {
+            if self.entries.get(here).is_none() {
                 continue;
-            };
+            }
             inspected += 1;
-            if self.is_evictable(key, *bucket, now, settings) {
-                // Removal moves no other entry, so the cursor just goes on.
-                self.evict(here);
-                self.stats.evicted_lossless += 1;
-                dropped += 1;
+            if visit(self, here).is_break() {
+                break;
             }
         }
         self.sweep_cursor = pos;
-        dropped
     }
 
     /// Drops the entry at `pos` and its extras.
