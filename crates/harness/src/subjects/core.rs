@@ -1,7 +1,7 @@
 //! The exact core: `bucketproof_limiter::Limiter<u64>` with injected time and a fixed hasher seed, so
 //! which entries the amortized sweep visits is the same on every run.
 
-use bucketproof_limiter::{AcquireError, Config, Decision, Limiter, Request};
+use bucketproof_limiter::{AcquireError, Acquired, Config, Decision, Limiter, Request};
 
 use crate::subject::{Amount, Inspected, Observed, Subject, SubjectError};
 use crate::trace::{ConfigSpec, Setup};
@@ -56,6 +56,18 @@ pub fn observe(decision: &Decision, created: bool, replayed: bool) -> Observed {
     }
 }
 
+/// An acquire as the limiter's front ends take it (the in-memory and the Redis limiter share it).
+pub fn request(cost: u64, now: u64, request_id: Option<u64>) -> Request {
+    let mut request = Request::cost(cost).at(now);
+    request.request_id = request_id.map(Into::into);
+    request
+}
+
+/// Maps what the limiter's front ends return for an acquire to what the oracles compare.
+pub fn observe_acquired(acquired: &Acquired) -> Observed {
+    observe(&acquired.decision, acquired.created, acquired.replayed)
+}
+
 /// Maps a core error to the harness's.
 pub fn subject_error(error: AcquireError) -> SubjectError {
     match error {
@@ -76,17 +88,11 @@ impl Subject for CoreSubject {
         cost: u64,
         request_id: Option<u64>,
     ) -> Result<Observed, SubjectError> {
-        let mut request = Request::cost(cost).at(now);
-        request.request_id = request_id.map(Into::into);
         let acquired = self
             .limiter
-            .acquire_with(&key, request)
+            .acquire_with(&key, request(cost, now, request_id))
             .map_err(subject_error)?;
-        Ok(observe(
-            &acquired.decision,
-            acquired.created,
-            acquired.replayed,
-        ))
+        Ok(observe_acquired(&acquired))
     }
 
     fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {

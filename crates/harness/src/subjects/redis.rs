@@ -7,11 +7,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bucketproof_limiter::{Request, RequestId};
 use bucketproof_redis::{RedisAcquireError, RedisLimiter};
 
 use crate::subject::{Observed, Subject, SubjectError};
-use crate::subjects::core::{observe, subject_error};
+use crate::subjects::core::{observe_acquired, request, subject_error};
 use crate::trace::{ConfigSpec, Setup};
 
 /// Distinguishes subjects made by one process; the process id distinguishes processes.
@@ -76,18 +75,14 @@ impl Subject for RedisSubject {
         cost: u64,
         request_id: Option<u64>,
     ) -> Result<Observed, SubjectError> {
-        let mut request = Request::cost(cost).at(now);
-        request.request_id = request_id.map(RequestId::from);
         let outcome = self
             .runtime
-            .block_on(self.limiter.acquire_with(&key.to_string(), request))
+            .block_on(
+                self.limiter
+                    .acquire_with(&key.to_string(), request(cost, now, request_id)),
+            )
             .map_err(store)?;
-        let acquired = outcome.acquired;
-        Ok(observe(
-            &acquired.decision,
-            acquired.created,
-            acquired.replayed,
-        ))
+        Ok(observe_acquired(&outcome.acquired))
     }
 
     fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
