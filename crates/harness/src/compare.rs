@@ -25,8 +25,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use bucketproof_float::{GoRateVersion, GoStyleBucket, TextbookBucket};
-use num_rational::BigRational;
-use num_traits::{Signed, ToPrimitive};
+use bucketproof_model::Rational;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
@@ -754,7 +753,7 @@ fn comparison_options() -> RunOptions {
 }
 
 /// The model's remaining balance after each acquire of `ops` (`None` where it errs).
-fn model_series(setup: &Setup, ops: &[Op]) -> Result<Vec<Option<BigRational>>, SubjectError> {
+fn model_series(setup: &Setup, ops: &[Op]) -> Result<Vec<Option<Rational>>, SubjectError> {
     let mut model = ModelSubject::new(setup)?;
     Ok(ops
         .iter()
@@ -778,14 +777,14 @@ fn model_series(setup: &Setup, ops: &[Op]) -> Result<Vec<Option<BigRational>>, S
 /// At most this many plot points per (cell, subject): the largest error of each equal-count chunk.
 const POINTS_PER_RUN: usize = 24;
 
-fn error_points(seen: &[(u64, Option<Amount>)], model: &[Option<BigRational>]) -> Vec<ErrorPoint> {
+fn error_points(seen: &[(u64, Option<Amount>)], model: &[Option<Rational>]) -> Vec<ErrorPoint> {
     let errors: Vec<(u64, f64)> = seen
         .iter()
         .zip(model)
         .filter_map(|((at, got), want)| {
             let got = got.and_then(Amount::to_rational)?;
             let want = want.as_ref()?;
-            let error = (got - want).abs().to_f64().unwrap_or(f64::INFINITY);
+            let error = (got - want).to_f64().value().abs();
             Some((*at, error))
         })
         .collect();

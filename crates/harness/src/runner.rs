@@ -11,10 +11,8 @@
 use std::collections::BTreeMap;
 
 use bucketproof_limiter::Wait;
+use bucketproof_model::Rational;
 use bucketproof_model::{Model, ModelError};
-use num_bigint::BigInt;
-use num_rational::BigRational;
-use num_traits::ToPrimitive;
 use serde::Serialize;
 
 use crate::oracle::arrival::{ArrivalCurve, CurveConfig};
@@ -630,7 +628,7 @@ impl Lockstep<'_> {
         &mut self,
         key: u64,
         expected: &Result<bucketproof_model::Outcome, ModelError>,
-        before: Option<(BigRational, u64)>,
+        before: Option<(Rational, u64)>,
         cost: u64,
         at: u64,
     ) {
@@ -668,10 +666,9 @@ impl Lockstep<'_> {
             let remaining = decision.remaining();
             let refilled_is = |target: u64| -> bool {
                 let charged = if allowed { cost } else { 0 };
-                target >= charged
-                    && *remaining == BigRational::from_integer(BigInt::from(target - charged))
+                target >= charged && *remaining == Rational::from(target - charged)
             };
-            let cost_tokens = BigRational::from_integer(BigInt::from(cost));
+            let cost_tokens = Rational::from(cost);
             if allowed && tokens < cost_tokens && refilled_is(cost) {
                 self.event("allowed_at_boundary");
             }
@@ -679,7 +676,7 @@ impl Lockstep<'_> {
                 self.event("long_idle");
             }
             let capacity = self.model.config_of(key).capacity();
-            if refilled_is(capacity) && tokens < BigRational::from_integer(BigInt::from(capacity)) {
+            if refilled_is(capacity) && tokens < Rational::from(capacity) {
                 self.event("saturated");
             }
         }
@@ -694,11 +691,11 @@ impl Lockstep<'_> {
             return;
         }
         let config = self.model.config_of(key);
-        let rate = config.rate_per_second().to_f64().unwrap_or(0.0);
+        let rate = config.rate_per_second().to_f64().value();
         let model_remaining = self
             .model
             .state(key)
-            .and_then(|(tokens, _)| tokens.to_f64())
+            .map(|(tokens, _)| tokens.to_f64().value())
             .unwrap_or(f64::NAN);
         self.samples.push(Sample {
             at,

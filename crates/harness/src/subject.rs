@@ -3,8 +3,8 @@
 //! in [`Observed`].
 
 use bucketproof_limiter::Wait;
-use num_bigint::BigInt;
-use num_rational::BigRational;
+use bucketproof_model::Integer;
+use bucketproof_model::Rational;
 
 use crate::trace::{ConfigSpec, Setup};
 
@@ -25,12 +25,13 @@ pub enum Amount {
 impl Amount {
     /// The amount as an exact rational (a float is converted exactly, bit for bit). `None` for NaN or
     /// infinities.
-    pub fn to_rational(self) -> Option<BigRational> {
+    pub fn to_rational(self) -> Option<Rational> {
         match self {
-            Amount::Exact { numer, denom } => {
-                Some(BigRational::new(BigInt::from(numer), BigInt::from(denom)))
-            }
-            Amount::Approx(value) => BigRational::from_float(value),
+            Amount::Exact { numer, denom } => Some(Rational::from_parts_signed(
+                Integer::from(numer),
+                Integer::from(denom),
+            )),
+            Amount::Approx(value) => Rational::try_from(value).ok(),
         }
     }
 

@@ -16,10 +16,8 @@ use bucketproof_harness::subjects::CoreSubject;
 use bucketproof_harness::subjects::core::observe;
 use bucketproof_harness::{ConfigSpec, Observed, Op, PolicySpec, Setup, Subject, SubjectError};
 use bucketproof_limiter::{BucketState, Config, transition};
+use bucketproof_model::Rational;
 use bucketproof_model::{Model, ModelWait};
-use num_bigint::BigInt;
-use num_rational::BigRational;
-use num_traits::ToPrimitive;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestError, TestRunner};
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
@@ -54,15 +52,12 @@ fn boundary(model: &Model, key: u64, now: u64, cost: u64) -> Option<u64> {
         return None;
     }
     let remaining = model.peek(key, now).remaining;
-    let deficit = BigRational::from_integer(BigInt::from(cost)) - remaining;
-    if deficit <= BigRational::from_integer(0.into()) {
+    let deficit = Rational::from(cost) - remaining;
+    if deficit <= Rational::ZERO {
         return model.state(key).map(|(_, last)| last.max(now));
     }
     let last = model.state(key).map_or(now, |(_, last)| last.max(now));
-    let wait = (deficit / config.rate_per_ns())
-        .ceil()
-        .to_integer()
-        .to_u64()?;
+    let wait = u64::try_from((deficit / config.rate_per_ns()).ceil()).ok()?;
     last.checked_add(wait)
 }
 

@@ -11,9 +11,8 @@
 
 use std::cmp::{max, min};
 
-use num_bigint::BigInt;
-use num_rational::BigRational;
-use num_traits::{ToPrimitive, Zero};
+use crate::Integer;
+use crate::Rational;
 
 use crate::config::{ModelConfig, ModelError};
 
@@ -32,14 +31,14 @@ pub enum ModelDecision {
     /// Step 4: "If `tokens >= cost`: allowed, `tokens -= cost`."
     Allowed {
         /// "The decision carries `remaining = tokens` (exact)", after the charge.
-        remaining: BigRational,
+        remaining: Rational,
         /// "ns from `now` until the bucket is full again with no traffic".
         reset_after: ModelWait,
     },
     /// Step 4: "Otherwise denied, tokens unchanged."
     Denied {
         /// `remaining = tokens` (exact): the refilled balance, nothing charged.
-        remaining: BigRational,
+        remaining: Rational,
         /// "ns from `now` until this same request would be allowed with no other traffic".
         retry_after: ModelWait,
         /// "ns from `now` until the bucket is full again with no traffic".
@@ -54,7 +53,7 @@ impl ModelDecision {
     }
 
     /// The exact remaining tokens carried by the decision.
-    pub fn remaining(&self) -> &BigRational {
+    pub fn remaining(&self) -> &Rational {
         match self {
             ModelDecision::Allowed { remaining, .. } | ModelDecision::Denied { remaining, .. } => {
                 remaining
@@ -63,8 +62,8 @@ impl ModelDecision {
     }
 
     /// "remaining tokens: exact `balance / (q * 10^9)`; whole tokens are its floor" (design.md section 2).
-    pub fn remaining_whole(&self) -> BigInt {
-        self.remaining().floor().to_integer()
+    pub fn remaining_whole(&self) -> Integer {
+        self.remaining().floor()
     }
 
     /// The decision's `reset_after`.
@@ -88,7 +87,7 @@ impl ModelDecision {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ModelPeek {
     /// The refilled balance at `max(now, last_refill)`, exact.
-    pub remaining: BigRational,
+    pub remaining: Rational,
     /// As in step 5: `0` if full, else `(t - now) + ceil((capacity - tokens) / rate_per_ns)`, or `Never`.
     pub reset_after: ModelWait,
 }
@@ -100,14 +99,14 @@ pub struct ModelPeek {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ModelBucket {
     /// "`tokens` (a rational in `[0, capacity]`)".
-    tokens: BigRational,
+    tokens: Rational,
     /// "`last_refill` (ns)": the time up to which refill has been credited.
     last_refill: u64,
 }
 
 /// A `u64` (a time, a cost, a capacity) as an exact rational.
-fn rat(x: u64) -> BigRational {
-    BigRational::from_integer(BigInt::from(x))
+fn rat(x: u64) -> Rational {
+    Rational::from(x)
 }
 
 /// acquire step 1: "`cost == 0` or `cost > capacity` -> `Err(InvalidCost)`. Nothing changes (no refill, no
@@ -126,22 +125,22 @@ pub(crate) fn check_cost(config: &ModelConfig, cost: u64) -> Result<(), ModelErr
 /// `rate == 0`"; "Both are `Never` also when `now + value` would exceed `u64::MAX` (the clock cannot get there)."
 ///
 /// `deficit` is `cost - tokens` (retry_after) or `capacity - tokens` (reset_after), and is `> 0` here.
-fn wait_for(config: &ModelConfig, now: u64, t: u64, deficit: &BigRational) -> ModelWait {
+fn wait_for(config: &ModelConfig, now: u64, t: u64, deficit: &Rational) -> ModelWait {
     debug_assert!(
-        deficit > &BigRational::zero(),
+        deficit > &Rational::ZERO,
         "waits are only computed for a positive deficit"
     );
     debug_assert!(t >= now, "t = max(now, last_refill) >= now");
     if !config.refills() {
         return ModelWait::Never;
     }
-    let ceil = (deficit / config.rate_per_ns()).ceil().to_integer();
-    let value = BigInt::from(t) - BigInt::from(now) + ceil;
-    if BigInt::from(now) + &value > BigInt::from(u64::MAX) {
+    let ceil = (deficit / config.rate_per_ns()).ceil();
+    let value = Integer::from(t) - Integer::from(now) + ceil;
+    if Integer::from(now) + &value > Integer::from(u64::MAX) {
         return ModelWait::Never;
     }
     // value <= u64::MAX - now, so it fits; the fallback is unreachable and keeps the function panic-free.
-    value.to_u64().map_or(ModelWait::Never, ModelWait::After)
+    u64::try_from(&value).map_or(ModelWait::Never, ModelWait::After)
 }
 
 impl ModelBucket {
@@ -155,7 +154,7 @@ impl ModelBucket {
     }
 
     /// The exact token balance.
-    pub fn tokens(&self) -> &BigRational {
+    pub fn tokens(&self) -> &Rational {
         &self.tokens
     }
 
@@ -184,7 +183,7 @@ impl ModelBucket {
             next.last_refill >= self.last_refill,
             "last_refill is monotone"
         );
-        assert!(next.tokens >= BigRational::zero(), "tokens >= 0");
+        assert!(next.tokens >= Rational::ZERO, "tokens >= 0");
         assert!(
             next.tokens <= config.capacity_tokens(),
             "tokens <= capacity after refill"
@@ -228,10 +227,7 @@ impl ModelBucket {
                 tokens: &refilled.tokens - &cost_tokens,
                 last_refill: t,
             };
-            assert!(
-                next.tokens >= BigRational::zero(),
-                "tokens >= 0 after a charge"
-            );
+            assert!(next.tokens >= Rational::ZERO, "tokens >= 0 after a charge");
             let decision = ModelDecision::Allowed {
                 remaining: next.tokens.clone(),
                 reset_after: next.reset_after(config, now),
@@ -264,7 +260,7 @@ impl ModelBucket {
     /// 3. "Clamp to the new capacity; `last_refill = t`." (The version bump is the keyed model's.)
     pub fn reconfigured(&self, old: &ModelConfig, new: &ModelConfig, now: u64) -> ModelBucket {
         let refilled = self.refilled(old, now);
-        let scale = BigRational::from_integer(new.units_per_token());
+        let scale = Rational::from(new.units_per_token());
         let on_grid = (&refilled.tokens * &scale).floor() / &scale;
         let next = ModelBucket {
             tokens: min(new.capacity_tokens(), on_grid),
@@ -274,7 +270,7 @@ impl ModelBucket {
             next.tokens <= refilled.tokens,
             "reconfigure never creates tokens"
         );
-        assert!(next.tokens >= BigRational::zero(), "tokens >= 0");
+        assert!(next.tokens >= Rational::ZERO, "tokens >= 0");
         assert!(
             next.last_refill >= self.last_refill,
             "last_refill is monotone"
@@ -290,6 +286,6 @@ impl ModelBucket {
     /// Whether `tokens` is a whole number of units `1/(q * 10^9)` of `config`'s grid. Every state the keyed model
     /// holds satisfies this for the key's current config (the integer-unit limiter relies on it).
     pub fn is_on_grid(&self, config: &ModelConfig) -> bool {
-        (&self.tokens * BigRational::from_integer(config.units_per_token())).is_integer()
+        (&self.tokens * Rational::from(config.units_per_token())).is_int()
     }
 }

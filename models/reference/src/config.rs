@@ -9,8 +9,8 @@
 
 use std::fmt;
 
-use num_bigint::BigInt;
-use num_rational::BigRational;
+use crate::Integer;
+use crate::Rational;
 
 /// Nanoseconds per second. Time is `u64` nanoseconds; rates are tokens per *second*.
 pub const NANOS_PER_SECOND: u64 = 1_000_000_000;
@@ -163,24 +163,27 @@ impl ModelConfig {
     }
 
     /// The capacity as an exact rational number of tokens.
-    pub fn capacity_tokens(&self) -> BigRational {
-        BigRational::from_integer(BigInt::from(self.capacity))
+    pub fn capacity_tokens(&self) -> Rational {
+        Rational::from(self.capacity)
     }
 
     /// The rate in tokens per second, `p/q`, exact.
-    pub fn rate_per_second(&self) -> BigRational {
-        BigRational::new(BigInt::from(self.rate_numer), BigInt::from(self.rate_denom))
+    pub fn rate_per_second(&self) -> Rational {
+        Rational::from_parts_signed(
+            Integer::from(self.rate_numer),
+            Integer::from(self.rate_denom),
+        )
     }
 
     /// The rate in tokens per nanosecond, `rate_per_ns = p / (q * 10^9)`, exact.
-    pub fn rate_per_ns(&self) -> BigRational {
-        BigRational::new(BigInt::from(self.rate_numer), self.units_per_token())
+    pub fn rate_per_ns(&self) -> Rational {
+        Rational::from_parts_signed(Integer::from(self.rate_numer), self.units_per_token())
     }
 
     /// reconfigure step 2: "with the new rate `p'/q'`, one unit is `1/(q' * 10^9)` token". Returns `q * 10^9`, the
     /// number of units in one token of this config's grid.
-    pub fn units_per_token(&self) -> BigInt {
-        BigInt::from(self.rate_denom) * BigInt::from(NANOS_PER_SECOND)
+    pub fn units_per_token(&self) -> Integer {
+        Integer::from(self.rate_denom) * Integer::from(NANOS_PER_SECOND)
     }
 }
 
@@ -230,7 +233,7 @@ mod tests {
         let c = ModelConfig::new(1, 1, 3).unwrap();
         assert_eq!(
             c.rate_per_ns(),
-            BigRational::new(BigInt::from(1), BigInt::from(3_000_000_000u64))
+            Rational::from_parts_signed(Integer::from(1), Integer::from(3_000_000_000u64))
         );
     }
 }

@@ -11,7 +11,7 @@
 //!
 //! What it promises:
 //! - It shares no code with `crates/limiter`: a bug cannot hide in both.
-//! - Times and costs come in as `u64`, but every computation is done in `BigInt`/`BigRational`, so nothing
+//! - Times and costs come in as `u64`, but every computation is done in exact [`Integer`]s and [`Rational`]s, so nothing
 //!   overflows, wraps, saturates or rounds, except the two roundings the spec prescribes (`ceil` of waits, `floor`
 //!   onto the new grid at reconfiguration).
 //! - Deterministic: a `BTreeMap`, no clock, no randomness, no hashing.
@@ -41,3 +41,14 @@ mod model;
 pub use bucket::{ModelBucket, ModelDecision, ModelPeek, ModelWait};
 pub use config::{ConfigError, MAX_RATE_DENOM, ModelConfig, ModelError, NANOS_PER_SECOND};
 pub use model::{Model, Outcome};
+
+/// The model's exact rational: always reduced, arbitrary precision.
+///
+/// `dashu`'s integers keep up to two machine words inline, and every model value (ns times up to `2^64`,
+/// denominators up to `2^32 * 10^9`) fits there, so arithmetic does not allocate and its gcd runs on `u128`
+/// words; `num-rational` allocated and ran a bit-by-bit gcd on every operation, which was ~90% of a
+/// harness run. Re-exported so that the harness and the tests name the model's number type, not a crate.
+pub use dashu_ratio::RBig as Rational;
+
+/// The model's exact integer (floors and ceilings of [`Rational`]s, wide sums).
+pub use dashu_int::IBig as Integer;

@@ -10,9 +10,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use num_bigint::BigInt;
-use num_rational::BigRational;
-use num_traits::Zero;
+use crate::Integer;
+use crate::Rational;
 
 use crate::bucket::{ModelBucket, ModelDecision, ModelPeek, check_cost};
 use crate::config::{ModelConfig, ModelError};
@@ -77,7 +76,7 @@ pub struct Model {
 /// rollback, counts as inside)". Computed without overflow.
 /// "A window of 0 turns request ids off": no record is ever live.
 fn is_live(recorded_at: u64, window: u64, now: u64) -> bool {
-    window > 0 && BigInt::from(now) < BigInt::from(recorded_at) + BigInt::from(window)
+    window > 0 && Integer::from(now) < Integer::from(recorded_at) + Integer::from(window)
 }
 
 impl Model {
@@ -125,7 +124,7 @@ impl Model {
 
     /// The key's state "`tokens` ... and `last_refill`", or `None` if the key holds no bucket (it then behaves as
     /// fresh).
-    pub fn state(&self, key: u64) -> Option<(&BigRational, u64)> {
+    pub fn state(&self, key: u64) -> Option<(&Rational, u64)> {
         self.entries
             .get(&key)
             .and_then(|e| e.bucket.as_ref())
@@ -341,7 +340,7 @@ impl Model {
             );
             match entry.bucket.as_ref() {
                 Some(bucket) => {
-                    assert!(bucket.tokens() >= &BigRational::zero(), "tokens >= 0");
+                    assert!(bucket.tokens() >= &Rational::ZERO, "tokens >= 0");
                     assert!(
                         bucket.tokens() <= &config.capacity_tokens(),
                         "tokens <= capacity"

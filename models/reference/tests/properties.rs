@@ -4,12 +4,11 @@
 //! (`1/2^32`) and huge (`u64::MAX`), times near 0 and near `u64::MAX`, rollbacks, zero gaps, gaps of about one token.
 //! Buckets are only ever *reachable* states: made fresh and driven by random acquires.
 
+use bucketproof_model::Integer;
+use bucketproof_model::Rational;
 use bucketproof_model::{
     MAX_RATE_DENOM, Model, ModelBucket, ModelConfig, ModelDecision, ModelError, ModelWait,
 };
-use num_bigint::BigInt;
-use num_rational::BigRational;
-use num_traits::Zero;
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -160,8 +159,8 @@ impl Arbitrary for Reached {
     }
 }
 
-fn tok(x: u64) -> BigRational {
-    BigRational::from_integer(BigInt::from(x))
+fn tok(x: u64) -> Rational {
+    Rational::from(x)
 }
 
 /// Refill additivity: for `t1 <= t2`, `refill(refill(s, t1), t2) == refill(s, t2)`: refilling in two steps gives
@@ -259,14 +258,14 @@ fn prop_reconfigure_never_creates_tokens_and_rounds_down_by_less_than_one_unit()
         let now = r.now.saturating_add(u64::from(dt));
         let old_refilled = r.bucket.refilled(&r.config, now);
         let b = r.bucket.reconfigured(&r.config, &new, now);
-        let unit = BigRational::new(BigInt::from(1), new.units_per_token());
+        let unit = Rational::from_parts_signed(Integer::from(1), new.units_per_token());
         let cap = tok(new.capacity());
         if b.tokens() < old_refilled.tokens() && b.tokens() < &cap {
             ROUNDED.hit();
         }
         b.tokens() <= old_refilled.tokens()
             && b.tokens() <= &cap
-            && b.tokens() >= &BigRational::zero()
+            && b.tokens() >= &Rational::ZERO
             && b.is_on_grid(&new)
             && (b.tokens() == &cap || old_refilled.tokens() - b.tokens() < unit)
             && b.last_refill() == old_refilled.last_refill()
@@ -295,7 +294,8 @@ fn prop_rate_normalization_k_p_over_k_q_is_the_same_config_and_decides_the_same(
             SCALED.hit();
         }
         let (rp, rq) = (scaled.rate_numer(), scaled.rate_denom());
-        let same_value = BigInt::from(rp) * BigInt::from(q) == BigInt::from(p) * BigInt::from(rq);
+        let same_value =
+            Integer::from(rp) * Integer::from(q) == Integer::from(p) * Integer::from(rq);
         let reduced = num_integer_gcd(rp, rq) == 1;
         let cost = cost % capacity + 1;
         let decide = |c: &ModelConfig| {
@@ -437,7 +437,7 @@ impl Arbitrary for Trace {
 #[test]
 fn prop_keyed_traces_replays_and_errors_change_nothing_and_tokens_stay_in_bounds() {
     /// Per key: (key, state, request-id records, config version).
-    type Snapshot = Vec<(u64, Option<(BigRational, u64)>, Vec<(u64, u64)>, u64)>;
+    type Snapshot = Vec<(u64, Option<(Rational, u64)>, Vec<(u64, u64)>, u64)>;
     fn snapshot(m: &Model) -> Snapshot {
         (0..3)
             .map(|k| {
@@ -512,7 +512,7 @@ fn prop_keyed_traces_replays_and_errors_change_nothing_and_tokens_stay_in_bounds
             }
             for k in m.keys() {
                 let (tokens, _) = m.state(k).unwrap();
-                if tokens < &BigRational::zero() || tokens > &tok(m.config_of(k).capacity()) {
+                if tokens < &Rational::ZERO || tokens > &tok(m.config_of(k).capacity()) {
                     return false;
                 }
             }

@@ -1,11 +1,11 @@
 //! Example-based tests of docs/semantics.md, one rule (or one corner of a rule) per test. Every expected value is
 //! worked out by hand in the comment next to it, independently of the model's code.
 
+use bucketproof_model::Integer;
+use bucketproof_model::Rational;
 use bucketproof_model::{
     ConfigError, Model, ModelBucket, ModelConfig, ModelDecision, ModelError, ModelWait,
 };
-use num_bigint::BigInt;
-use num_rational::BigRational;
 
 const S: u64 = 1_000_000_000;
 
@@ -13,12 +13,12 @@ fn cfg(capacity: u64, p: u64, q: u64) -> ModelConfig {
     ModelConfig::new(capacity, p, q).expect("valid config in test")
 }
 
-fn r(n: i128, d: i128) -> BigRational {
-    BigRational::new(BigInt::from(n), BigInt::from(d))
+fn r(n: i128, d: i128) -> Rational {
+    Rational::from_parts_signed(Integer::from(n), Integer::from(d))
 }
 
-fn int(n: u64) -> BigRational {
-    BigRational::from_integer(BigInt::from(n))
+fn int(n: u64) -> Rational {
+    Rational::from(n)
 }
 
 fn allowed(model: &mut Model, key: u64, now: u64, cost: u64) -> ModelDecision {

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use num_bigint::BigInt;
+use bucketproof_model::Integer;
 
 /// A breach of the arrival curve.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,9 +26,9 @@ pub struct ArrivalBreach {
     /// End of the interval (effective ns).
     pub to: u64,
     /// Admitted over the interval, in units.
-    pub admitted_units: BigInt,
+    pub admitted_units: Integer,
     /// The bound over the interval, in units.
-    pub bound_units: BigInt,
+    pub bound_units: Integer,
 }
 
 #[derive(Clone, Debug)]
@@ -49,8 +49,8 @@ struct KeyCurve {
 
 #[derive(Clone, Debug)]
 struct WideCurve {
-    admitted: BigInt,
-    best: BigInt,
+    admitted: Integer,
+    best: Integer,
 }
 
 /// Per-key streaming state of the arrival-curve check.
@@ -142,27 +142,27 @@ impl ArrivalCurve {
                     return if slack <= curve.capacity_units {
                         Ok(())
                     } else {
-                        Err(breach(key, curve, t, BigInt::from(slack)))
+                        Err(breach(key, curve, t, Integer::from(slack)))
                     };
                 }
                 None => {
                     curve.wide = Some(Box::new(WideCurve {
-                        admitted: BigInt::from(curve.admitted),
-                        best: BigInt::from(curve.best),
+                        admitted: Integer::from(curve.admitted),
+                        best: Integer::from(curve.best),
                     }));
                 }
             }
         }
         let wide = curve.wide.as_mut().expect("set above");
-        let refill = BigInt::from(curve.units_per_ns) * BigInt::from(elapsed);
+        let refill = Integer::from(curve.units_per_ns) * Integer::from(elapsed);
         let candidate = &refill - &wide.admitted;
         if candidate > wide.best {
             wide.best = candidate;
             curve.best_at = t;
         }
-        wide.admitted += BigInt::from(cost_units);
+        wide.admitted += Integer::from(cost_units);
         let slack = &wide.admitted - &refill + &wide.best;
-        if slack <= BigInt::from(curve.capacity_units) {
+        if slack <= Integer::from(curve.capacity_units) {
             Ok(())
         } else {
             Err(breach(key, curve, t, slack))
@@ -171,14 +171,14 @@ impl ArrivalCurve {
 }
 
 /// `slack` = admitted over `[best_at, t]` minus the refill over it; the breach is `slack > capacity`.
-fn breach(key: u64, curve: &KeyCurve, t: u64, slack: BigInt) -> ArrivalBreach {
-    let refill = BigInt::from(curve.units_per_ns) * BigInt::from(t - curve.best_at);
+fn breach(key: u64, curve: &KeyCurve, t: u64, slack: Integer) -> ArrivalBreach {
+    let refill = Integer::from(curve.units_per_ns) * Integer::from(t - curve.best_at);
     ArrivalBreach {
         key,
         from: curve.best_at,
         to: t,
         admitted_units: &slack + &refill,
-        bound_units: BigInt::from(curve.capacity_units) + refill,
+        bound_units: Integer::from(curve.capacity_units) + refill,
     }
 }
 

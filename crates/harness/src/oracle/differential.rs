@@ -5,9 +5,8 @@
 //! nanosecond, on replays, and on the kind of error. A subject that reports no wait is not judged on it.
 
 use bucketproof_limiter::Wait;
+use bucketproof_model::Rational;
 use bucketproof_model::{ModelError, Outcome};
-use num_rational::BigRational;
-use num_traits::{Signed, ToPrimitive};
 
 use super::{OracleKind, Violation};
 use crate::subject::{Observed, SubjectError};
@@ -61,8 +60,8 @@ fn fmt_result(result: &Result<Observed, SubjectError>) -> String {
 
 fn fmt_amount(observed: &Observed) -> String {
     match observed.remaining.to_rational() {
-        Some(value) if value.is_integer() => value.to_integer().to_string(),
-        Some(value) => format!("{}/{}", value.numer(), value.denom()),
+        Some(value) if value.is_int() => value.numerator().to_string(),
+        Some(value) => format!("{}/{}", value.numerator(), value.denominator()),
         None => format!("{:?}", observed.remaining),
     }
 }
@@ -110,12 +109,9 @@ pub fn compare_acquire(
     let decision = &outcome.decision;
     let expected_remaining = decision.remaining();
     let got_remaining = observed.remaining.to_rational();
-    let token_error = got_remaining.as_ref().map(|value| {
-        (value - expected_remaining)
-            .abs()
-            .to_f64()
-            .unwrap_or(f64::INFINITY)
-    });
+    let token_error = got_remaining
+        .as_ref()
+        .map(|value| (value - expected_remaining).to_f64().value().abs());
     let admission = match (decision.is_allowed(), observed.allowed) {
         (false, true) => Some(Admission::Over),
         (true, false) => Some(Admission::Under),
@@ -129,7 +125,7 @@ pub fn compare_acquire(
         })
     } else if outcome.replayed != observed.replayed {
         mismatch("request-id replay differs")
-    } else if got_remaining.as_ref() != Some::<&BigRational>(expected_remaining) {
+    } else if got_remaining.as_ref() != Some::<&Rational>(expected_remaining) {
         mismatch("remaining tokens differ")
     } else if observed.retry_after.is_some()
         && observed.retry_after != decision.retry_after().map(model_wait)

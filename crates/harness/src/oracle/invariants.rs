@@ -2,8 +2,7 @@
 //! `0 <= tokens <= capacity`; the cursor never moves back while the bucket lives; an error changes
 //! nothing; a denial leaves exactly the refilled balance (which is at least the balance before).
 
-use num_rational::BigRational;
-use num_traits::Zero;
+use bucketproof_model::Rational;
 
 use super::{OracleKind, Violation};
 use crate::subject::{Inspected, Observed, SubjectError};
@@ -12,7 +11,7 @@ fn violation(what: &str, expected: String, got: String) -> Option<Violation> {
     Some(Violation::new(OracleKind::Invariant, what, expected, got))
 }
 
-fn tokens(state: &Inspected) -> Option<BigRational> {
+fn tokens(state: &Inspected) -> Option<Rational> {
     state.tokens.to_rational()
 }
 
@@ -43,8 +42,8 @@ pub fn check_acquire(
             format!("{:?}", after.tokens),
         );
     };
-    let capacity = BigRational::from_integer(after.capacity.into());
-    if after_tokens < BigRational::zero() {
+    let capacity = Rational::from(after.capacity);
+    if after_tokens < Rational::ZERO {
         return violation(
             "tokens below zero",
             ">= 0".into(),

@@ -204,13 +204,13 @@ mod tests {
     use super::*;
     use crate::runner::{RunOptions, run_trace};
     use crate::trace::{ConfigSpec, Op};
-    use num_rational::BigRational;
+    use bucketproof_model::Rational;
 
     fn subject(capacity: u64, rate: &str) -> GovernorSubject {
         GovernorSubject::new(&Setup::new(ConfigSpec::new(capacity, rate))).unwrap()
     }
 
-    fn tokens(observed: &Observed) -> BigRational {
+    fn tokens(observed: &Observed) -> Rational {
         observed.remaining.to_rational().unwrap()
     }
 
@@ -233,17 +233,17 @@ mod tests {
     fn remaining_and_waits_are_governors_exact_state() {
         let mut g = subject(10, "1000/s");
         let d = g.acquire(0, 0, 3, None).unwrap();
-        assert_eq!(tokens(&d), BigRational::from_integer(7.into()));
+        assert_eq!(tokens(&d), Rational::from(7u32));
         assert_eq!(d.reset_after, Some(Wait::After(3_000_000)));
         // Half a token later: 7.5, take 1.
         let d = g.acquire(0, 500_000, 1, None).unwrap();
         assert!(d.allowed);
-        assert_eq!(tokens(&d), BigRational::new(13.into(), 2.into()));
+        assert_eq!(tokens(&d), Rational::from_parts(13.into(), 2u32.into()));
         // Ask for 10 with 6.5: wait 3.5 tokens = 3.5 ms; a denial changes nothing.
         let d = g.acquire(0, 500_000, 10, None).unwrap();
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Wait::After(3_500_000)));
-        assert_eq!(tokens(&d), BigRational::new(13.into(), 2.into()));
+        assert_eq!(tokens(&d), Rational::from_parts(13.into(), 2u32.into()));
         assert_eq!(d.created, Some(false));
     }
 

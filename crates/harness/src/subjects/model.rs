@@ -2,10 +2,8 @@
 //! and lets scenarios run with no implementation at all (oracle-only throughput).
 
 use bucketproof_limiter::Wait;
+use bucketproof_model::Rational;
 use bucketproof_model::{Model, ModelDecision, ModelError, ModelWait};
-use num_bigint::BigInt;
-use num_rational::BigRational;
-use num_traits::ToPrimitive;
 
 use crate::subject::{Amount, Inspected, Observed, Subject, SubjectError};
 use crate::trace::{ConfigSpec, Setup};
@@ -37,11 +35,10 @@ pub fn wait(wait: ModelWait) -> Wait {
 }
 
 /// An exact rational as an [`Amount`] (model amounts are at most `capacity * q * 10^9 < 2^126`).
-pub fn amount(value: &BigRational) -> Amount {
-    let to_u128 = |x: &BigInt| x.to_u128().expect("model amounts fit u128");
+pub fn amount(value: &Rational) -> Amount {
     Amount::Exact {
-        numer: to_u128(value.numer()),
-        denom: to_u128(value.denom()),
+        numer: u128::try_from(value.numerator()).expect("model amounts are >= 0 and fit u128"),
+        denom: u128::try_from(value.denominator()).expect("model denominators fit u128"),
     }
 }
 
@@ -100,7 +97,7 @@ impl Subject for ModelSubject {
 
     fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
         let peek = self.model.peek(key, now);
-        Some(peek.remaining >= BigRational::from_integer(BigInt::from(cost)))
+        Some(peek.remaining >= Rational::from(cost))
     }
 
     fn can_inspect(&self) -> bool {
