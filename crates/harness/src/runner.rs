@@ -167,7 +167,7 @@ struct Lockstep<'a> {
     setup: &'a Setup,
     options: &'a RunOptions,
     arrival: ArrivalCurve,
-    events: BTreeMap<String, u64>,
+    events: BTreeMap<&'static str, u64>,
     divergence: Divergence,
     samples: Vec<Sample>,
     sample_stride: u64,
@@ -269,7 +269,9 @@ impl<'a> Stepper<'a> {
             subject: self.run.subject.name(),
             steps: self.steps,
             verdict: self.verdict,
-            events: self.run.events,
+            events: (self.run.events.into_iter())
+                .map(|(name, count)| (name.to_owned(), count))
+                .collect(),
             divergence: self.run.divergence,
             samples: self.run.samples,
         }
@@ -279,7 +281,7 @@ impl<'a> Stepper<'a> {
 impl Lockstep<'_> {
     fn event(&mut self, name: &'static str) {
         debug_assert!(EVENTS.contains(&name), "undeclared event {name}");
-        *self.events.entry(name.to_owned()).or_default() += 1;
+        *self.events.entry(name).or_default() += 1;
     }
 
     fn curve_config(&self, key: u64) -> CurveConfig {
@@ -342,8 +344,9 @@ impl Lockstep<'_> {
                     return Ok(Some(v));
                 }
                 let old = self.model.config_of(*key).capacity();
+                let raised = new.capacity() >= old;
                 self.model.reconfigure(*key, new, *at);
-                self.event(if new.capacity() >= old {
+                self.event(if raised {
                     "reconfigured_up"
                 } else {
                     "reconfigured_down"
@@ -422,7 +425,7 @@ impl Lockstep<'_> {
                     self.model.state(key).is_some() && self.model.is_evictable_at(key, latest);
                 let legal = self.subject.may_evict()
                     && (self.model.state(key).is_none() || dropped)
-                    && !self.model.keys().is_empty();
+                    && self.model.holds_any();
                 if legal && dropped {
                     self.model.evict(key);
                     self.arrival.forget(key);

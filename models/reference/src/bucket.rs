@@ -170,7 +170,8 @@ impl ModelBucket {
     /// `rate_per_ns = p / (q * 10^9)`.
     pub fn refilled(&self, config: &ModelConfig, now: u64) -> ModelBucket {
         let t = max(now, self.last_refill);
-        let elapsed = rat(t) - rat(self.last_refill);
+        // `t >= last_refill`, so the difference of the two times is exact in u64.
+        let elapsed = rat(t - self.last_refill);
         let tokens = min(
             config.capacity_tokens(),
             &self.tokens + elapsed * config.rate_per_ns(),
@@ -285,7 +286,11 @@ impl ModelBucket {
 
     /// Whether `tokens` is a whole number of units `1/(q * 10^9)` of `config`'s grid. Every state the keyed model
     /// holds satisfies this for the key's current config (the integer-unit limiter relies on it).
+    ///
+    /// `tokens = a/b` in lowest terms, so `tokens * U` is whole exactly when `b` divides `U`: one integer
+    /// remainder instead of a rational product.
     pub fn is_on_grid(&self, config: &ModelConfig) -> bool {
-        (&self.tokens * Rational::from(config.units_per_token())).is_int()
+        let units_per_token = config.units_per_token();
+        (units_per_token % Integer::from(self.tokens.denominator().clone())) == Integer::ZERO
     }
 }

@@ -94,7 +94,7 @@ impl From<ConfigError> for ModelError {
 }
 
 /// A valid bucket configuration: capacity (whole tokens) and a reduced rate `p/q` tokens per second.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ModelConfig {
     /// "`capacity >= 1` tokens".
     capacity: u64,
@@ -102,6 +102,9 @@ pub struct ModelConfig {
     rate_numer: u64,
     /// The reduced denominator `1 <= q <= 2^32` of the rate `p/q` tokens per second.
     rate_denom: u64,
+    /// `p / (q * 10^9)`, derived once from the two fields above: every refill and every wait uses it, and
+    /// building it reduces a fraction (a gcd) each time.
+    rate_per_ns: Rational,
 }
 
 /// Greatest common divisor (Euclid). `gcd(0, q) == q`, so `0/q` reduces to `0/1`.
@@ -139,6 +142,10 @@ impl ModelConfig {
             capacity,
             rate_numer: p,
             rate_denom: q,
+            rate_per_ns: Rational::from_parts(
+                Integer::from(p),
+                dashu_int::UBig::from(q) * dashu_int::UBig::from(NANOS_PER_SECOND),
+            ),
         })
     }
 
@@ -176,8 +183,8 @@ impl ModelConfig {
     }
 
     /// The rate in tokens per nanosecond, `rate_per_ns = p / (q * 10^9)`, exact.
-    pub fn rate_per_ns(&self) -> Rational {
-        Rational::from_parts_signed(Integer::from(self.rate_numer), self.units_per_token())
+    pub fn rate_per_ns(&self) -> &Rational {
+        &self.rate_per_ns
     }
 
     /// reconfigure step 2: "with the new rate `p'/q'`, one unit is `1/(q' * 10^9)` token". Returns `q * 10^9`, the
@@ -232,7 +239,7 @@ mod tests {
     fn rate_per_ns_is_rate_over_a_billion() {
         let c = ModelConfig::new(1, 1, 3).unwrap();
         assert_eq!(
-            c.rate_per_ns(),
+            *c.rate_per_ns(),
             Rational::from_parts_signed(Integer::from(1), Integer::from(3_000_000_000u64))
         );
     }

@@ -133,11 +133,19 @@ impl Model {
 
     /// The keys that hold a bucket, ascending.
     pub fn keys(&self) -> Vec<u64> {
+        self.held_keys().collect()
+    }
+
+    /// Whether any key holds a bucket (what `keys().is_empty()` says, without collecting them).
+    pub fn holds_any(&self) -> bool {
+        self.held_keys().next().is_some()
+    }
+
+    fn held_keys(&self) -> impl Iterator<Item = u64> + '_ {
         self.entries
             .iter()
             .filter(|(_, e)| e.bucket.is_some())
             .map(|(k, _)| *k)
-            .collect()
     }
 
     /// The key's request-id records as `(request_id, recorded_at)`, oldest first (inspection only).
@@ -179,7 +187,7 @@ impl Model {
         cost: u64,
         request_id: Option<u64>,
     ) -> Result<Outcome, ModelError> {
-        let config = *self.config_of(key);
+        let config = self.config_of(key).clone();
         // Step 1.
         check_cost(&config, cost)?;
         // Step 2.
@@ -243,7 +251,7 @@ impl Model {
     ///
     /// The new config becomes the key's override. Request-id records are kept. Returns the new config version.
     pub fn reconfigure(&mut self, key: u64, new_config: ModelConfig, now: u64) -> u64 {
-        let old_config = *self.config_of(key);
+        let old_config = self.config_of(key).clone();
         let entry = self.entries.entry(key).or_default();
         let before = entry
             .bucket
@@ -310,7 +318,7 @@ impl Model {
     /// dropped with the old bucket; the override config and version stay.
     pub fn recreate(&mut self, key: u64, cursor: u64) {
         self.evict(key);
-        let config = *self.config_of(key);
+        let config = self.config_of(key).clone();
         self.entries.entry(key).or_default().bucket = Some(ModelBucket::fresh(&config, cursor));
         self.check_invariants(key);
     }

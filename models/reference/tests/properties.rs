@@ -287,7 +287,7 @@ fn prop_rate_normalization_k_p_over_k_q_is_the_same_config_and_decides_the_same(
         let (p, kp, kq) = (u64::from(p), u64::from(p) * k, q * k);
         let base = ModelConfig::new(capacity, p, q);
         let scaled = ModelConfig::new(capacity, kp, kq);
-        let (Ok(base), Ok(scaled)) = (base, scaled) else {
+        let (Ok(base), Ok(scaled)) = (base.clone(), scaled.clone()) else {
             return TestResult::from_bool(base.is_err() && scaled.is_err());
         };
         if k > 1 && p != 0 {
@@ -487,7 +487,7 @@ fn prop_keyed_traces_replays_and_errors_change_nothing_and_tokens_stay_in_bounds
                 }
                 Op::Reconfigure { key, step, config } => {
                     now = apply(now, *step);
-                    m.reconfigure(*key, *config, now);
+                    m.reconfigure(*key, config.clone(), now);
                 }
                 Op::Forget(key) => {
                     m.forget(*key);

@@ -246,7 +246,7 @@ fn the_longest_idle_gap_a_u64_clock_can_express_clamps_to_capacity() {
 fn near_u64_max_a_wait_that_lands_exactly_on_u64_max_is_kept_and_one_past_is_never() {
     let c = cfg(1, 1, 1);
     // Emptied at now = MAX - 1 s: full again at exactly MAX.
-    let mut m = Model::new(c, 0, 0);
+    let mut m = Model::new(c.clone(), 0, 0);
     let now = u64::MAX - S;
     assert_eq!(
         allowed(&mut m, 0, now, 1).reset_after(),
@@ -257,7 +257,7 @@ fn near_u64_max_a_wait_that_lands_exactly_on_u64_max_is_kept_and_one_past_is_nev
     assert_eq!(d.reset_after(), ModelWait::After(S - 1));
     allowed(&mut m, 0, u64::MAX, 1);
     // Emptied 1 ns later: full at MAX + 1, which the clock cannot reach.
-    let mut m = Model::new(c, 0, 0);
+    let mut m = Model::new(c.clone(), 0, 0);
     let now = u64::MAX - S + 1;
     assert_eq!(allowed(&mut m, 0, now, 1).reset_after(), ModelWait::Never);
     let d = denied(&mut m, 0, now, 1);
@@ -517,4 +517,19 @@ fn evict_follows_a_lossy_eviction_and_the_key_comes_back_full() {
     assert_eq!(m.config_version(0), 1);
     let out = m.acquire(0, 1, 4, Some(1)).unwrap();
     assert!(out.created && !out.replayed && out.decision.is_allowed());
+}
+
+/// The grid check (a denominator dividing `q * 10^9`) agrees with its definition (`tokens * q * 10^9` is
+/// whole): one unit of a `q = 3` grid lies on that grid, but not on the grid of `q = 1`.
+#[test]
+fn the_unit_grid_is_one_over_q_times_a_billion() {
+    let thirds = cfg(1, 1, 3);
+    let (spent, _) = ModelBucket::fresh(&thirds, 0)
+        .decide(&thirds, 0, 1)
+        .unwrap();
+    let one_unit = spent.refilled(&thirds, 1);
+    assert_eq!(*one_unit.tokens(), r(1, 3_000_000_000));
+    assert!(one_unit.is_on_grid(&thirds));
+    assert!(!one_unit.is_on_grid(&cfg(1, 1, 1)));
+    assert!(ModelBucket::fresh(&thirds, 0).is_on_grid(&cfg(1, 1, 1)));
 }
