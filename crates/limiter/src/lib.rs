@@ -26,14 +26,16 @@
 //! - [`units`]: exact [`Tokens`] and [`Wait`];
 //! - [`bucket`]: the single transition every front end uses;
 //! - [`keyed`]: the sharded keyed [`Limiter`] with its memory bound, expiry and request ids;
+//! - [`direct`]: [`DirectLimiter`], one bucket behind a spin lock (the one-key case, no map);
 //! - [`clock`]: [`Clock`], [`MonotonicClock`], [`ManualClock`];
-//! - `sync`: the std / loom / shuttle switch for every lock;
+//! - `sync`: the std / loom / shuttle switch for every lock, atomic and cell;
 //! - `table`: a shard's storage (dense slots plus a hash index), used by [`keyed`].
 #![warn(missing_docs)]
 
 pub mod bucket;
 pub mod clock;
 pub mod config;
+pub mod direct;
 mod error;
 mod hashing;
 pub mod keyed;
@@ -45,6 +47,7 @@ pub mod units;
 pub use bucket::{BucketState, Decision, Snapshot, snapshot, transition};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::Config;
+pub use direct::DirectLimiter;
 pub use error::{AcquireError, ConfigError};
 pub use keyed::{Acquired, Builder, EvictionPolicy, Limiter, Peek, Request, RequestId, Stats};
 pub use rate::{MAX_RATE_DENOMINATOR, Rate};
