@@ -7,6 +7,12 @@
 //! invariants and counters. The last test runs the deliberately racy acquire and asserts that loom finds
 //! its double spend, so a green run means something.
 //!
+//! The `direct_*` tests run the unkeyed `DirectLimiter`, whose spin lock (an `AtomicBool` and an
+//! `UnsafeCell`) also comes from the shim: loom explores every interleaving of its compare-and-swap,
+//! spin and unlock, and its `UnsafeCell` reports any access to the bucket that the lock does not order
+//! (a data race) as a failure. Each execution must pass `check_direct` (atomicity against the
+//! sequential transition, no overselling, invariants).
+//!
 //! Run (release, own target dir so the loom build does not evict the normal one):
 //! `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p bucketproof-limiter --release
 //! --features racy-variant --test loom -- --nocapture` (prints the executions explored per scenario).
@@ -18,7 +24,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use bucketproof_limiter::{AcquireError, Config, EvictionPolicy, Limiter, Rate};
+use bucketproof_limiter::{AcquireError, Config, DirectLimiter, EvictionPolicy, Limiter, Rate};
+use common::direct::{DirectOp, DirectRecorder, DirectRet, admitted, check_direct};
 use common::history::{Op, Recorder, Ret, Setup, check_execution};
 use loom::sync::Arc;
 
@@ -403,4 +410,170 @@ fn loom_finds_the_racy_variants_double_spend() {
     );
     assert!(message.contains("not linearizable"), "{message}");
     assert!(message.contains("oversold key 1"), "{message}");
+}
+
+/// The thread bodies of a direct-limiter scenario.
+type DirectBody = fn(&DirectLimiter, &DirectRecorder, usize) -> Vec<DirectOp>;
+
+/// A property some execution of a direct-limiter scenario must reach (see [`Witness`]).
+type DirectWitness = (&'static str, fn(&[DirectOp]) -> bool);
+
+/// Like [`explore`], for a [`DirectLimiter`]: every execution must pass `check_direct` and `extra`.
+fn explore_direct(
+    name: &str,
+    config: Config,
+    bodies: Vec<DirectBody>,
+    extra: fn(&Config, &DirectLimiter, &[DirectOp]) -> Result<(), String>,
+    witnesses: &'static [DirectWitness],
+) -> usize {
+    let executions = std::sync::Arc::new(AtomicUsize::new(0));
+    let seen: std::sync::Arc<Vec<AtomicUsize>> =
+        std::sync::Arc::new(witnesses.iter().map(|_| AtomicUsize::new(0)).collect());
+    let (counter, seen_in_model) = (executions.clone(), seen.clone());
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(PREEMPTION_BOUND);
+    let started = Instant::now();
+    builder.check(move || {
+        counter.fetch_add(1, Ordering::Relaxed);
+        let limiter = Arc::new(DirectLimiter::new(config));
+        let recorder = Arc::new(DirectRecorder::new());
+        let handles: Vec<_> = bodies[1..]
+            .iter()
+            .enumerate()
+            .map(|(i, body)| {
+                let (limiter, recorder, body) = (limiter.clone(), recorder.clone(), *body);
+                loom::thread::spawn(move || body(&limiter, &recorder, i + 1))
+            })
+            .collect();
+        let mut ops = bodies[0](&limiter, &recorder, 0);
+        for handle in handles {
+            ops.extend(handle.join().unwrap());
+        }
+        if let Err(why) = check_direct(&config, &limiter, &ops).and(extra(&config, &limiter, &ops))
+        {
+            panic!("loom found a bad execution\n{why}");
+        }
+        for ((_, witness), count) in witnesses.iter().zip(seen_in_model.iter()) {
+            if witness(&ops) {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    });
+    let executions = executions.load(Ordering::Relaxed);
+    let reached: Vec<String> = witnesses
+        .iter()
+        .zip(seen.iter())
+        .map(|((what, _), count)| format!("{what}: {}", count.load(Ordering::Relaxed)))
+        .collect();
+    println!(
+        "loom {name}: {executions} executions (preemption bound {PREEMPTION_BOUND}) in {:.2?}; {}",
+        started.elapsed(),
+        reached.join(", ")
+    );
+    for ((what, _), count) in witnesses.iter().zip(seen.iter()) {
+        assert!(
+            count.load(Ordering::Relaxed) > 0,
+            "{name}: no execution reached \"{what}\""
+        );
+    }
+    executions
+}
+
+fn direct_denied(ops: &[DirectOp]) -> bool {
+    ops.iter()
+        .any(|op| matches!(&op.ret, DirectRet::Acquired(Ok(d)) if !d.is_allowed()))
+}
+
+/// Both threads were admitted something: the token supply was really shared.
+fn both_admitted(ops: &[DirectOp]) -> bool {
+    (0..2).all(|thread| {
+        ops.iter().any(|op| {
+            op.thread == thread && matches!(&op.ret, DirectRet::Acquired(Ok(d)) if d.is_allowed())
+        })
+    })
+}
+
+/// The two threads' calls overlapped in real time (some call was invoked while the other thread's
+/// call was in flight), so the lock really was contended in this execution.
+fn overlapped(ops: &[DirectOp]) -> bool {
+    ops.iter().any(|a| {
+        ops.iter()
+            .any(|b| a.thread != b.thread && a.invoked < b.invoked && b.invoked < a.returned)
+    })
+}
+
+#[test]
+fn direct_two_threads_at_one_instant_sell_at_most_capacity_and_leave_the_exact_balance() {
+    // All calls at the same `now`: nothing refills, so the final balance must be exactly capacity minus
+    // what was admitted, and the admitted cost at most the capacity (demand is 6 against capacity 3).
+    let executions = explore_direct(
+        "direct limiter, one instant",
+        config(3, 1),
+        vec![
+            |l, r, t| vec![r.acquire(l, t, 0, 1), r.acquire(l, t, 0, 2)],
+            |l, r, t| {
+                vec![
+                    r.acquire(l, t, 0, 2),
+                    r.peek(l, t, 0),
+                    r.acquire(l, t, 0, 1),
+                ]
+            },
+        ],
+        |config, limiter, ops| {
+            let admitted = admitted(ops);
+            let (state, _) = limiter.inspect();
+            let expected = config.capacity_units() - admitted as u128 * config.units_per_token();
+            if admitted > config.capacity() {
+                Err(format!(
+                    "admitted {admitted} > capacity {}",
+                    config.capacity()
+                ))
+            } else if state.balance != expected {
+                Err(format!(
+                    "final balance {} units, expected capacity - admitted = {expected}",
+                    state.balance
+                ))
+            } else {
+                Ok(())
+            }
+        },
+        &[
+            ("a denial", direct_denied),
+            ("both threads admitted", both_admitted),
+            ("overlapping calls", overlapped),
+        ],
+    );
+    assert!(executions > 20, "only {executions} executions explored");
+}
+
+#[test]
+fn direct_two_threads_with_a_lagging_clock_linearize_and_never_oversell() {
+    // Refill between calls, and thread 1's clock lags thread 0's: the cursor must never move back and
+    // every execution must be one sequential order of the transition.
+    let executions = explore_direct(
+        "direct limiter, lagging clock",
+        config(2, 1),
+        vec![
+            |l, r, t| {
+                vec![
+                    r.acquire(l, t, 0, 2),
+                    r.acquire(l, t, SECOND, 1),
+                    r.peek(l, t, SECOND),
+                ]
+            },
+            |l, r, t| {
+                vec![
+                    r.acquire(l, t, SECOND / 2, 1),
+                    r.acquire(l, t, SECOND / 4, 1),
+                ]
+            },
+        ],
+        |_, _, _| Ok(()),
+        &[
+            ("a denial", direct_denied),
+            ("both threads admitted", both_admitted),
+            ("overlapping calls", overlapped),
+        ],
+    );
+    assert!(executions > 20, "only {executions} executions explored");
 }

@@ -12,6 +12,12 @@
 //! `shuttle::replay` to reproduce it. The racy-variant tests assert that shuttle finds the double spend and
 //! that the printed schedule replays to the same failure.
 //!
+//! The `direct_*` tests run the unkeyed `DirectLimiter` (its spin lock's atomic flag and cell come from
+//! the same shim; each cell access is a scheduling point under shuttle): 2 threads x 12 random
+//! acquires and peeks at drifting clocks, random and PCT schedules, each execution checked by
+//! `check_direct` (atomicity against the sequential transition, no overselling, invariants), plus the
+//! exact final balance when the clocks stand still.
+//!
 //! Run: `cargo test -p bucketproof-limiter --release --features shuttle,racy-variant --test shuttle --
 //! --nocapture`. `BUCKETPROOF_SHUTTLE_ITERATIONS` (default 5000 per scheduler) and
 //! `BUCKETPROOF_SHUTTLE_SEED` (default fixed, so CI is reproducible) change the search.
@@ -24,7 +30,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bucketproof_limiter::{AcquireError, Config, EvictionPolicy, Limiter, Rate};
+use bucketproof_limiter::{AcquireError, Config, DirectLimiter, EvictionPolicy, Limiter, Rate};
+use common::direct::{DirectOp, DirectRecorder, DirectRet, admitted, check_direct};
 use common::history::{Op, Recorder, Ret, Setup, check_execution};
 use shuttle::rand::{Rng, thread_rng};
 use shuttle::scheduler::{PctScheduler, RandomScheduler, Scheduler};
@@ -314,4 +321,130 @@ fn a_printed_failing_schedule_replays_to_the_same_failure() {
             .to_string()
     };
     assert_eq!(history(&replayed), history(&found));
+}
+
+const DIRECT_THREADS: usize = 2;
+const DIRECT_OPS_PER_THREAD: usize = 12;
+
+/// One thread's calls on the direct limiter; `moving` false keeps every call at the same instant.
+fn direct_body(
+    limiter: &DirectLimiter,
+    recorder: &DirectRecorder,
+    thread: usize,
+    moving: bool,
+) -> Vec<DirectOp> {
+    let mut rng = thread_rng();
+    let mut now = if moving {
+        rng.gen_range(0..SECOND / 2)
+    } else {
+        0
+    };
+    let capacity = default_config().capacity();
+    (0..DIRECT_OPS_PER_THREAD)
+        .map(|_| {
+            if moving {
+                now += rng.gen_range(0..SECOND / 3);
+            }
+            if rng.gen_range(0..5) == 0 {
+                recorder.peek(limiter, thread, now)
+            } else {
+                recorder.acquire(limiter, thread, now, rng.gen_range(1..=capacity))
+            }
+        })
+        .collect()
+}
+
+/// Schedules that had a denial and schedules where both threads were admitted something.
+#[derive(Default)]
+struct DirectReached {
+    denied: AtomicUsize,
+    both_admitted: AtomicUsize,
+}
+
+fn direct_scenario(moving: bool, reached: Arc<DirectReached>) -> impl Fn() + Send + Sync + 'static {
+    move || {
+        let config = default_config();
+        let limiter = Arc::new(DirectLimiter::new(config));
+        let recorder = Arc::new(DirectRecorder::new());
+        let handles: Vec<_> = (1..DIRECT_THREADS)
+            .map(|thread| {
+                let (limiter, recorder) = (limiter.clone(), recorder.clone());
+                shuttle::thread::spawn(move || direct_body(&limiter, &recorder, thread, moving))
+            })
+            .collect();
+        let mut ops = direct_body(&limiter, &recorder, 0, moving);
+        for handle in handles {
+            ops.extend(handle.join().unwrap());
+        }
+        let allowed =
+            |op: &DirectOp| matches!(&op.ret, DirectRet::Acquired(Ok(d)) if d.is_allowed());
+        if ops
+            .iter()
+            .any(|op| matches!(&op.ret, DirectRet::Acquired(Ok(d)) if !d.is_allowed()))
+        {
+            reached.denied.fetch_add(1, Ordering::Relaxed);
+        }
+        if (0..DIRECT_THREADS).all(|t| ops.iter().any(|op| op.thread == t && allowed(op))) {
+            reached.both_admitted.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Err(why) = check_direct(&config, &limiter, &ops) {
+            panic!("shuttle found a bad execution\n{why}");
+        }
+        if !moving {
+            let (state, _) = limiter.inspect();
+            let admitted = admitted(&ops);
+            assert!(admitted <= config.capacity(), "admitted {admitted}");
+            assert_eq!(
+                state.balance,
+                config.capacity_units() - admitted as u128 * config.units_per_token(),
+                "final balance != capacity - admitted"
+            );
+        }
+    }
+}
+
+fn explore_direct(name: &str, moving: bool, scheduler: impl Scheduler + 'static) {
+    let reached = Arc::new(DirectReached::default());
+    let started = Instant::now();
+    let schedules =
+        Runner::new(scheduler, ShuttleConfig::new()).run(direct_scenario(moving, reached.clone()));
+    let (denied, both) = (
+        reached.denied.load(Ordering::Relaxed),
+        reached.both_admitted.load(Ordering::Relaxed),
+    );
+    println!(
+        "shuttle {name}: {schedules} schedules of {DIRECT_THREADS} threads x {DIRECT_OPS_PER_THREAD} ops \
+         in {:.2?}; schedules with a denial {denied}, with both threads admitted {both}",
+        started.elapsed()
+    );
+    assert_eq!(schedules, iterations());
+    assert!(denied > 0 && both > 0, "{name}: paths not reached");
+}
+
+#[test]
+fn direct_random_and_pct_schedules_linearize_and_never_oversell() {
+    explore_direct(
+        "direct, random, drifting clocks",
+        true,
+        RandomScheduler::new_from_seed(seed(), iterations()),
+    );
+    explore_direct(
+        "direct, PCT, drifting clocks",
+        true,
+        PctScheduler::new_from_seed(seed(), PCT_DEPTH, iterations()),
+    );
+}
+
+#[test]
+fn direct_schedules_at_one_instant_leave_exactly_capacity_minus_admitted() {
+    explore_direct(
+        "direct, random, one instant",
+        false,
+        RandomScheduler::new_from_seed(seed(), iterations()),
+    );
+    explore_direct(
+        "direct, PCT, one instant",
+        false,
+        PctScheduler::new_from_seed(seed(), PCT_DEPTH, iterations()),
+    );
 }

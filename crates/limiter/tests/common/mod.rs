@@ -7,8 +7,11 @@
 //!   reference model (`bucketproof-model`), consistent with real-time order.
 //! - [`spec`]: the sequential spec of one key that search replays (the model's bucket plus the per-key
 //!   rules of docs/semantics.md).
+//! - [`direct`]: histories of the unkeyed `DirectLimiter` and their checks (atomicity against the
+//!   crate's sequential transition, no overselling, invariants), for the loom and shuttle suites.
 #![allow(dead_code)]
 
+pub mod direct;
 pub mod history;
 pub mod linearizability;
 pub mod spec;
