@@ -134,13 +134,21 @@ fn wait_for(config: &ModelConfig, now: u64, t: u64, deficit: &Rational) -> Model
     if !config.refills() {
         return ModelWait::Never;
     }
-    let ceil = (deficit / config.rate_per_ns()).ceil();
-    let value = Integer::from(t) - Integer::from(now) + ceil;
-    if Integer::from(now) + &value > Integer::from(u64::MAX) {
+    // `ceil(deficit / rate_per_ns)` with `deficit = a/b` and `rate_per_ns = c/d` is `ceil((a * d) / (b * c))`:
+    // the same number, taken in integers so that no intermediate fraction is reduced (a gcd per wait).
+    let rate = config.rate_per_ns();
+    let dividend = deficit.numerator() * rate.denominator();
+    let divisor = rate.numerator() * deficit.denominator();
+    let ceil = (dividend + &divisor - Integer::ONE) / divisor;
+    // "`Never` also when `now + value` would exceed `u64::MAX`": a ceiling past u64 certainly does, and
+    // every other sum is checked, so `value` below is exact.
+    let Ok(ceil) = u64::try_from(&ceil) else {
         return ModelWait::Never;
+    };
+    match (t - now).checked_add(ceil) {
+        Some(value) if now.checked_add(value).is_some() => ModelWait::After(value),
+        _ => ModelWait::Never,
     }
-    // value <= u64::MAX - now, so it fits; the fallback is unreachable and keeps the function panic-free.
-    u64::try_from(&value).map_or(ModelWait::Never, ModelWait::After)
 }
 
 impl ModelBucket {
@@ -185,7 +193,9 @@ impl ModelBucket {
             "last_refill is monotone"
         );
         assert!(next.tokens >= Rational::ZERO, "tokens >= 0");
-        assert!(
+        // The `min` above is this very comparison; in release builds the keyed model's own check after
+        // each operation (`Model::check_invariants`) re-states it once per step instead of twice.
+        debug_assert!(
             next.tokens <= config.capacity_tokens(),
             "tokens <= capacity after refill"
         );
@@ -290,7 +300,8 @@ impl ModelBucket {
     /// `tokens = a/b` in lowest terms, so `tokens * U` is whole exactly when `b` divides `U`: one integer
     /// remainder instead of a rational product.
     pub fn is_on_grid(&self, config: &ModelConfig) -> bool {
-        let units_per_token = config.units_per_token();
-        (units_per_token % Integer::from(self.tokens.denominator().clone())) == Integer::ZERO
+        // `q * 10^9 <= 2^32 * 10^9 < 2^64`; a denominator wider than that cannot divide it.
+        let units_per_token = config.rate_denom() * crate::NANOS_PER_SECOND;
+        u64::try_from(self.tokens.denominator()).is_ok_and(|b| units_per_token % b == 0)
     }
 }

@@ -5,7 +5,6 @@
 //! nanosecond, on replays, and on the kind of error. A subject that reports no wait is not judged on it.
 
 use bucketproof_limiter::Wait;
-use bucketproof_model::Rational;
 use bucketproof_model::{ModelError, Outcome};
 
 use super::{OracleKind, Violation};
@@ -71,14 +70,14 @@ pub fn compare_acquire(
     expected: &Result<Outcome, ModelError>,
     got: &Result<Observed, SubjectError>,
 ) -> Comparison {
-    let expected_observed = expected
-        .as_ref()
-        .map(|outcome| observe_model(&outcome.decision, outcome.created, outcome.replayed))
-        .map_err(|error| match error {
-            ModelError::InvalidCost { .. } => SubjectError::InvalidCost,
-            other => SubjectError::Build(format!("{other:?}")),
-        });
     let mismatch = |what: &str| {
+        let expected_observed = expected
+            .as_ref()
+            .map(|outcome| observe_model(&outcome.decision, outcome.created, outcome.replayed))
+            .map_err(|error| match error {
+                ModelError::InvalidCost { .. } => SubjectError::InvalidCost,
+                other => SubjectError::Build(format!("{other:?}")),
+            });
         Some(Violation::new(
             OracleKind::Model,
             what,
@@ -108,10 +107,13 @@ pub fn compare_acquire(
     };
     let decision = &outcome.decision;
     let expected_remaining = decision.remaining();
-    let got_remaining = observed.remaining.to_rational();
-    let token_error = got_remaining
-        .as_ref()
-        .map(|value| (value - expected_remaining).to_f64().value().abs());
+    let remaining_equal = observed.remaining.equals(expected_remaining);
+    let token_error = if remaining_equal {
+        Some(0.0)
+    } else {
+        (observed.remaining.to_rational())
+            .map(|value| (value - expected_remaining).to_f64().value().abs())
+    };
     let admission = match (decision.is_allowed(), observed.allowed) {
         (false, true) => Some(Admission::Over),
         (true, false) => Some(Admission::Under),
@@ -125,7 +127,7 @@ pub fn compare_acquire(
         })
     } else if outcome.replayed != observed.replayed {
         mismatch("request-id replay differs")
-    } else if got_remaining.as_ref() != Some::<&Rational>(expected_remaining) {
+    } else if !remaining_equal {
         mismatch("remaining tokens differ")
     } else if observed.retry_after.is_some()
         && observed.retry_after != decision.retry_after().map(model_wait)

@@ -2,17 +2,13 @@
 //! `0 <= tokens <= capacity`; the cursor never moves back while the bucket lives; an error changes
 //! nothing; a denial leaves exactly the refilled balance (which is at least the balance before).
 
-use bucketproof_model::Rational;
+use std::cmp::Ordering;
 
 use super::{OracleKind, Violation};
-use crate::subject::{Inspected, Observed, SubjectError};
+use crate::subject::{Amount, Inspected, Observed, SubjectError};
 
 fn violation(what: &str, expected: String, got: String) -> Option<Violation> {
     Some(Violation::new(OracleKind::Invariant, what, expected, got))
-}
-
-fn tokens(state: &Inspected) -> Option<Rational> {
-    state.tokens.to_rational()
 }
 
 /// Checks the state after one acquire against the state before it.
@@ -35,26 +31,26 @@ pub fn check_acquire(
         });
     }
     let after = after?;
-    let Some(after_tokens) = tokens(after) else {
+    let shown = |amount: Amount| {
+        amount
+            .to_rational()
+            .map_or_else(|| format!("{amount:?}"), |value| value.to_string())
+    };
+    let Some(against_capacity) = after.tokens.compare_whole(after.capacity) else {
         return violation(
             "tokens are not a number",
             "a finite amount".into(),
             format!("{:?}", after.tokens),
         );
     };
-    let capacity = Rational::from(after.capacity);
-    if after_tokens < Rational::ZERO {
-        return violation(
-            "tokens below zero",
-            ">= 0".into(),
-            format!("{after_tokens}"),
-        );
+    if after.tokens.compare_whole(0) == Some(Ordering::Less) {
+        return violation("tokens below zero", ">= 0".into(), shown(after.tokens));
     }
-    if after_tokens > capacity {
+    if against_capacity == Ordering::Greater {
         return violation(
             "tokens above capacity",
-            format!("<= {capacity}"),
-            format!("{after_tokens}"),
+            format!("<= {}", after.capacity),
+            shown(after.tokens),
         );
     }
     let observed = result.as_ref().ok()?;
@@ -66,26 +62,26 @@ pub fn check_acquire(
                 format!("{}", after.last_refill),
             );
         }
-        if !observed.allowed && !observed.replayed {
-            let before_tokens = tokens(before)?;
-            if after_tokens < before_tokens {
-                return violation(
-                    "a denial consumed tokens",
-                    format!(">= {before_tokens}"),
-                    format!("{after_tokens}"),
-                );
-            }
-        }
-    }
-    if !observed.allowed && !observed.replayed {
-        let reported = observed.remaining.to_rational()?;
-        if reported != after_tokens {
+        if !observed.allowed
+            && !observed.replayed
+            && after.tokens.compare(before.tokens)? == Ordering::Less
+        {
             return violation(
-                "a denial's reported balance is not the stored one",
-                format!("{after_tokens}"),
-                format!("{reported}"),
+                "a denial consumed tokens",
+                format!(">= {}", shown(before.tokens)),
+                shown(after.tokens),
             );
         }
+    }
+    if !observed.allowed
+        && !observed.replayed
+        && observed.remaining.compare(after.tokens)? != Ordering::Equal
+    {
+        return violation(
+            "a denial's reported balance is not the stored one",
+            shown(after.tokens),
+            shown(observed.remaining),
+        );
     }
     None
 }
