@@ -10,7 +10,15 @@
 //!   `FakeRelativeClock::advance` alone, so a reader can see how much of governor's time is the clock.
 //!   Capacity 10, 500,000 tokens/s (one token per 2 µs): after the first burst about half of the calls
 //!   are denied. `proto_direct_mutex_transition` (benches/common) is evidence for the report, not the
-//!   product: the same transition behind one `Mutex`, without the keyed map.
+//!   product: the same transition behind one `Mutex`, without the keyed map. The fair peer of
+//!   governor's (unkeyed) direct limiter is ours: [`DirectLimiter::acquire_at`]
+//!   (`ours_direct_acquire_at`, `now` argument advanced) and [`DirectLimiter::acquire`] over a
+//!   [`ManualClock`] advanced per call (`ours_direct_acquire_manual_clock`, the same clock bump
+//!   governor's figure includes; `manual_clock_advance_alone` is that bump by itself).
+//!   `lock_unlock_alone` is the uncontended lock and unlock of the direct limiter's spin lock with
+//!   nothing inside: the floor of any locked design on this machine. Every `one_key` closure passes
+//!   its whole result to `std::hint::black_box` and returns `()` (criterion 0.5's own `black_box` on
+//!   a returned value reads it byte by byte with `read_volatile`, charging for the result's size).
 //! - `transition`: one key, no synchronization. [`bucketproof_limiter::transition`] against the
 //!   textbook f64 bucket below (`tokens = min(cap, tokens + dt * rate)`), same config and time step.
 //!   Each returns what a caller gets (ours a [`Decision`], the f64 bucket a `bool` and the remaining
@@ -32,10 +40,11 @@ mod common;
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bucketproof_limiter::{
-    BucketState, Config, Decision, Limiter, ManualClock, Rate, Request, transition,
+    BucketState, Config, Decision, DirectLimiter, Limiter, ManualClock, Rate, Request, transition,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::clock::FakeRelativeClock;
@@ -115,13 +124,24 @@ impl FloatBucket {
 fn one_key(c: &mut Criterion) {
     let mut group = c.benchmark_group("one_key");
     let key = 7u64;
+    // Every closure here hands its whole result to `std::hint::black_box` and returns `()`:
+    // criterion 0.5's own `black_box` (applied to a closure's return value) is a `read_volatile`
+    // that reads the value byte by byte, which charges each subject for the size of its result
+    // type (ours 80 bytes, governor's smaller) rather than for deciding.
+    eprintln!(
+        "one_key result sizes: ours {} bytes, governor {} bytes",
+        size_of::<Result<Decision, bucketproof_limiter::AcquireError>>(),
+        size_of_val(
+            &RateLimiter::direct_with_clock(one_key_quota(), FakeRelativeClock::default()).check()
+        ),
+    );
 
     let ours: Limiter<u64> = Limiter::new(one_key_config());
     let mut now = 1_000_000_000u64;
     group.bench_function("ours_acquire_at", |b| {
         b.iter(|| {
             now += STEP_NS;
-            black_box(ours.acquire_at(black_box(&key), black_box(1), now))
+            let _ = black_box(ours.acquire_at(black_box(&key), black_box(1), now));
         })
     });
 
@@ -130,7 +150,8 @@ fn one_key(c: &mut Criterion) {
     group.bench_function("ours_acquire_with", |b| {
         b.iter(|| {
             now += STEP_NS;
-            black_box(ours.acquire_with(black_box(&key), Request::cost(black_box(1)).at(now)))
+            let _ =
+                black_box(ours.acquire_with(black_box(&key), Request::cost(black_box(1)).at(now)));
         })
     });
 
@@ -141,7 +162,25 @@ fn one_key(c: &mut Criterion) {
     group.bench_function("ours_acquire_manual_clock", |b| {
         b.iter(|| {
             clock.advance(STEP_NS);
-            black_box(ours.acquire(black_box(&key), black_box(1)))
+            let _ = black_box(ours.acquire(black_box(&key), black_box(1)));
+        })
+    });
+
+    let direct = DirectLimiter::new(one_key_config());
+    let mut now = 1_000_000_000u64;
+    group.bench_function("ours_direct_acquire_at", |b| {
+        b.iter(|| {
+            now += STEP_NS;
+            let _ = black_box(direct.acquire_at(black_box(1), now));
+        })
+    });
+
+    let clock = ManualClock::new(1_000_000_000);
+    let direct = DirectLimiter::with_clock(one_key_config(), clock.clone());
+    group.bench_function("ours_direct_acquire_manual_clock", |b| {
+        b.iter(|| {
+            clock.advance(STEP_NS);
+            let _ = black_box(direct.acquire(black_box(1)));
         })
     });
 
@@ -150,7 +189,7 @@ fn one_key(c: &mut Criterion) {
     group.bench_function("proto_direct_mutex_transition", |b| {
         b.iter(|| {
             now += STEP_NS;
-            black_box(proto.acquire_at(black_box(1), now))
+            let _ = black_box(proto.acquire_at(black_box(1), now));
         })
     });
 
@@ -160,13 +199,31 @@ fn one_key(c: &mut Criterion) {
     group.bench_function("governor_direct_check", |b| {
         b.iter(|| {
             clock.advance(Duration::from_nanos(STEP_NS));
-            black_box(governor.check())
+            let _ = black_box(governor.check());
         })
     });
 
     let clock = FakeRelativeClock::default();
     group.bench_function("fake_clock_advance_alone", |b| {
         b.iter(|| clock.advance(black_box(Duration::from_nanos(STEP_NS))))
+    });
+
+    let clock = ManualClock::new(1_000_000_000);
+    group.bench_function("manual_clock_advance_alone", |b| {
+        b.iter(|| clock.advance(black_box(STEP_NS)))
+    });
+
+    // The floor of any locked design: one uncontended lock (compare-and-swap, Acquire) and unlock
+    // (store, Release) of an `AtomicBool`, the DirectLimiter's lock with nothing inside it.
+    let flag = AtomicBool::new(false);
+    group.bench_function("lock_unlock_alone", |b| {
+        b.iter(|| {
+            let locked = flag
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok();
+            flag.store(false, Ordering::Release);
+            black_box(locked);
+        })
     });
     group.finish();
 }
