@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use bucketproof_limiter::Wait;
 use bucketproof_model::Rational;
-use bucketproof_model::{Model, ModelError};
+use bucketproof_model::{Model, ModelError, cmp_whole};
 use serde::Serialize;
 
 use crate::oracle::arrival::{ArrivalCurve, CurveConfig};
@@ -671,15 +671,14 @@ impl Lockstep<'_> {
                 let charged = if allowed { cost } else { 0 };
                 target >= charged && *remaining == Rational::from(target - charged)
             };
-            let cost_tokens = Rational::from(cost);
-            if allowed && tokens < cost_tokens && refilled_is(cost) {
+            if allowed && cmp_whole(&tokens, cost).is_lt() && refilled_is(cost) {
                 self.event("allowed_at_boundary");
             }
             if at >= last_refill.saturating_add(YEAR_NS) {
                 self.event("long_idle");
             }
             let capacity = self.model.config_of(key).capacity();
-            if refilled_is(capacity) && tokens < Rational::from(capacity) {
+            if refilled_is(capacity) && cmp_whole(&tokens, capacity).is_lt() {
                 self.event("saturated");
             }
         }

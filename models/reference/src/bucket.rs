@@ -9,7 +9,7 @@
 //! reconfiguration); no function panics on any input. A bucket only ever holds `0 <= tokens`; after any refill
 //! `tokens <= capacity` of the config used; `last_refill` never decreases.
 
-use std::cmp::{max, min};
+use std::cmp::{Ordering, max};
 
 use crate::Integer;
 use crate::Rational;
@@ -109,6 +109,30 @@ fn rat(x: u64) -> Rational {
     Rational::from(x)
 }
 
+/// `value` compared with the whole number `whole`, exactly.
+///
+/// Nearly every comparison in the rules is of a balance against a whole number (capacity, cost, 0). With
+/// `value = a/b`, `b > 0`, it is `a <=> whole * b`, and both sides fit u128 for every balance the model holds
+/// (`a <= capacity * q * 10^9 < 2^126`); anything else takes the general comparison.
+pub fn cmp_whole(value: &Rational, whole: u64) -> Ordering {
+    match (
+        u128::try_from(value.numerator()),
+        u64::try_from(value.denominator()),
+    ) {
+        (Ok(a), Ok(b)) => a.cmp(&(u128::from(whole) * u128::from(b))),
+        _ => value.cmp(&rat(whole)),
+    }
+}
+
+/// `min(whole, value)`, the clamp of refill and reconfigure, by [`cmp_whole`].
+fn min_whole(whole: u64, value: Rational) -> Rational {
+    if cmp_whole(&value, whole).is_gt() {
+        rat(whole)
+    } else {
+        value
+    }
+}
+
 /// acquire step 1: "`cost == 0` or `cost > capacity` -> `Err(InvalidCost)`. Nothing changes (no refill, no
 /// request-id record)."
 pub(crate) fn check_cost(config: &ModelConfig, cost: u64) -> Result<(), ModelError> {
@@ -179,11 +203,15 @@ impl ModelBucket {
     pub fn refilled(&self, config: &ModelConfig, now: u64) -> ModelBucket {
         let t = max(now, self.last_refill);
         // `t >= last_refill`, so the difference of the two times is exact in u64.
-        let elapsed = rat(t - self.last_refill);
-        let tokens = min(
-            config.capacity_tokens(),
-            &self.tokens + elapsed * config.rate_per_ns(),
-        );
+        let elapsed = t - self.last_refill;
+        // Two exact shortcuts of the same sum, taken often (frozen clocks, rollbacks, idle keys): no time
+        // adds `0 * rate`, and a bucket at capacity stays there since the credit is never negative.
+        let sum = if elapsed == 0 || cmp_whole(&self.tokens, config.capacity()).is_ge() {
+            self.tokens.clone()
+        } else {
+            &self.tokens + rat(elapsed) * config.rate_per_ns()
+        };
+        let tokens = min_whole(config.capacity(), sum);
         let next = ModelBucket {
             tokens,
             last_refill: t,
@@ -192,7 +220,7 @@ impl ModelBucket {
             next.last_refill >= self.last_refill,
             "last_refill is monotone"
         );
-        assert!(next.tokens >= Rational::ZERO, "tokens >= 0");
+        assert!(cmp_whole(&next.tokens, 0).is_ge(), "tokens >= 0");
         // The `min` above is this very comparison; in release builds the keyed model's own check after
         // each operation (`Model::check_invariants`) re-states it once per step instead of twice.
         debug_assert!(
@@ -208,11 +236,11 @@ impl ModelBucket {
     /// Decision pinned here: "`0` if full" wins over the `(t - now)` term, so a full bucket reports `After(0)` even
     /// when `now` is behind `last_refill` (a rollback): it is full at `now` already.
     fn reset_after(&self, config: &ModelConfig, now: u64) -> ModelWait {
-        let capacity = config.capacity_tokens();
-        if self.tokens >= capacity {
+        if cmp_whole(&self.tokens, config.capacity()).is_ge() {
             return ModelWait::After(0);
         }
-        wait_for(config, now, self.last_refill, &(capacity - &self.tokens))
+        let deficit = config.capacity_tokens() - &self.tokens;
+        wait_for(config, now, self.last_refill, &deficit)
     }
 
     /// acquire steps 1 and 3-5 on one bucket: returns the state to write back and the decision.
@@ -233,12 +261,15 @@ impl ModelBucket {
         let refilled = self.refilled(config, now);
         let t = refilled.last_refill;
         let cost_tokens = rat(cost);
-        if refilled.tokens >= cost_tokens {
+        if cmp_whole(&refilled.tokens, cost).is_ge() {
             let next = ModelBucket {
                 tokens: &refilled.tokens - &cost_tokens,
                 last_refill: t,
             };
-            assert!(next.tokens >= Rational::ZERO, "tokens >= 0 after a charge");
+            assert!(
+                cmp_whole(&next.tokens, 0).is_ge(),
+                "tokens >= 0 after a charge"
+            );
             let decision = ModelDecision::Allowed {
                 remaining: next.tokens.clone(),
                 reset_after: next.reset_after(config, now),
@@ -274,14 +305,14 @@ impl ModelBucket {
         let scale = Rational::from(new.units_per_token());
         let on_grid = (&refilled.tokens * &scale).floor() / &scale;
         let next = ModelBucket {
-            tokens: min(new.capacity_tokens(), on_grid),
+            tokens: min_whole(new.capacity(), on_grid),
             last_refill: refilled.last_refill,
         };
         assert!(
             next.tokens <= refilled.tokens,
             "reconfigure never creates tokens"
         );
-        assert!(next.tokens >= Rational::ZERO, "tokens >= 0");
+        assert!(cmp_whole(&next.tokens, 0).is_ge(), "tokens >= 0");
         assert!(
             next.last_refill >= self.last_refill,
             "last_refill is monotone"

@@ -38,7 +38,7 @@ mod bucket;
 mod config;
 mod model;
 
-pub use bucket::{ModelBucket, ModelDecision, ModelPeek, ModelWait};
+pub use bucket::{ModelBucket, ModelDecision, ModelPeek, ModelWait, cmp_whole};
 pub use config::{ConfigError, MAX_RATE_DENOM, ModelConfig, ModelError, NANOS_PER_SECOND};
 pub use model::{Model, Outcome};
 

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::Integer;
 use crate::Rational;
 
-use crate::bucket::{ModelBucket, ModelDecision, ModelPeek, check_cost};
+use crate::bucket::{ModelBucket, ModelDecision, ModelPeek, check_cost, cmp_whole};
 use crate::config::{ModelConfig, ModelError};
 
 /// The result of a successful acquire.
@@ -348,11 +348,9 @@ impl Model {
             );
             match entry.bucket.as_ref() {
                 Some(bucket) => {
-                    assert!(bucket.tokens() >= &Rational::ZERO, "tokens >= 0");
-                    assert!(
-                        bucket.tokens() <= &config.capacity_tokens(),
-                        "tokens <= capacity"
-                    );
+                    let against_capacity = cmp_whole(bucket.tokens(), config.capacity());
+                    assert!(cmp_whole(bucket.tokens(), 0).is_ge(), "tokens >= 0");
+                    assert!(against_capacity.is_le(), "tokens <= capacity");
                     assert!(bucket.is_on_grid(config), "tokens lie on the unit grid");
                 }
                 None => assert!(entry.records.is_empty(), "records only live with a bucket"),

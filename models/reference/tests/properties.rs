@@ -8,6 +8,7 @@ use bucketproof_model::Integer;
 use bucketproof_model::Rational;
 use bucketproof_model::{
     MAX_RATE_DENOM, Model, ModelBucket, ModelConfig, ModelDecision, ModelError, ModelWait,
+    cmp_whole,
 };
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -528,4 +529,25 @@ fn prop_keyed_traces_replays_and_errors_change_nothing_and_tokens_stay_in_bounds
     // Observed 32-63 per run (quickcheck seeds from entropy): the floor proves the case is reached
     // without making the test flaky.
     SWEPT.at_least(15, "a sweep that dropped a key");
+}
+
+/// Property: `cmp_whole(a/b, n)` (the model's fast comparison of a balance with a whole number) equals the
+/// general comparison of the reduced rationals, for small and wide numerators and denominators, negative
+/// values, and `n` up to `u64::MAX`.
+#[test]
+fn prop_cmp_whole_agrees_with_the_general_rational_comparison() {
+    fn prop(numer: i128, denom: u128, whole: u64, small: bool) -> TestResult {
+        let (numer, denom) = if small {
+            (numer % 1_000, denom % 1_000)
+        } else {
+            (numer, denom)
+        };
+        if denom == 0 {
+            return TestResult::discard();
+        }
+        let value = Rational::from_parts(Integer::from(numer), denom.into());
+        let whole = if small { whole % 1_000 } else { whole };
+        TestResult::from_bool(cmp_whole(&value, whole) == value.cmp(&Rational::from(whole)))
+    }
+    check(prop as fn(i128, u128, u64, bool) -> TestResult);
 }

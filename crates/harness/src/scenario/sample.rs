@@ -89,11 +89,12 @@ fn neg_log2_q32(x: u64) -> u64 {
     let mut mantissa: u128 = ((x as u128) << 32) >> integer;
     let mut fraction: u64 = 0;
     for bit in (0..32).rev() {
+        // mantissa < 2^33 before squaring, so < 2^34 after: `overflow` is the one bit "past 2". Taken
+        // without a branch, since it is a coin flip the predictor cannot learn.
         mantissa = (mantissa * mantissa) >> 32;
-        if mantissa >= 2 << 32 {
-            mantissa >>= 1;
-            fraction |= 1 << bit;
-        }
+        let overflow = (mantissa >> 33) as u64;
+        mantissa >>= overflow;
+        fraction |= overflow << bit;
     }
     let log2_x = (integer << 32) | fraction;
     (32u64 << 32) - log2_x
