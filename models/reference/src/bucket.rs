@@ -145,13 +145,32 @@ pub(crate) fn check_cost(config: &ModelConfig, cost: u64) -> Result<(), ModelErr
     Ok(())
 }
 
+/// `whole - tokens` as a fraction over the denominator of `tokens`: with `tokens = a/b` in lowest terms,
+/// `whole - a/b = (whole * b - a) / b`, and that is in lowest terms too (`gcd(whole * b - a, b) = gcd(a, b) =
+/// 1`), so a deficit needs no reduction.
+struct Deficit<'a> {
+    numerator: Integer,
+    denominator: &'a dashu_int::UBig,
+}
+
+impl<'a> Deficit<'a> {
+    fn of(whole: u64, tokens: &'a Rational) -> Deficit<'a> {
+        let denominator = tokens.denominator();
+        Deficit {
+            numerator: Integer::from(whole) * denominator - tokens.numerator(),
+            denominator,
+        }
+    }
+}
+
 /// acquire step 5, the shared shape of both waits: "`(t - now) + ceil(deficit / rate_per_ns)`; `Never` if
 /// `rate == 0`"; "Both are `Never` also when `now + value` would exceed `u64::MAX` (the clock cannot get there)."
 ///
-/// `deficit` is `cost - tokens` (retry_after) or `capacity - tokens` (reset_after), and is `> 0` here.
-fn wait_for(config: &ModelConfig, now: u64, t: u64, deficit: &Rational) -> ModelWait {
+/// `deficit` is `cost - tokens` (retry_after) or `capacity - tokens` (reset_after), see [`Deficit`], and is
+/// `> 0` here.
+fn wait_for(config: &ModelConfig, now: u64, t: u64, deficit: Deficit) -> ModelWait {
     debug_assert!(
-        deficit > &Rational::ZERO,
+        deficit.numerator > Integer::ZERO,
         "waits are only computed for a positive deficit"
     );
     debug_assert!(t >= now, "t = max(now, last_refill) >= now");
@@ -161,8 +180,8 @@ fn wait_for(config: &ModelConfig, now: u64, t: u64, deficit: &Rational) -> Model
     // `ceil(deficit / rate_per_ns)` with `deficit = a/b` and `rate_per_ns = c/d` is `ceil((a * d) / (b * c))`:
     // the same number, taken in integers so that no intermediate fraction is reduced (a gcd per wait).
     let rate = config.rate_per_ns();
-    let dividend = deficit.numerator() * rate.denominator();
-    let divisor = rate.numerator() * deficit.denominator();
+    let dividend = deficit.numerator * rate.denominator();
+    let divisor = rate.numerator() * deficit.denominator;
     let ceil = (dividend + &divisor - Integer::ONE) / divisor;
     // "`Never` also when `now + value` would exceed `u64::MAX`": a ceiling past u64 certainly does, and
     // every other sum is checked, so `value` below is exact.
@@ -209,7 +228,12 @@ impl ModelBucket {
         let sum = if elapsed == 0 || cmp_whole(&self.tokens, config.capacity()).is_ge() {
             self.tokens.clone()
         } else {
-            &self.tokens + rat(elapsed) * config.rate_per_ns()
+            // `a/b + elapsed * c/d = (a*d + elapsed*c*b) / (b*d)`, reduced once.
+            let rate = config.rate_per_ns();
+            let (a, b) = (self.tokens.numerator(), self.tokens.denominator());
+            let (c, d) = (rate.numerator(), rate.denominator());
+            let numerator = a * d + Integer::from(elapsed) * c * b;
+            Rational::from_parts(numerator, b * d)
         };
         let tokens = min_whole(config.capacity(), sum);
         let next = ModelBucket {
@@ -239,8 +263,8 @@ impl ModelBucket {
         if cmp_whole(&self.tokens, config.capacity()).is_ge() {
             return ModelWait::After(0);
         }
-        let deficit = config.capacity_tokens() - &self.tokens;
-        wait_for(config, now, self.last_refill, &deficit)
+        let deficit = Deficit::of(config.capacity(), &self.tokens);
+        wait_for(config, now, self.last_refill, deficit)
     }
 
     /// acquire steps 1 and 3-5 on one bucket: returns the state to write back and the decision.
@@ -276,7 +300,7 @@ impl ModelBucket {
             };
             Ok((next, decision))
         } else {
-            let retry_after = wait_for(config, now, t, &(cost_tokens - &refilled.tokens));
+            let retry_after = wait_for(config, now, t, Deficit::of(cost, &refilled.tokens));
             let decision = ModelDecision::Denied {
                 remaining: refilled.tokens.clone(),
                 retry_after,
