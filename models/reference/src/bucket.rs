@@ -357,6 +357,6 @@ impl ModelBucket {
     pub fn is_on_grid(&self, config: &ModelConfig) -> bool {
         // `q * 10^9 <= 2^32 * 10^9 < 2^64`; a denominator wider than that cannot divide it.
         let units_per_token = config.rate_denom() * crate::NANOS_PER_SECOND;
-        u64::try_from(self.tokens.denominator()).is_ok_and(|b| units_per_token % b == 0)
+        u64::try_from(self.tokens.denominator()).is_ok_and(|b| units_per_token.is_multiple_of(b))
     }
 }

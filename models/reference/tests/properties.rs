@@ -326,7 +326,7 @@ fn prop_denial_writes_back_only_the_refill_and_allow_charges_exactly_cost() {
     fn prop(r: Reached, dt: u32, cost_seed: u64, bad: bool) -> bool {
         let now = r.now.saturating_add(u64::from(dt));
         if bad {
-            let cost = if cost_seed % 2 == 0 {
+            let cost = if cost_seed.is_multiple_of(2) {
                 0
             } else {
                 r.config.capacity().saturating_add(1 + cost_seed % 5)
