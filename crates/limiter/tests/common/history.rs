@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bucketproof_limiter::{
     AcquireError, Acquired, Clock, Config, Decision, Limiter, Peek, Rate, Request,
 };
-use num_bigint::BigInt;
+use bucketproof_model::Integer;
 
 /// What a thread asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -307,11 +307,11 @@ pub fn check_no_overselling(setup: &Setup, ops: &[Op]) -> Result<(), String> {
             .max(1);
         let admitted: u64 = key_ops.iter().map(|op| op.admitted_cost()).sum();
         // admitted <= lives * (capacity + (p/q) * dt / 1e9)  <=>  admitted * q * 1e9 <= lives * (capacity * q * 1e9 + p * dt)
-        let scale = BigInt::from(rate.denom()) * BigInt::from(1_000_000_000u64);
-        let lhs = BigInt::from(admitted) * &scale;
-        let rhs = BigInt::from(lives)
-            * (BigInt::from(capacity) * &scale
-                + BigInt::from(rate.numer()) * BigInt::from(t_max - t_min));
+        let scale = Integer::from(rate.denom()) * Integer::from(1_000_000_000u64);
+        let lhs = Integer::from(admitted) * &scale;
+        let rhs = Integer::from(lives)
+            * (Integer::from(capacity) * &scale
+                + Integer::from(rate.numer()) * Integer::from(t_max - t_min));
         if lhs > rhs {
             return Err(format!(
                 "oversold key {key}: admitted {admitted} tokens between t={t_min} and t={t_max}, \

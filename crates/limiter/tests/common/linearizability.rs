@@ -31,8 +31,7 @@ use std::collections::{HashMap, HashSet};
 
 use bucketproof_limiter::{AcquireError, Config, Decision, Tokens, Wait};
 use bucketproof_model::{ModelConfig, ModelDecision, ModelWait};
-use num_bigint::BigInt;
-use num_rational::BigRational;
+use bucketproof_model::{Integer, Rational};
 
 use crate::common::history::{Call, Op, Ret, Setup, by_key};
 use crate::common::spec::KeySpec;
@@ -54,9 +53,9 @@ fn model_wait(wait: Wait) -> ModelWait {
     }
 }
 
-fn exact(tokens: Tokens) -> BigRational {
+fn exact(tokens: Tokens) -> Rational {
     let (units, per_token) = tokens.as_ratio();
-    BigRational::new(BigInt::from(units), BigInt::from(per_token))
+    Rational::from_parts(Integer::from(units), per_token.into())
 }
 
 /// The limiter's decision is the model's, field by field.

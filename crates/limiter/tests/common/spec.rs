@@ -55,7 +55,9 @@ impl KeySpec {
 
     /// The override, else the default config.
     pub fn config(&self) -> ModelConfig {
-        self.override_config.unwrap_or(self.default_config)
+        (self.override_config.as_ref())
+            .unwrap_or(&self.default_config)
+            .clone()
     }
 
     /// How many times the key was reconfigured (since it was last forgotten).
