@@ -30,8 +30,8 @@
 use std::collections::{HashMap, HashSet};
 
 use bucketproof_limiter::{AcquireError, Config, Decision, Tokens, Wait};
-use bucketproof_model::{ModelConfig, ModelDecision, ModelWait};
 use bucketproof_model::{Integer, Rational};
+use bucketproof_model::{ModelConfig, ModelDecision, ModelWait};
 
 use crate::common::history::{Call, Op, Ret, Setup, by_key};
 use crate::common::spec::KeySpec;
