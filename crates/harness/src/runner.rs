@@ -136,7 +136,7 @@ pub struct RunReport {
     pub samples: Vec<Sample>,
 }
 
-/// Event names a scenario may require (see `scenarios/README.md`).
+/// Event names a scenario may require (see `scenarios/README.md`), in [`Event`] order.
 pub const EVENTS: &[&str] = &[
     "allowed",
     "denied",
@@ -159,6 +159,50 @@ pub const EVENTS: &[&str] = &[
     "new_key",
 ];
 
+/// What a run counts; `EVENTS[event as usize]` is its name. Counted in a plain array, since a step
+/// counts several of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    /// `allowed`.
+    Allowed,
+    /// `denied`.
+    Denied,
+    /// `invalid_cost`.
+    InvalidCost,
+    /// `replayed`.
+    Replayed,
+    /// `rollback`.
+    Rollback,
+    /// `frozen_clock`.
+    FrozenClock,
+    /// `saturated`.
+    Saturated,
+    /// `denied_at_boundary`.
+    DeniedAtBoundary,
+    /// `allowed_at_boundary`.
+    AllowedAtBoundary,
+    /// `long_idle`.
+    LongIdle,
+    /// `near_clock_end`.
+    NearClockEnd,
+    /// `retry_never`.
+    RetryNever,
+    /// `evicted`.
+    Evicted,
+    /// `key_limit`.
+    KeyLimit,
+    /// `reconfigured_up`.
+    ReconfiguredUp,
+    /// `reconfigured_down`.
+    ReconfiguredDown,
+    /// `forgotten`.
+    Forgotten,
+    /// `swept`.
+    Swept,
+    /// `new_key`.
+    NewKey,
+}
+
 const YEAR_NS: u64 = 365 * 86_400 * 1_000_000_000;
 
 struct Lockstep<'a> {
@@ -167,7 +211,7 @@ struct Lockstep<'a> {
     setup: &'a Setup,
     options: &'a RunOptions,
     arrival: ArrivalCurve,
-    events: BTreeMap<&'static str, u64>,
+    events: [u64; EVENTS.len()],
     divergence: Divergence,
     samples: Vec<Sample>,
     sample_stride: u64,
@@ -218,7 +262,7 @@ impl<'a> Stepper<'a> {
                 setup,
                 options,
                 arrival: ArrivalCurve::default(),
-                events: BTreeMap::new(),
+                events: [0; EVENTS.len()],
                 divergence: Divergence::default(),
                 samples: Vec::new(),
                 sample_stride: 1,
@@ -269,8 +313,9 @@ impl<'a> Stepper<'a> {
             subject: self.run.subject.name(),
             steps: self.steps,
             verdict: self.verdict,
-            events: (self.run.events.into_iter())
-                .map(|(name, count)| (name.to_owned(), count))
+            events: (EVENTS.iter().zip(self.run.events))
+                .filter(|&(_, count)| count > 0)
+                .map(|(name, count)| (name.to_string(), count))
                 .collect(),
             divergence: self.run.divergence,
             samples: self.run.samples,
@@ -279,9 +324,8 @@ impl<'a> Stepper<'a> {
 }
 
 impl Lockstep<'_> {
-    fn event(&mut self, name: &'static str) {
-        debug_assert!(EVENTS.contains(&name), "undeclared event {name}");
-        *self.events.entry(name).or_default() += 1;
+    fn event(&mut self, event: Event) {
+        self.events[event as usize] += 1;
     }
 
     fn curve_config(&self, key: u64) -> CurveConfig {
@@ -295,13 +339,13 @@ impl Lockstep<'_> {
 
     fn note_time(&mut self, at: u64) {
         if self.latest.is_some_and(|latest| at < latest) {
-            self.event("rollback");
+            self.event(Event::Rollback);
         }
         if self.previous_at == Some(at) {
-            self.event("frozen_clock");
+            self.event(Event::FrozenClock);
         }
         if at > u64::MAX - YEAR_NS {
-            self.event("near_clock_end");
+            self.event(Event::NearClockEnd);
         }
         self.previous_at = Some(at);
         self.latest = Some(self.latest.map_or(at, |latest| latest.max(at)));
@@ -347,9 +391,9 @@ impl Lockstep<'_> {
                 let raised = new.capacity() >= old;
                 self.model.reconfigure(*key, new, *at);
                 self.event(if raised {
-                    "reconfigured_up"
+                    Event::ReconfiguredUp
                 } else {
-                    "reconfigured_down"
+                    Event::ReconfiguredDown
                 });
                 let curve = self.curve_config(*key);
                 self.arrival.restart(*key, *at, curve);
@@ -363,7 +407,7 @@ impl Lockstep<'_> {
                 self.model.forget(*key);
                 self.arrival.forget(*key);
                 self.sample_admitted.remove(key);
-                self.event("forgotten");
+                self.event(Event::Forgotten);
                 Ok(None)
             }
             Op::Sweep { at } => {
@@ -382,11 +426,11 @@ impl Lockstep<'_> {
                         .filter(|&key| self.model.is_evictable_at(key, *at))
                         .count();
                     for _ in 0..evictable {
-                        self.event("swept");
+                        self.event(Event::Swept);
                     }
                 } else {
                     for _ in self.model.sweep(*at) {
-                        self.event("swept");
+                        self.event(Event::Swept);
                     }
                 }
                 Ok(None)
@@ -416,7 +460,7 @@ impl Lockstep<'_> {
         match &got {
             Err(SubjectError::Unsupported(what)) => return Err(format!("unsupported: {what}")),
             Err(SubjectError::KeyLimitReached) => {
-                self.event("key_limit");
+                self.event(Event::KeyLimit);
                 // A key the model still holds may have been dropped losslessly by the subject's
                 // amortized sweep (it was evictable); refusing it at the bound is then legal, and the
                 // model forgets it too so that a later admission starts fresh on both sides.
@@ -563,7 +607,7 @@ impl Lockstep<'_> {
         let held = self.model.state(key).map(|(_, last_refill)| last_refill);
         let mut violation = None;
         if let Some(old_cursor) = held {
-            self.event("evicted");
+            self.event(Event::Evicted);
             let evictable = self.setup.policy == PolicySpec::EvictLeastRecent
                 || self.model.is_evictable_at(key, latest);
             if !(self.subject.may_evict() && evictable) {
@@ -592,7 +636,7 @@ impl Lockstep<'_> {
         }
         if held.is_some() || cursor != at {
             if held.is_none() {
-                self.event("new_key");
+                self.event(Event::NewKey);
             }
             self.model.recreate(key, cursor);
         }
@@ -638,28 +682,28 @@ impl Lockstep<'_> {
         let outcome = match expected {
             Ok(outcome) => outcome,
             Err(_) => {
-                self.event("invalid_cost");
+                self.event(Event::InvalidCost);
                 return;
             }
         };
         if outcome.replayed {
-            self.event("replayed");
+            self.event(Event::Replayed);
             return;
         }
         if outcome.created {
-            self.event("new_key");
+            self.event(Event::NewKey);
         }
         let decision = &outcome.decision;
         self.event(if decision.is_allowed() {
-            "allowed"
+            Event::Allowed
         } else {
-            "denied"
+            Event::Denied
         });
         if decision.retry_after() == Some(bucketproof_model::ModelWait::Never) {
-            self.event("retry_never");
+            self.event(Event::RetryNever);
         }
         if decision.retry_after() == Some(bucketproof_model::ModelWait::After(1)) {
-            self.event("denied_at_boundary");
+            self.event(Event::DeniedAtBoundary);
         }
         if let Some((tokens, last_refill)) = before {
             // The refilled balance (step 3 of the acquire) is the decision's remaining plus the cost
@@ -672,14 +716,14 @@ impl Lockstep<'_> {
                 target >= charged && *remaining == Rational::from(target - charged)
             };
             if allowed && cmp_whole(&tokens, cost).is_lt() && refilled_is(cost) {
-                self.event("allowed_at_boundary");
+                self.event(Event::AllowedAtBoundary);
             }
             if at >= last_refill.saturating_add(YEAR_NS) {
-                self.event("long_idle");
+                self.event(Event::LongIdle);
             }
             let capacity = self.model.config_of(key).capacity();
             if refilled_is(capacity) && cmp_whole(&tokens, capacity).is_lt() {
-                self.event("saturated");
+                self.event(Event::Saturated);
             }
         }
     }
@@ -711,6 +755,54 @@ impl Lockstep<'_> {
             let kept: Vec<Sample> = self.samples.iter().step_by(2).cloned().collect();
             self.samples = kept;
             self.sample_stride *= 2;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The counters are indexed by discriminant and reported under `EVENTS[i]`: each variant must sit at its
+    /// own name's position, or a scenario's `reach` would be judged on another event's count.
+    #[test]
+    fn every_event_is_counted_under_its_own_name() {
+        let all = [
+            Event::Allowed,
+            Event::Denied,
+            Event::InvalidCost,
+            Event::Replayed,
+            Event::Rollback,
+            Event::FrozenClock,
+            Event::Saturated,
+            Event::DeniedAtBoundary,
+            Event::AllowedAtBoundary,
+            Event::LongIdle,
+            Event::NearClockEnd,
+            Event::RetryNever,
+            Event::Evicted,
+            Event::KeyLimit,
+            Event::ReconfiguredUp,
+            Event::ReconfiguredDown,
+            Event::Forgotten,
+            Event::Swept,
+            Event::NewKey,
+        ];
+        assert_eq!(all.len(), EVENTS.len());
+        for (index, event) in all.into_iter().enumerate() {
+            let snake: String = format!("{event:?}")
+                .chars()
+                .enumerate()
+                .flat_map(|(i, c)| {
+                    let lower = c.to_ascii_lowercase();
+                    (c.is_ascii_uppercase() && i > 0)
+                        .then_some('_')
+                        .into_iter()
+                        .chain([lower])
+                })
+                .collect();
+            assert_eq!(event as usize, index);
+            assert_eq!(EVENTS[index], snake);
         }
     }
 }

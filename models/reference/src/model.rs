@@ -187,9 +187,9 @@ impl Model {
         cost: u64,
         request_id: Option<u64>,
     ) -> Result<Outcome, ModelError> {
-        let config = self.config_of(key).clone();
+        let config = self.config_of(key);
         // Step 1.
-        check_cost(&config, cost)?;
+        check_cost(config, cost)?;
         // Step 2.
         if let Some(id) = request_id
             && let Some(record) = self.live_record(key, id, now)
@@ -201,12 +201,15 @@ impl Model {
             });
         }
         // Steps 3-5.
-        let held = self.entries.get(&key).and_then(|e| e.bucket.clone());
+        let held = self.entries.get(&key).and_then(|e| e.bucket.as_ref());
         let created = held.is_none();
-        let before = held.unwrap_or_else(|| ModelBucket::fresh(&config, now));
-        let (after, decision) = before.decide(&config, now, cost)?;
+        let (after, decision) = match held {
+            Some(before) => before.decide(config, now, cost)?,
+            None => ModelBucket::fresh(config, now).decide(config, now, cost)?,
+        };
+        let before_refill = held.map_or(now, ModelBucket::last_refill);
         assert!(
-            after.last_refill() >= before.last_refill(),
+            after.last_refill() >= before_refill,
             "last_refill is monotone per key"
         );
         let entry = self.entries.entry(key).or_default();
