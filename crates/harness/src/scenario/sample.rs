@@ -86,13 +86,14 @@ fn neg_log2_q32(x: u64) -> u64 {
     debug_assert!((1..=1u64 << 32).contains(&x));
     let integer = 63 - x.leading_zeros() as u64; // floor(log2 x), 0..=32
     // Mantissa x / 2^integer in [1, 2), with 32 fraction bits.
-    let mut mantissa: u128 = ((x as u128) << 32) >> integer;
+    let mut mantissa: u64 = (((x as u128) << 32) >> integer) as u64;
     let mut fraction: u64 = 0;
     for bit in (0..32).rev() {
         // mantissa < 2^33 before squaring, so < 2^34 after: `overflow` is the one bit "past 2". Taken
-        // without a branch, since it is a coin flip the predictor cannot learn.
-        mantissa = (mantissa * mantissa) >> 32;
-        let overflow = (mantissa >> 33) as u64;
+        // without a branch, since it is a coin flip the predictor cannot learn. The square needs 68 bits:
+        // one 64x64 -> 128 multiply.
+        mantissa = ((u128::from(mantissa) * u128::from(mantissa)) >> 32) as u64;
+        let overflow = mantissa >> 33;
         mantissa >>= overflow;
         fraction |= overflow << bit;
     }
@@ -186,6 +187,43 @@ mod tests {
         assert!(seen.iter().all(|&s| s));
         assert_eq!(between(&mut rng, 3, 3), 3);
         assert_eq!(below(&mut rng, 0), 0);
+    }
+
+    /// The digits are pinned: traces depend on them bit for bit. This is the textbook form (u128
+    /// throughout, a branch per digit) that the fast one must reproduce for every input tried.
+    #[test]
+    fn neg_log2_digits_equal_the_textbook_digit_by_digit_form() {
+        fn textbook(x: u64) -> u64 {
+            let integer = 63 - x.leading_zeros() as u64;
+            let mut mantissa: u128 = ((x as u128) << 32) >> integer;
+            let mut fraction: u64 = 0;
+            for bit in (0..32).rev() {
+                mantissa = (mantissa * mantissa) >> 32;
+                if mantissa >= 2 << 32 {
+                    mantissa >>= 1;
+                    fraction |= 1 << bit;
+                }
+            }
+            (32u64 << 32) - ((integer << 32) | fraction)
+        }
+        let edges = [
+            1,
+            2,
+            3,
+            (1 << 31) - 1,
+            1 << 31,
+            (1 << 31) + 1,
+            (1 << 32) - 1,
+            1 << 32,
+        ];
+        let mut x: u64 = 0x9e37_79b9;
+        for step in 0..200_000u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let input = edges.get(step as usize).copied().unwrap_or((x >> 32) + 1);
+            assert_eq!(neg_log2_q32(input), textbook(input), "x = {input}");
+        }
     }
 
     #[test]
