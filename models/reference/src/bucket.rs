@@ -145,53 +145,54 @@ pub(crate) fn check_cost(config: &ModelConfig, cost: u64) -> Result<(), ModelErr
     Ok(())
 }
 
-/// `whole - tokens` as a fraction over the denominator of `tokens`: with `tokens = a/b` in lowest terms,
-/// `whole - a/b = (whole * b - a) / b`, and that is in lowest terms too (`gcd(whole * b - a, b) = gcd(a, b) =
-/// 1`), so a deficit needs no reduction.
-struct Deficit<'a> {
-    numerator: Integer,
-    denominator: &'a dashu_int::UBig,
-}
-
-impl<'a> Deficit<'a> {
-    fn of(whole: u64, tokens: &'a Rational) -> Deficit<'a> {
-        let denominator = tokens.denominator();
-        Deficit {
-            numerator: Integer::from(whole) * denominator - tokens.numerator(),
-            denominator,
-        }
-    }
-}
-
 /// acquire step 5, the shared shape of both waits: "`(t - now) + ceil(deficit / rate_per_ns)`; `Never` if
 /// `rate == 0`"; "Both are `Never` also when `now + value` would exceed `u64::MAX` (the clock cannot get there)."
 ///
-/// `deficit` is `cost - tokens` (retry_after) or `capacity - tokens` (reset_after), see [`Deficit`], and is
-/// `> 0` here.
-fn wait_for(config: &ModelConfig, now: u64, t: u64, deficit: Deficit) -> ModelWait {
+/// `deficit = whole - tokens`: `cost - tokens` (retry_after) or `capacity - tokens` (reset_after), `> 0` here.
+fn wait_for(config: &ModelConfig, now: u64, t: u64, whole: u64, tokens: &Rational) -> ModelWait {
     debug_assert!(
-        deficit.numerator > Integer::ZERO,
+        cmp_whole(tokens, whole).is_lt(),
         "waits are only computed for a positive deficit"
     );
     debug_assert!(t >= now, "t = max(now, last_refill) >= now");
     if !config.refills() {
         return ModelWait::Never;
     }
-    // `ceil(deficit / rate_per_ns)` with `deficit = a/b` and `rate_per_ns = c/d` is `ceil((a * d) / (b * c))`:
-    // the same number, taken in integers so that no intermediate fraction is reduced (a gcd per wait).
-    let rate = config.rate_per_ns();
-    let dividend = deficit.numerator * rate.denominator();
-    let divisor = rate.numerator() * deficit.denominator;
-    let ceil = (dividend + &divisor - Integer::ONE) / divisor;
     // "`Never` also when `now + value` would exceed `u64::MAX`": a ceiling past u64 certainly does, and
     // every other sum is checked, so `value` below is exact.
-    let Ok(ceil) = u64::try_from(&ceil) else {
+    let Some(ceil) = ceil_deficit_over_rate(whole, tokens, config.rate_per_ns()) else {
         return ModelWait::Never;
     };
     match (t - now).checked_add(ceil) {
         Some(value) if now.checked_add(value).is_some() => ModelWait::After(value),
         _ => ModelWait::Never,
     }
+}
+
+/// `ceil((whole - tokens) / rate)`, or `None` past `u64::MAX`.
+///
+/// With `tokens = a/b` and `rate = c/d` in lowest terms, `whole - a/b = (whole * b - a) / b` and the quotient
+/// is `((whole * b - a) * d) / (b * c)`: the same number taken in integers, so no intermediate fraction is
+/// reduced. In u128 when every product fits (nearly always), else in big integers.
+fn ceil_deficit_over_rate(whole: u64, tokens: &Rational, rate: &Rational) -> Option<u64> {
+    let narrow = (
+        u128::try_from(tokens.numerator()),
+        u128::try_from(tokens.denominator()),
+        u128::try_from(rate.numerator()),
+        u128::try_from(rate.denominator()),
+    );
+    if let (Ok(a), Ok(b), Ok(c), Ok(d)) = narrow
+        && let Some(deficit) = u128::from(whole)
+            .checked_mul(b)
+            .and_then(|wb| wb.checked_sub(a))
+        && let (Some(dividend), Some(divisor)) = (deficit.checked_mul(d), b.checked_mul(c))
+    {
+        return u64::try_from(dividend.div_ceil(divisor)).ok();
+    }
+    let deficit = Integer::from(whole) * tokens.denominator() - tokens.numerator();
+    let dividend = deficit * rate.denominator();
+    let divisor = rate.numerator() * tokens.denominator();
+    u64::try_from(&((dividend + &divisor - Integer::ONE) / divisor)).ok()
 }
 
 impl ModelBucket {
@@ -263,8 +264,13 @@ impl ModelBucket {
         if cmp_whole(&self.tokens, config.capacity()).is_ge() {
             return ModelWait::After(0);
         }
-        let deficit = Deficit::of(config.capacity(), &self.tokens);
-        wait_for(config, now, self.last_refill, deficit)
+        wait_for(
+            config,
+            now,
+            self.last_refill,
+            config.capacity(),
+            &self.tokens,
+        )
     }
 
     /// acquire steps 1 and 3-5 on one bucket: returns the state to write back and the decision.
@@ -300,7 +306,7 @@ impl ModelBucket {
             };
             Ok((next, decision))
         } else {
-            let retry_after = wait_for(config, now, t, Deficit::of(cost, &refilled.tokens));
+            let retry_after = wait_for(config, now, t, cost, &refilled.tokens);
             let decision = ModelDecision::Denied {
                 remaining: refilled.tokens.clone(),
                 retry_after,
@@ -358,5 +364,61 @@ impl ModelBucket {
         // `q * 10^9 <= 2^32 * 10^9 < 2^64`; a denominator wider than that cannot divide it.
         let units_per_token = config.rate_denom() * crate::NANOS_PER_SECOND;
         u64::try_from(self.tokens.denominator()).is_ok_and(|b| units_per_token.is_multiple_of(b))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ceil_deficit_over_rate` against its definition in reduced rationals, on both of its paths: small
+    /// values (u128) and values whose products pass 2^128 (big integers), including the `u64::MAX` cut-off.
+    #[test]
+    fn the_wait_quotient_is_the_ceiling_of_the_rational_quotient_on_both_paths() {
+        let definition = |whole: u64, tokens: &Rational, rate: &Rational| -> Option<u64> {
+            let quotient = (rat(whole) - tokens) / rate;
+            u64::try_from(&quotient.ceil()).ok()
+        };
+        let fraction = |n: u128, d: u128| Rational::from_parts(Integer::from(n), d.into());
+        let mut state: u64 = 7;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            state
+        };
+        let (mut narrow, mut wide) = (0, 0);
+        for round in 0..20_000 {
+            let wide_round = round % 2 == 1;
+            let pick = |x: u64, small: u64| if wide_round { x } else { x % small };
+            // q <= 2^32, as every config's (the model never sees a wider grid).
+            let q = if wide_round {
+                next() % (1 << 32)
+            } else {
+                next() % (1 << 20)
+            };
+            let denominator = u128::from(q.max(1)) * 1_000_000_000;
+            let whole = pick(next(), 1_000).max(1);
+            let numerator = u128::from(next()) % (u128::from(whole) * denominator);
+            let tokens = fraction(numerator, denominator);
+            let rate = fraction(u128::from(pick(next(), 1 << 20).max(1)), denominator);
+            let products_fit = (u128::from(whole) * denominator)
+                .checked_mul(denominator)
+                .is_some();
+            if products_fit {
+                narrow += 1
+            } else {
+                wide += 1
+            }
+            assert_eq!(
+                ceil_deficit_over_rate(whole, &tokens, &rate),
+                definition(whole, &tokens, &rate),
+                "whole {whole}, tokens {tokens}, rate {rate}"
+            );
+        }
+        assert!(
+            narrow > 1_000 && wide > 1_000,
+            "both paths taken: {narrow} / {wide}"
+        );
     }
 }
