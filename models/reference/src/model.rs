@@ -53,6 +53,32 @@ struct Entry {
 }
 
 impl Entry {
+    /// Step 2: "If `request_id` is given and the key holds a record for it that is still in the dedupe window".
+    /// The newest such record (see [`Model::acquire`]).
+    fn live_record(&self, request_id: u64, window: u64, now: u64) -> Option<&Record> {
+        (self.records.iter().rev())
+            .find(|r| r.request_id == request_id && is_live(r.recorded_at, window, now))
+    }
+
+    /// The invariants, asserted after every mutation: "`tokens` (a rational in `[0, capacity]`)", the tokens lie on
+    /// the key's unit grid `1/(q * 10^9)`, at most `dedupe_per_key` records, and records only with a bucket.
+    /// `config` is the key's (its override, else the default).
+    fn check_invariants(&self, config: &ModelConfig, dedupe_per_key: usize) {
+        assert!(
+            self.records.len() <= dedupe_per_key,
+            "FIFO bound on records"
+        );
+        match self.bucket.as_ref() {
+            Some(bucket) => {
+                let against_capacity = cmp_whole(bucket.tokens(), config.capacity());
+                assert!(cmp_whole(bucket.tokens(), 0).is_ge(), "tokens >= 0");
+                assert!(against_capacity.is_le(), "tokens <= capacity");
+                assert!(bucket.is_on_grid(config), "tokens lie on the unit grid");
+            }
+            None => assert!(self.records.is_empty(), "records only live with a bucket"),
+        }
+    }
+
     /// Holds nothing that distinguishes the key from an unknown one (the entry can go).
     fn is_empty(&self) -> bool {
         self.bucket.is_none() && self.override_config.is_none()
@@ -158,16 +184,6 @@ impl Model {
         })
     }
 
-    /// Step 2: "If `request_id` is given and the key holds a record for it that is still in the dedupe window".
-    /// The newest such record (see [`Model::acquire`]).
-    fn live_record(&self, key: u64, request_id: u64, now: u64) -> Option<&Record> {
-        self.entries.get(&key).and_then(|e| {
-            e.records.iter().rev().find(|r| {
-                r.request_id == request_id && is_live(r.recorded_at, self.dedupe_window_ns, now)
-            })
-        })
-    }
-
     /// acquire(key, now, cost, request_id?):
     /// 1. "`cost == 0` or `cost > capacity` -> `Err(InvalidCost)`. Nothing changes (no refill, no request-id
     ///    record)."
@@ -187,12 +203,18 @@ impl Model {
         cost: u64,
         request_id: Option<u64>,
     ) -> Result<Outcome, ModelError> {
-        let config = self.config_of(key);
+        // One lookup for the reads of steps 1-5 and one for the write of step 6: the model keeps up with
+        // attack scenarios that hold thousands of keys.
+        let held_entry = self.entries.get(&key);
+        let config = held_entry
+            .and_then(|e| e.override_config.as_ref())
+            .unwrap_or(&self.default_config);
         // Step 1.
         check_cost(config, cost)?;
         // Step 2.
         if let Some(id) = request_id
-            && let Some(record) = self.live_record(key, id, now)
+            && let Some(record) =
+                held_entry.and_then(|e| e.live_record(id, self.dedupe_window_ns, now))
         {
             return Ok(Outcome {
                 decision: record.decision.clone(),
@@ -201,7 +223,7 @@ impl Model {
             });
         }
         // Steps 3-5.
-        let held = self.entries.get(&key).and_then(|e| e.bucket.as_ref());
+        let held = held_entry.and_then(|e| e.bucket.as_ref());
         let created = held.is_none();
         let (after, decision) = match held {
             Some(before) => before.decide(config, now, cost)?,
@@ -213,6 +235,10 @@ impl Model {
             "last_refill is monotone per key"
         );
         let entry = self.entries.entry(key).or_default();
+        let config = entry
+            .override_config
+            .as_ref()
+            .unwrap_or(&self.default_config);
         entry.bucket = Some(after);
         // Step 6: "replacing any older record of the same id".
         if let Some(id) = request_id {
@@ -226,7 +252,7 @@ impl Model {
                 entry.records.pop_front();
             }
         }
-        self.check_invariants(key);
+        entry.check_invariants(config, self.dedupe_per_key);
         Ok(Outcome {
             decision,
             replayed: false,
@@ -340,24 +366,10 @@ impl Model {
         dropped
     }
 
-    /// The invariants, asserted after every mutation: "`tokens` (a rational in `[0, capacity]`)", the tokens lie on
-    /// the key's unit grid `1/(q * 10^9)`, at most `dedupe_per_key` records, and records only with a bucket.
+    /// [`Entry::check_invariants`] for `key`, after a mutation.
     fn check_invariants(&self, key: u64) {
-        let config = self.config_of(key);
         if let Some(entry) = self.entries.get(&key) {
-            assert!(
-                entry.records.len() <= self.dedupe_per_key,
-                "FIFO bound on records"
-            );
-            match entry.bucket.as_ref() {
-                Some(bucket) => {
-                    let against_capacity = cmp_whole(bucket.tokens(), config.capacity());
-                    assert!(cmp_whole(bucket.tokens(), 0).is_ge(), "tokens >= 0");
-                    assert!(against_capacity.is_le(), "tokens <= capacity");
-                    assert!(bucket.is_on_grid(config), "tokens lie on the unit grid");
-                }
-                None => assert!(entry.records.is_empty(), "records only live with a bucket"),
-            }
+            entry.check_invariants(self.config_of(key), self.dedupe_per_key);
         }
     }
 }
