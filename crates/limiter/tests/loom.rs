@@ -44,9 +44,7 @@ type Body = fn(&Limiter<u64>, &Recorder, usize) -> Vec<Op>;
 /// test proves the racing path it is named after was explored (e.g. "key 1 was evicted and re-created").
 type Witness = (&'static str, fn(&[Op]) -> bool);
 
-/// Runs `bodies` as concurrent threads (the first on loom's main thread) under every interleaving loom
-/// explores, checks each execution, asserts every witness was reached, and returns the number of
-/// executions.
+/// [`explore_with`] on the keyed limiter: every execution must pass `check_execution`.
 fn explore(
     name: &str,
     setup: Setup,
@@ -54,6 +52,31 @@ fn explore(
     bodies: Vec<Body>,
     witnesses: &'static [Witness],
 ) -> usize {
+    let default_config = setup.default_config;
+    explore_with(
+        name,
+        move || (build(default_config), Recorder::new()),
+        bodies,
+        move |limiter, ops| check_execution(&setup, limiter, ops),
+        witnesses,
+    )
+}
+
+/// Runs `bodies` as concurrent threads (the first on loom's main thread) under every interleaving loom
+/// explores, checks each execution with `check`, asserts every witness was reached, and returns the
+/// number of executions. `make` builds a fresh limiter and recorder for each execution.
+fn explore_with<L, R, O>(
+    name: &str,
+    make: impl Fn() -> (L, R) + Send + Sync + 'static,
+    bodies: Vec<fn(&L, &R, usize) -> Vec<O>>,
+    check: impl Fn(&L, &[O]) -> Result<(), String> + Send + Sync + 'static,
+    witnesses: &'static [(&'static str, fn(&[O]) -> bool)],
+) -> usize
+where
+    L: Send + Sync + 'static,
+    R: Send + Sync + 'static,
+    O: Send + 'static,
+{
     let executions = std::sync::Arc::new(AtomicUsize::new(0));
     let seen: std::sync::Arc<Vec<AtomicUsize>> =
         std::sync::Arc::new(witnesses.iter().map(|_| AtomicUsize::new(0)).collect());
@@ -63,8 +86,8 @@ fn explore(
     let started = Instant::now();
     builder.check(move || {
         counter.fetch_add(1, Ordering::Relaxed);
-        let limiter = Arc::new(build(setup.default_config));
-        let recorder = Arc::new(Recorder::new());
+        let (limiter, recorder) = make();
+        let (limiter, recorder) = (Arc::new(limiter), Arc::new(recorder));
         let handles: Vec<_> = bodies[1..]
             .iter()
             .enumerate()
@@ -77,7 +100,7 @@ fn explore(
         for handle in handles {
             ops.extend(handle.join().unwrap());
         }
-        if let Err(why) = check_execution(&setup, &limiter, &ops) {
+        if let Err(why) = check(&limiter, &ops) {
             panic!("loom found a bad execution\n{why}");
         }
         for ((_, witness), count) in witnesses.iter().zip(seen_in_model.iter()) {
@@ -418,7 +441,7 @@ type DirectBody = fn(&DirectLimiter, &DirectRecorder, usize) -> Vec<DirectOp>;
 /// A property some execution of a direct-limiter scenario must reach (see [`Witness`]).
 type DirectWitness = (&'static str, fn(&[DirectOp]) -> bool);
 
-/// Like [`explore`], for a [`DirectLimiter`]: every execution must pass `check_direct` and `extra`.
+/// [`explore_with`] on a [`DirectLimiter`]: every execution must pass `check_direct` and `extra`.
 fn explore_direct(
     name: &str,
     config: Config,
@@ -426,57 +449,13 @@ fn explore_direct(
     extra: fn(&Config, &DirectLimiter, &[DirectOp]) -> Result<(), String>,
     witnesses: &'static [DirectWitness],
 ) -> usize {
-    let executions = std::sync::Arc::new(AtomicUsize::new(0));
-    let seen: std::sync::Arc<Vec<AtomicUsize>> =
-        std::sync::Arc::new(witnesses.iter().map(|_| AtomicUsize::new(0)).collect());
-    let (counter, seen_in_model) = (executions.clone(), seen.clone());
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(PREEMPTION_BOUND);
-    let started = Instant::now();
-    builder.check(move || {
-        counter.fetch_add(1, Ordering::Relaxed);
-        let limiter = Arc::new(DirectLimiter::new(config));
-        let recorder = Arc::new(DirectRecorder::new());
-        let handles: Vec<_> = bodies[1..]
-            .iter()
-            .enumerate()
-            .map(|(i, body)| {
-                let (limiter, recorder, body) = (limiter.clone(), recorder.clone(), *body);
-                loom::thread::spawn(move || body(&limiter, &recorder, i + 1))
-            })
-            .collect();
-        let mut ops = bodies[0](&limiter, &recorder, 0);
-        for handle in handles {
-            ops.extend(handle.join().unwrap());
-        }
-        if let Err(why) = check_direct(&config, &limiter, &ops).and(extra(&config, &limiter, &ops))
-        {
-            panic!("loom found a bad execution\n{why}");
-        }
-        for ((_, witness), count) in witnesses.iter().zip(seen_in_model.iter()) {
-            if witness(&ops) {
-                count.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    });
-    let executions = executions.load(Ordering::Relaxed);
-    let reached: Vec<String> = witnesses
-        .iter()
-        .zip(seen.iter())
-        .map(|((what, _), count)| format!("{what}: {}", count.load(Ordering::Relaxed)))
-        .collect();
-    println!(
-        "loom {name}: {executions} executions (preemption bound {PREEMPTION_BOUND}) in {:.2?}; {}",
-        started.elapsed(),
-        reached.join(", ")
-    );
-    for ((what, _), count) in witnesses.iter().zip(seen.iter()) {
-        assert!(
-            count.load(Ordering::Relaxed) > 0,
-            "{name}: no execution reached \"{what}\""
-        );
-    }
-    executions
+    explore_with(
+        name,
+        move || (DirectLimiter::new(config), DirectRecorder::new()),
+        bodies,
+        move |limiter, ops| check_direct(&config, limiter, ops).and(extra(&config, limiter, ops)),
+        witnesses,
+    )
 }
 
 fn direct_denied(ops: &[DirectOp]) -> bool {

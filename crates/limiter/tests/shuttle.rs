@@ -184,21 +184,40 @@ impl Reached {
     }
 }
 
+/// Runs `body` on `threads` threads (thread 0 on the current one) against one limiter and one recorder,
+/// and returns every thread's ops.
+fn run_threads<L, R, O>(
+    limiter: &Arc<L>,
+    recorder: R,
+    threads: usize,
+    body: impl Fn(&L, &R, usize) -> Vec<O> + Clone + Send + Sync + 'static,
+) -> Vec<O>
+where
+    L: Send + Sync + 'static,
+    R: Send + Sync + 'static,
+    O: Send + 'static,
+{
+    let recorder = Arc::new(recorder);
+    let handles: Vec<_> = (1..threads)
+        .map(|thread| {
+            let (limiter, recorder, body) = (limiter.clone(), recorder.clone(), body.clone());
+            shuttle::thread::spawn(move || body(&limiter, &recorder, thread))
+        })
+        .collect();
+    let mut ops = body(limiter, &recorder, 0);
+    for handle in handles {
+        ops.extend(handle.join().unwrap());
+    }
+    ops
+}
+
 /// The test body shuttle runs once per schedule.
 fn scenario(racy: bool, reached: Arc<Reached>) -> impl Fn() + Send + Sync + 'static {
     move || {
         let limiter = Arc::new(build());
-        let recorder = Arc::new(Recorder::new());
-        let handles: Vec<_> = (1..THREADS)
-            .map(|thread| {
-                let (limiter, recorder) = (limiter.clone(), recorder.clone());
-                shuttle::thread::spawn(move || thread_body(&limiter, &recorder, thread, racy))
-            })
-            .collect();
-        let mut ops = thread_body(&limiter, &recorder, 0, racy);
-        for handle in handles {
-            ops.extend(handle.join().unwrap());
-        }
+        let ops = run_threads(&limiter, Recorder::new(), THREADS, move |l, r, thread| {
+            thread_body(l, r, thread, racy)
+        });
         reached.count(&ops);
         if let Err(why) = check_execution(&setup(), &limiter, &ops) {
             panic!("shuttle found a bad execution\n{why}");
@@ -365,17 +384,12 @@ fn direct_scenario(moving: bool, reached: Arc<DirectReached>) -> impl Fn() + Sen
     move || {
         let config = default_config();
         let limiter = Arc::new(DirectLimiter::new(config));
-        let recorder = Arc::new(DirectRecorder::new());
-        let handles: Vec<_> = (1..DIRECT_THREADS)
-            .map(|thread| {
-                let (limiter, recorder) = (limiter.clone(), recorder.clone());
-                shuttle::thread::spawn(move || direct_body(&limiter, &recorder, thread, moving))
-            })
-            .collect();
-        let mut ops = direct_body(&limiter, &recorder, 0, moving);
-        for handle in handles {
-            ops.extend(handle.join().unwrap());
-        }
+        let ops = run_threads(
+            &limiter,
+            DirectRecorder::new(),
+            DIRECT_THREADS,
+            move |l, r, t| direct_body(l, r, t, moving),
+        );
         let allowed =
             |op: &DirectOp| matches!(&op.ret, DirectRet::Acquired(Ok(d)) if d.is_allowed());
         if ops

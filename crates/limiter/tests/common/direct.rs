@@ -81,6 +81,27 @@ impl DirectRecorder {
         self.clock.fetch_add(1, Ordering::SeqCst)
     }
 
+    /// Stamps one call around `call` and records it.
+    fn record(
+        &self,
+        thread: usize,
+        now: Nanos,
+        cost: Option<u64>,
+        call: impl FnOnce() -> DirectRet,
+    ) -> DirectOp {
+        let invoked = self.stamp();
+        let ret = call();
+        let returned = self.stamp();
+        DirectOp {
+            thread,
+            invoked,
+            returned,
+            now,
+            cost,
+            ret,
+        }
+    }
+
     pub fn acquire<C: Clock>(
         &self,
         limiter: &DirectLimiter<C>,
@@ -88,17 +109,9 @@ impl DirectRecorder {
         now: Nanos,
         cost: u64,
     ) -> DirectOp {
-        let invoked = self.stamp();
-        let result = limiter.acquire_at(cost, now);
-        let returned = self.stamp();
-        DirectOp {
-            thread,
-            invoked,
-            returned,
-            now,
-            cost: Some(cost),
-            ret: DirectRet::Acquired(result),
-        }
+        self.record(thread, now, Some(cost), || {
+            DirectRet::Acquired(limiter.acquire_at(cost, now))
+        })
     }
 
     pub fn peek<C: Clock>(
@@ -107,17 +120,9 @@ impl DirectRecorder {
         thread: usize,
         now: Nanos,
     ) -> DirectOp {
-        let invoked = self.stamp();
-        let view = limiter.peek_at(now);
-        let returned = self.stamp();
-        DirectOp {
-            thread,
-            invoked,
-            returned,
-            now,
-            cost: None,
-            ret: DirectRet::Peeked(view),
-        }
+        self.record(thread, now, None, || {
+            DirectRet::Peeked(limiter.peek_at(now))
+        })
     }
 }
 
