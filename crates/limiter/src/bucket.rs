@@ -13,7 +13,7 @@
 
 use std::fmt;
 
-use crate::{AcquireError, Config, Nanos, Tokens, Wait};
+use crate::{AcquireError, Config, Nanos, Rate, Tokens, Wait};
 
 /// The whole per-key state: the balance in units and the refill cursor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -145,6 +145,15 @@ impl Decision {
         Wait::until(short, self.units_per_ns, self.lag, self.now)
     }
 
+    /// The config the decision was made under: the key's capacity and rate at that moment, even if
+    /// the key was reconfigured right after (what a response should advertise).
+    pub fn config(&self) -> Config {
+        // Copied out of a valid config by `transition`: the rate is reduced and in bounds, the
+        // capacity >= 1, and `units_per_token = q * 10^9` exactly.
+        let denom = self.units_per_token / 1_000_000_000;
+        Config::from_valid(self.capacity, Rate::from_reduced(self.units_per_ns, denom))
+    }
+
     /// The `now` the decision was made at.
     pub const fn decided_at(&self) -> Nanos {
         self.now
@@ -273,6 +282,16 @@ mod tests {
             assert_eq!(decision.remaining().whole(), expected_left);
         }
         assert!(!acquire(&config, &mut state, 0, 1).is_allowed());
+    }
+
+    #[test]
+    fn a_decision_names_the_config_it_was_made_under() {
+        for (capacity, rate) in [(1, "0/s"), (5, "3/2s"), (u64::MAX, "1/h"), (7, "18446744073709551615/s")] {
+            let config = config(capacity, rate);
+            let mut state = BucketState::full(&config, 0);
+            assert_eq!(acquire(&config, &mut state, 0, 1).config(), config);
+            assert_eq!(acquire(&config, &mut state, 0, capacity).config(), config);
+        }
     }
 
     #[test]

@@ -22,14 +22,20 @@ impl Config {
         if capacity == 0 {
             return Err(ConfigError::ZeroCapacity);
         }
+        Ok(Config::from_valid(capacity, rate))
+    }
+
+    /// The config of a capacity already known to be `>= 1` and a valid rate (one taken apart from a
+    /// `Config`, as a [`crate::Decision`] does).
+    pub(crate) const fn from_valid(capacity: u64, rate: Rate) -> Config {
         let units_per_token = rate.denom() as u128 * NANOS_PER_SECOND;
-        Ok(Config {
+        Config {
             capacity,
             rate,
             units_per_token,
             // capacity < 2^64, units_per_token <= 2^32 * 10^9 < 2^62: no overflow.
             capacity_units: capacity as u128 * units_per_token,
-        })
+        }
     }
 
     /// Maximum whole tokens (the burst).

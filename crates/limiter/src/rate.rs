@@ -43,6 +43,11 @@ impl Rate {
         Self::from_u128(numer as u128, denom as u128)
     }
 
+    /// An already reduced, in-bounds `numer / denom` (one taken apart from a valid rate).
+    pub(crate) const fn from_reduced(numer: u64, denom: u64) -> Rate {
+        Rate { numer, denom }
+    }
+
     /// `n` tokens per second.
     pub const fn per_second(n: u64) -> Rate {
         Rate { numer: n, denom: 1 }
