@@ -336,9 +336,10 @@ impl<K, S, Inner, ReqB, ResB> Service<Request<ReqB>> for RateLimitService<K, S, 
 where
     K: PartitionBytes + Send + Sync + 'static,
     S: DecisionSource<K> + 'static,
-    Inner: Service<Request<ReqB>, Response = Response<ResB>>,
+    Inner: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
     Inner::Future: Send + 'static,
     Inner::Error: 'static,
+    ReqB: Send + 'static,
     ResB: From<String> + Send + 'static,
 {
     type Response = Response<ResB>;
@@ -351,40 +352,42 @@ where
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let shared = Arc::clone(&self.shared);
-        let (parts, body) = req.into_parts();
-        let key = (shared.key)(&parts);
-        let cost = (shared.cost)(&parts);
-        let req = Request::from_parts(parts, body);
-        let outcome = match shared.source.decide(&key, cost) {
-            Ok(o) => o,
-            Err(err) => {
-                (shared.on_error)(&err);
-                let resp = error_response::<ResB>(&shared.advertiser.policy, &err);
-                return Box::pin(async move { Ok(resp) });
-            }
-        };
-        let advertiser = &shared.advertiser;
-        let adv = advertiser.advertisement(&key.partition_bytes(), &outcome);
-        if outcome.decision.is_allowed() {
-            let fut = self.inner.call(req);
-            Box::pin(async move {
-                let mut resp = fut.await?;
+        // The decision may wait on a store, so the inner service is called from the future: take the
+        // instance `poll_ready` readied and leave a clone in its place (tower's documented pattern).
+        let fresh = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        Box::pin(async move {
+            let (parts, body) = req.into_parts();
+            let key = (shared.key)(&parts);
+            let cost = (shared.cost)(&parts);
+            let req = Request::from_parts(parts, body);
+            let outcome = match shared.source.decide(&key, cost).await {
+                Ok(o) => o,
+                Err(err) => {
+                    (shared.on_error)(&err);
+                    return Ok(error_response::<ResB>(&shared.advertiser.policy, &err));
+                }
+            };
+            let advertiser = &shared.advertiser;
+            let adv = advertiser.advertisement(&key.partition_bytes(), &outcome);
+            if outcome.decision.is_allowed() {
+                let mut resp = inner.call(req).await?;
                 let emit = shared.emit_on_success
                     && (shared.emit_on_redirect || !resp.status().is_redirection());
                 let headers = resp.headers_mut();
                 if emit {
-                    shared.advertiser.write(headers, &adv, outcome.degraded);
+                    advertiser.write(headers, &adv, outcome.degraded);
                 } else if outcome.degraded {
                     headers.insert(DEGRADED_HEADER, HeaderValue::from_static("?1"));
                 }
                 Ok(resp)
-            })
-        } else {
-            let body = problem::quota_exceeded(&[&advertiser.policy], adv.retry_after);
-            let mut resp = problem_response::<ResB>(StatusCode::TOO_MANY_REQUESTS, body);
-            advertiser.write(resp.headers_mut(), &adv, outcome.degraded);
-            Box::pin(async move { Ok(resp) })
-        }
+            } else {
+                let body = problem::quota_exceeded(&[&advertiser.policy], adv.retry_after);
+                let mut resp = problem_response::<ResB>(StatusCode::TOO_MANY_REQUESTS, body);
+                advertiser.write(resp.headers_mut(), &adv, outcome.degraded);
+                Ok(resp)
+            }
+        })
     }
 }
 

@@ -9,6 +9,7 @@
 //! This module also owns the glue from one limiter [`Decision`] to the advertised numbers
 //! ([`Outcome::advertised`], [`Outcome::retry_after_secs`]), using [`crate::mapping`]'s rounding.
 
+use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
 
@@ -66,9 +67,16 @@ impl From<AcquireError> for SourceError {
 }
 
 /// Something that decides whether `key` may spend `cost` now.
+///
+/// The answer is a future: the in-memory limiter answers at once (a ready future, no allocation), a
+/// shared store after a round trip. The layer awaits it before it calls the inner service.
 pub trait DecisionSource<K>: Send + Sync {
     /// One decision at the source's own clock.
-    fn decide(&self, key: &K, cost: u64) -> Result<Outcome, SourceError>;
+    fn decide<'a>(
+        &'a self,
+        key: &'a K,
+        cost: u64,
+    ) -> impl Future<Output = Result<Outcome, SourceError>> + Send + 'a;
 }
 
 impl<K, C> DecisionSource<K> for Limiter<K, C>
@@ -77,25 +85,41 @@ where
     C: Clock,
     Limiter<K, C>: Send + Sync,
 {
-    fn decide(&self, key: &K, cost: u64) -> Result<Outcome, SourceError> {
-        let config = self.config_for(key);
-        let decision = self.acquire(key, cost)?;
-        Ok(Outcome {
-            decision,
-            config,
-            cost,
-            degraded: false,
-        })
+    fn decide<'a>(
+        &'a self,
+        key: &'a K,
+        cost: u64,
+    ) -> impl Future<Output = Result<Outcome, SourceError>> + Send + 'a {
+        std::future::ready(
+            self.acquire(key, cost)
+                .map(|decision| Outcome::of(decision, cost, false))
+                .map_err(SourceError::from),
+        )
     }
 }
 
 impl<K, T: DecisionSource<K> + ?Sized> DecisionSource<K> for Arc<T> {
-    fn decide(&self, key: &K, cost: u64) -> Result<Outcome, SourceError> {
+    fn decide<'a>(
+        &'a self,
+        key: &'a K,
+        cost: u64,
+    ) -> impl Future<Output = Result<Outcome, SourceError>> + Send + 'a {
         (**self).decide(key, cost)
     }
 }
 
 impl Outcome {
+    /// A decision with the config it was made under (so a concurrent reconfigure cannot make the
+    /// advertised policy disagree with the decision).
+    pub fn of(decision: Decision, cost: u64, degraded: bool) -> Outcome {
+        Outcome {
+            decision,
+            config: decision.config(),
+            cost,
+            degraded,
+        }
+    }
+
     /// How far the bucket's refill cursor was ahead of the decision's `now`, in ns.
     ///
     /// The limiter folds this lag into its waits but does not expose it, so it is recovered exactly
@@ -169,10 +193,10 @@ mod tests {
             .build()
     }
 
-    #[test]
-    fn allowed_decision_advertises_floor_and_next_token() {
+    #[tokio::test]
+    async fn allowed_decision_advertises_floor_and_next_token() {
         let l = limiter(10, Rate::per_second(2));
-        let o = l.decide(&"k", 3).unwrap();
+        let o = l.decide(&"k", 3).await.unwrap();
         assert!(o.decision.is_allowed());
         assert_eq!(o.lag_ns(), Some(0));
         // 7 left, next token after 0.5 s -> t = 1.
@@ -181,32 +205,32 @@ mod tests {
         assert_eq!(o.retry_after_secs(), None);
     }
 
-    #[test]
-    fn denial_rounds_retry_after_up() {
+    #[tokio::test]
+    async fn denial_rounds_retry_after_up() {
         let l = limiter(2, Rate::new(2, 3).unwrap()); // 2/3 token per second: 1 token every 1.5 s
-        l.decide(&"k", 2).unwrap();
-        let o = l.decide(&"k", 1).unwrap();
+        l.decide(&"k", 2).await.unwrap();
+        let o = l.decide(&"k", 1).await.unwrap();
         assert!(!o.decision.is_allowed());
         assert_eq!(o.decision.retry_after(), Some(Wait::After(1_500_000_000)));
         assert_eq!(o.retry_after_secs(), Some(2));
         assert_eq!(o.advertised(AdvertiseOptions::default()).reset, Some(2));
     }
 
-    #[test]
-    fn zero_rate_has_no_window_and_no_retry_after() {
+    #[tokio::test]
+    async fn zero_rate_has_no_window_and_no_retry_after() {
         let l = limiter(1, Rate::ZERO);
-        l.decide(&"k", 1).unwrap();
-        let o = l.decide(&"k", 1).unwrap();
+        l.decide(&"k", 1).await.unwrap();
+        let o = l.decide(&"k", 1).await.unwrap();
         assert!(!o.decision.is_allowed());
         assert_eq!(o.retry_after_secs(), None);
         assert_eq!(o.advertised(AdvertiseOptions::default()).reset, None);
     }
 
-    #[test]
-    fn errors_are_not_denials() {
+    #[tokio::test]
+    async fn errors_are_not_denials() {
         let l = limiter(5, Rate::per_second(1));
         assert_eq!(
-            l.decide(&"k", 6).unwrap_err(),
+            l.decide(&"k", 6).await.unwrap_err(),
             SourceError::InvalidCost {
                 cost: 6,
                 capacity: 5

@@ -13,6 +13,8 @@ use bucketproof_headers::field::{combine_lines, strip_from_trailers};
 use bucketproof_headers::layer::{DEGRADED_HEADER, RateLimitLayer};
 use bucketproof_headers::merge::{Fields, merge, merge_headers};
 use bucketproof_headers::pk::PartitionKeyHasher;
+use std::future::Future;
+
 use bucketproof_headers::source::{DecisionSource, Outcome, SourceError};
 use bucketproof_headers::{
     FieldError, PolicyName, Profile, QuotaPolicy, QuotaUnit, RateLimit, RateLimitPolicy,
@@ -341,14 +343,21 @@ struct FlakyStore {
 }
 
 impl DecisionSource<String> for FlakyStore {
-    fn decide(&self, key: &String, cost: u64) -> Result<Outcome, SourceError> {
-        match *self.mode.lock().unwrap() {
-            "down" => Err(SourceError::Unavailable("connection refused".into())),
-            "fallback" => self.inner.decide(key, cost).map(|o| Outcome {
-                degraded: true,
-                ..o
-            }),
-            _ => self.inner.decide(key, cost),
+    fn decide<'a>(
+        &'a self,
+        key: &'a String,
+        cost: u64,
+    ) -> impl Future<Output = Result<Outcome, SourceError>> + Send + 'a {
+        let mode = *self.mode.lock().unwrap();
+        async move {
+            match mode {
+                "down" => Err(SourceError::Unavailable("connection refused".into())),
+                "fallback" => (self.inner.decide(key, cost).await).map(|o| Outcome {
+                    degraded: true,
+                    ..o
+                }),
+                _ => self.inner.decide(key, cost).await,
+            }
         }
     }
 }
