@@ -401,7 +401,7 @@ fn error_response<B: From<String>>(policy: &PolicyName, err: &SourceError) -> Re
             StatusCode::SERVICE_UNAVAILABLE,
             problem::temporary_reduced_capacity(&[policy], "The rate limiter is at its key bound."),
         ),
-        SourceError::Unavailable(_) => problem_response(
+        SourceError::Unavailable(_) | SourceError::Store(_) => problem_response(
             StatusCode::SERVICE_UNAVAILABLE,
             // The store error text may name hosts: it goes to `on_error`, not to clients.
             problem::temporary_reduced_capacity(

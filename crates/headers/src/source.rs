@@ -1,7 +1,7 @@
-//! Where the layer gets its decisions: the in-memory limiter today, a shared store later.
+//! Where the layer gets its decisions: the in-memory limiter, or Redis shared by every instance.
 //!
 //! [`DecisionSource`] is the seam. The in-memory [`Limiter`] implements it and never fails for a
-//! store reason; a Redis-backed limiter implements it too and reports an outage as
+//! store reason; the `RedisLimiter` implements it too (feature `redis`, [`redis`]) and reports an outage as
 //! [`SourceError::Unavailable`] (fail closed) or as an [`Outcome`] with `degraded = true` (a local
 //! fallback budget or fail-open decided it). The layer turns the first into a 503 and flags the second
 //! with a response header: an outage is never disguised as an ordinary denial or approval.
@@ -51,6 +51,10 @@ pub enum SourceError {
     /// The backing store is unavailable and the outage policy fails closed.
     #[error("limiter store unavailable: {0}")]
     Unavailable(String),
+    /// The backing store answered with something that is not a decision (a refused script, a
+    /// bucket written under another config, a malformed reply).
+    #[error("limiter store failed: {0}")]
+    Store(String),
 }
 
 impl From<AcquireError> for SourceError {
@@ -62,6 +66,46 @@ impl From<AcquireError> for SourceError {
             AcquireError::KeyLimitReached { max_keys, .. } => {
                 SourceError::KeyLimitReached { max_keys }
             }
+        }
+    }
+}
+
+/// A [`bucketproof_redis::RedisLimiter`] as a source (feature `redis`): one quota shared by every
+/// instance behind the layer.
+#[cfg(feature = "redis")]
+pub mod redis {
+    use std::future::Future;
+
+    use bucketproof_redis::{RedisAcquireError, RedisLimiter, Source};
+
+    use super::{DecisionSource, Outcome, SourceError};
+
+    /// Keys are the Redis user ids. A decision made by a fallback while Redis is unreachable (the
+    /// limiter's `LocalBudget` or `FailOpen` policy) is flagged `degraded`; with `FailClosed` the
+    /// outage is [`SourceError::Unavailable`], which the layer answers with 503, never with 429.
+    impl DecisionSource<String> for RedisLimiter {
+        fn decide<'a>(
+            &'a self,
+            key: &'a String,
+            cost: u64,
+        ) -> impl Future<Output = Result<Outcome, SourceError>> + Send + 'a {
+            async move {
+                let outcome = self.acquire(key, cost).await.map_err(source_error)?;
+                Ok(Outcome::of(
+                    outcome.decision(),
+                    cost,
+                    outcome.source != Source::Redis,
+                ))
+            }
+        }
+    }
+
+    fn source_error(error: RedisAcquireError) -> SourceError {
+        match error {
+            RedisAcquireError::Invalid(invalid) => invalid.into(),
+            RedisAcquireError::Unavailable { .. } => SourceError::Unavailable(error.to_string()),
+            // Redis answered, but not with a decision: as unusable as no answer, and no denial.
+            other => SourceError::Store(other.to_string()),
         }
     }
 }

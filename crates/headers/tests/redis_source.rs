@@ -1,0 +1,166 @@
+//! The tower layer on a [`RedisLimiter`] (feature `redis`): one quota shared by every instance, and a
+//! Redis outage answered by the limiter's policy, never disguised as a 429.
+//!
+//! Needs `REDIS_URL` (a loud SKIP without it; `BUCKETPROOF_REQUIRE_REDIS=1` makes that a failure):
+//! `REDIS_URL=redis://127.0.0.1:6379/ cargo test -p bucketproof-headers --features redis --test redis_source`
+
+#[path = "../../redis/tests/common/mod.rs"]
+mod common;
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bucketproof_headers::PolicyName;
+use bucketproof_headers::layer::{DEGRADED_HEADER, RateLimitLayer};
+use bucketproof_limiter::{Config, Rate};
+use bucketproof_redis::{RedisLimiter, Unavailable};
+use http::{Request, Response, StatusCode};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tower::{Layer, Service, ServiceExt};
+
+async fn ok(_: Request<()>) -> Result<Response<String>, Infallible> {
+    Ok(Response::new("ok".to_owned()))
+}
+
+fn user_key(parts: &http::request::Parts) -> String {
+    parts.headers["x-user"].to_str().unwrap().to_owned()
+}
+
+async fn call<S>(svc: &mut S, user: &'static str) -> Response<String>
+where
+    S: Service<Request<()>, Response = Response<String>, Error = Infallible>,
+{
+    let req = Request::builder().header("x-user", user).body(()).unwrap();
+    svc.ready().await.unwrap().call(req).await.unwrap()
+}
+
+async fn instance(url: &str, prefix: &str, policy: Unavailable) -> RedisLimiter {
+    RedisLimiter::builder(Config::new(2, Rate::per(1, Duration::from_secs(60)).unwrap()).unwrap())
+        .prefix(prefix)
+        .on_unavailable(policy)
+        .attempts(1)
+        .response_timeout(Duration::from_millis(300))
+        .connect(url)
+        .await
+        .expect("connects")
+}
+
+/// Two instances (two connections, two layers) draw on one quota of 2: the third request is denied
+/// whichever instance takes it, with `Retry-After` and the fields of the policy that decided.
+#[tokio::test]
+async fn two_instances_behind_the_layer_share_one_quota() {
+    let Some(url) = common::redis_url("two_instances_behind_the_layer_share_one_quota") else {
+        return;
+    };
+    let prefix = common::unique_prefix("headers-shared");
+    let policy = PolicyName::new("api.v1").unwrap();
+    let a = instance(&url, &prefix, Unavailable::FailClosed).await;
+    let b = instance(&url, &prefix, Unavailable::FailClosed).await;
+    let mut svc_a = RateLimitLayer::new(a, policy.clone(), user_key).layer(tower::service_fn(ok));
+    let mut svc_b = RateLimitLayer::new(b, policy, user_key).layer(tower::service_fn(ok));
+
+    assert_eq!(call(&mut svc_a, "u1").await.status(), StatusCode::OK);
+    let second = call(&mut svc_b, "u1").await;
+    assert_eq!(second.status(), StatusCode::OK);
+    assert!(second.headers().get(DEGRADED_HEADER).is_none());
+    let denied = call(&mut svc_a, "u1").await;
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    // One token per 60 s, none left: the next one is 60 s away (rounded up to whole seconds).
+    assert_eq!(denied.headers()["retry-after"], "60");
+    let fields = denied.headers()["ratelimit"].to_str().unwrap();
+    assert!(fields.contains("r=0"), "{fields}");
+    assert!(
+        denied.headers()["ratelimit-policy"]
+            .to_str()
+            .unwrap()
+            .contains("q=2")
+    );
+    // Another user has its own bucket.
+    assert_eq!(call(&mut svc_b, "u2").await.status(), StatusCode::OK);
+    common::cleanup(&url, &prefix).await;
+}
+
+/// A loopback proxy to Redis that can be cut: every connection through it is dropped and new ones
+/// are refused, as when Redis or the network goes away mid-run.
+struct Proxy {
+    addr: std::net::SocketAddr,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let registry = tasks.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                let pipe = tokio::spawn(async move {
+                    if let Ok(mut server) = TcpStream::connect(upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                registry.lock().unwrap().push(pipe);
+            }
+        });
+        tasks.lock().unwrap().push(accept);
+        Proxy { addr, tasks }
+    }
+
+    fn cut(&self) {
+        for task in self.tasks.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Redis gone: fail-closed answers 503 (no limits made up), a local budget answers flagged
+/// `bucketproof-degraded: ?1` and still denies past its budget with a 429 that says so.
+#[tokio::test]
+async fn an_outage_is_a_503_or_a_flagged_local_decision_never_a_plain_429() {
+    let test = "an_outage_is_a_503_or_a_flagged_local_decision_never_a_plain_429";
+    let Some(url) = common::redis_url(test) else {
+        return;
+    };
+    let upstream = url
+        .trim_start_matches("redis://")
+        .trim_end_matches('/')
+        .to_owned();
+    let proxy = Proxy::start(upstream).await;
+    let via_proxy = format!("redis://{}/", proxy.addr);
+    let prefix = common::unique_prefix("headers-outage");
+    let policy = PolicyName::new("api.v1").unwrap();
+    let closed = instance(&via_proxy, &prefix, Unavailable::FailClosed).await;
+    let budget = Config::new(1, Rate::ZERO).unwrap();
+    let local = instance(&via_proxy, &prefix, Unavailable::LocalBudget { budget }).await;
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let log = errors.clone();
+    let mut closed = RateLimitLayer::new(closed, policy.clone(), user_key)
+        .on_error(move |e| log.lock().unwrap().push(e.to_string()))
+        .layer(tower::service_fn(ok));
+    let mut local = RateLimitLayer::new(local, policy, user_key).layer(tower::service_fn(ok));
+    assert_eq!(call(&mut closed, "u").await.status(), StatusCode::OK);
+
+    proxy.cut();
+    let down = call(&mut closed, "u").await;
+    assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        down.headers().get("ratelimit").is_none(),
+        "no made-up limits"
+    );
+    assert!(
+        errors.lock().unwrap()[0].starts_with("limiter store unavailable"),
+        "{:?}",
+        errors.lock().unwrap()
+    );
+    let degraded = call(&mut local, "u").await;
+    assert_eq!(degraded.status(), StatusCode::OK);
+    assert_eq!(degraded.headers()[DEGRADED_HEADER], "?1");
+    let over_budget = call(&mut local, "u").await;
+    assert_eq!(over_budget.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(over_budget.headers()[DEGRADED_HEADER], "?1");
+    common::cleanup(&url, &prefix).await;
+}
