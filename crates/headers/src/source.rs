@@ -74,8 +74,6 @@ impl From<AcquireError> for SourceError {
 /// instance behind the layer.
 #[cfg(feature = "redis")]
 pub mod redis {
-    use std::future::Future;
-
     use bucketproof_redis::{RedisAcquireError, RedisLimiter, Source};
 
     use super::{DecisionSource, Outcome, SourceError};
@@ -84,19 +82,13 @@ pub mod redis {
     /// limiter's `LocalBudget` or `FailOpen` policy) is flagged `degraded`; with `FailClosed` the
     /// outage is [`SourceError::Unavailable`], which the layer answers with 503, never with 429.
     impl DecisionSource<String> for RedisLimiter {
-        fn decide<'a>(
-            &'a self,
-            key: &'a String,
-            cost: u64,
-        ) -> impl Future<Output = Result<Outcome, SourceError>> + Send + 'a {
-            async move {
-                let outcome = self.acquire(key, cost).await.map_err(source_error)?;
-                Ok(Outcome::of(
-                    outcome.decision(),
-                    cost,
-                    outcome.source != Source::Redis,
-                ))
-            }
+        async fn decide(&self, key: &String, cost: u64) -> Result<Outcome, SourceError> {
+            let outcome = self.acquire(key, cost).await.map_err(source_error)?;
+            Ok(Outcome::of(
+                outcome.decision(),
+                cost,
+                outcome.source != Source::Redis,
+            ))
         }
     }
 
