@@ -286,7 +286,12 @@ mod tests {
 
     #[test]
     fn a_decision_names_the_config_it_was_made_under() {
-        for (capacity, rate) in [(1, "0/s"), (5, "3/2s"), (u64::MAX, "1/h"), (7, "18446744073709551615/s")] {
+        for (capacity, rate) in [
+            (1, "0/s"),
+            (5, "3/2s"),
+            (u64::MAX, "1/h"),
+            (7, "18446744073709551615/s"),
+        ] {
             let config = config(capacity, rate);
             let mut state = BucketState::full(&config, 0);
             assert_eq!(acquire(&config, &mut state, 0, 1).config(), config);

@@ -72,6 +72,9 @@ impl BuildHasher for KeyHasher {
     /// selection) hashes through this method, so its value need not equal the build-feed-finish one.
     /// The portable arm is exactly the default method, so its output, pinned below, does not change.
     #[inline]
+    // Clippy suggests `self.hash_one(x)` for the portable arm, which is this very method: it would
+    // recurse forever.
+    #[allow(clippy::manual_hash_one)]
     fn hash_one<T: Hash>(&self, x: T) -> u64 {
         match self {
             KeyHasher::Fast(state) => state.hash_one(x),

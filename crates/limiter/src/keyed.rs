@@ -657,10 +657,10 @@ impl<K: Hash + Eq + Clone> Shard<K> {
     /// The config of a live key: its override if it has one, else the resolver's or the default.
     #[inline]
     fn config_of(&self, key: &K, bucket: PackedBucket, settings: &Settings<K>) -> Config {
-        if bucket.has_extra() {
-            if let Some((config, _)) = self.extra(key).and_then(|extra| extra.config_override) {
-                return config;
-            }
+        if bucket.has_extra()
+            && let Some((config, _)) = self.extra(key).and_then(|extra| extra.config_override)
+        {
+            return config;
         }
         settings.resolved_config(key)
     }
@@ -909,10 +909,10 @@ impl<K: Hash + Eq + Clone> Shard<K> {
 
     /// Drops the entry at `pos` and its extras.
     fn remove(&mut self, pos: usize) {
-        if let Some((key, bucket)) = self.entries.remove(pos) {
-            if bucket.has_extra() {
-                self.extras.remove(&key);
-            }
+        if let Some((key, bucket)) = self.entries.remove(pos)
+            && bucket.has_extra()
+        {
+            self.extras.remove(&key);
         }
     }
 
