@@ -136,7 +136,8 @@ pub struct RunReport {
     pub samples: Vec<Sample>,
 }
 
-/// Event names a scenario may require (see `scenarios/README.md`), in the order of the runner's private `Event` enum, which indexes its counters.
+/// Event names a scenario may require (see `scenarios/README.md`), in the order of the runner's
+/// private `Event` enum, which indexes its counters.
 pub const EVENTS: &[&str] = &[
     "allowed",
     "denied",
