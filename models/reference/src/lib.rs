@@ -14,6 +14,10 @@
 //! - Times and costs come in as `u64`, but every computation is done in exact [`Integer`]s and [`Rational`]s, so nothing
 //!   overflows, wraps, saturates or rounds, except the two roundings the spec prescribes (`ceil` of waits, `floor`
 //!   onto the new grid at reconfiguration).
+//! - Where a rule would reduce a fraction only to compare it or take its ceiling, the model takes the same
+//!   number in integers ([`cmp_whole`] for a balance against capacity, cost or 0; the waits'
+//!   `ceil((whole - a/b) / (c/d))`). Each such form is tested against the plain rational definition, on
+//!   its u128 path and on its big-integer path.
 //! - Deterministic: a `BTreeMap`, no clock, no randomness, no hashing.
 //! - No panics on bad input: invalid costs and configs are typed [`ModelError`]s and change nothing. The `assert!`s
 //!   inside check the model's own invariants (`0 <= tokens <= capacity`, tokens on the unit grid `1/(q * 10^9)`,
