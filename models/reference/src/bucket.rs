@@ -290,10 +290,11 @@ impl ModelBucket {
         check_cost(config, cost)?;
         let refilled = self.refilled(config, now);
         let t = refilled.last_refill;
-        let cost_tokens = rat(cost);
         if cmp_whole(&refilled.tokens, cost).is_ge() {
             let next = ModelBucket {
-                tokens: &refilled.tokens - &cost_tokens,
+                // `a/b - cost = (a - cost * b) / b`, already in lowest terms: dashu's rational minus
+                // integer builds it without a gcd.
+                tokens: &refilled.tokens - Integer::from(cost),
                 last_refill: t,
             };
             assert!(
