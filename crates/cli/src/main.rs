@@ -50,35 +50,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run every scenario x seed x subject; the CI gate.
-    Check {
-        /// Scenario files or directories (default: `scenarios/`).
-        paths: Vec<PathBuf>,
-        /// Subjects to run (default: each scenario's own list, usually `core`). Repeatable.
-        #[arg(long = "subject", short = 's')]
-        subjects: Vec<String>,
-        /// Seeds per scenario: the declared ones first, then the integers after them.
-        #[arg(long)]
-        seeds: Option<usize>,
-        /// Multiply every scenario's length (heavy runs; env `BUCKETPROOF_SCALE`). Reports are written
-        /// and checked at scale 1 only.
-        #[arg(long, env = "BUCKETPROOF_SCALE", default_value_t = 1)]
-        scale: u64,
-        /// Write a JUnit XML file: one test case per scenario-seed(-subject).
-        #[arg(long)]
-        junit: Option<PathBuf>,
-        /// Print the summary as JSON on stdout.
-        #[arg(long)]
-        json: bool,
-        /// Regenerate `reports/<scenario>.{md,json}` and the SVG plots.
-        #[arg(long, conflicts_with = "check_reports")]
-        write_reports: bool,
-        /// Fail (exit 1) if the committed reports differ from what this run produces.
-        #[arg(long)]
-        check_reports: bool,
-        /// Reports directory (default: `reports/` beside the scenarios directory).
-        #[arg(long)]
-        reports: Option<PathBuf>,
-    },
+    Check(CheckArgs),
     /// Run one scenario and print its JSON run report.
     Run {
         /// A scenario file, or the name of one in `scenarios/`.
@@ -146,27 +118,7 @@ impl<E: std::fmt::Display> From<E> for Fatal {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Check {
-            paths,
-            subjects,
-            seeds,
-            scale,
-            junit,
-            json,
-            write_reports,
-            check_reports,
-            reports,
-        } => check(CheckArgs {
-            paths,
-            subjects,
-            seeds,
-            scale,
-            junit,
-            json,
-            write_reports,
-            check_reports,
-            reports,
-        }),
+        Command::Check(args) => check(args),
         Command::Run {
             scenario,
             seed,
@@ -337,15 +289,35 @@ fn rate(steps_per_second: f64) -> String {
     }
 }
 
+/// The arguments of `bucketproof check`.
+#[derive(clap::Args)]
 struct CheckArgs {
+    /// Scenario files or directories (default: `scenarios/`).
     paths: Vec<PathBuf>,
+    /// Subjects to run (default: each scenario's own list, usually `core`). Repeatable.
+    #[arg(long = "subject", short = 's')]
     subjects: Vec<String>,
+    /// Seeds per scenario: the declared ones first, then the integers after them.
+    #[arg(long)]
     seeds: Option<usize>,
+    /// Multiply every scenario's length (heavy runs; env `BUCKETPROOF_SCALE`). Reports are written
+    /// and checked at scale 1 only.
+    #[arg(long, env = "BUCKETPROOF_SCALE", default_value_t = 1)]
     scale: u64,
+    /// Write a JUnit XML file: one test case per scenario-seed(-subject).
+    #[arg(long)]
     junit: Option<PathBuf>,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
     json: bool,
+    /// Regenerate `reports/<scenario>.{md,json}` and the SVG plots.
+    #[arg(long, conflicts_with = "check_reports")]
     write_reports: bool,
+    /// Fail (exit 1) if the committed reports differ from what this run produces.
+    #[arg(long)]
     check_reports: bool,
+    /// Reports directory (default: `reports/` beside the scenarios directory).
+    #[arg(long)]
     reports: Option<PathBuf>,
 }
 
