@@ -290,16 +290,21 @@ fn assert_names_the_double_spend(message: &str) {
     assert!(message.contains("not linearizable"), "{message}");
 }
 
-#[test]
-fn shuttle_finds_the_racy_variants_double_spend_with_random_and_pct_schedules() {
-    let reached = Arc::new(Reached::default());
-    let random = racy_failure(|| {
+/// The failure message of random schedules of the racy variant (the run must fail).
+fn random_racy_failure(reached: &Arc<Reached>) -> String {
+    racy_failure(|| {
         Runner::new(
             RandomScheduler::new_from_seed(seed(), iterations()),
             ShuttleConfig::new(),
         )
         .run(scenario(true, reached.clone()));
-    });
+    })
+}
+
+#[test]
+fn shuttle_finds_the_racy_variants_double_spend_with_random_and_pct_schedules() {
+    let reached = Arc::new(Reached::default());
+    let random = random_racy_failure(&reached);
     assert_names_the_double_spend(&random);
     assert!(random.contains("failing schedule"), "{random}");
     let pct = racy_failure(|| {
@@ -315,13 +320,7 @@ fn shuttle_finds_the_racy_variants_double_spend_with_random_and_pct_schedules() 
 #[test]
 fn a_printed_failing_schedule_replays_to_the_same_failure() {
     let reached = Arc::new(Reached::default());
-    let found = racy_failure(|| {
-        Runner::new(
-            RandomScheduler::new_from_seed(seed(), iterations()),
-            ShuttleConfig::new(),
-        )
-        .run(scenario(true, reached.clone()));
-    });
+    let found = random_racy_failure(&reached);
     // Shuttle's message: `failing schedule:\n"\n<schedule>\n"\npass that string to `shuttle::replay`...`
     let schedule = found
         .split("failing schedule:\n\"\n")
