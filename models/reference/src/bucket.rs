@@ -403,10 +403,28 @@ mod tests {
             let numerator = u128::from(next()) % (u128::from(whole) * denominator);
             let tokens = fraction(numerator, denominator);
             let rate = fraction(u128::from(pick(next(), 1 << 20).max(1)), denominator);
-            let products_fit = (u128::from(whole) * denominator)
-                .checked_mul(denominator)
-                .is_some();
-            if products_fit {
+            // The function's own condition for its u128 path, on the reduced parts.
+            let part = |x: &Integer| u128::try_from(x).ok();
+            let (a, b) = (
+                part(tokens.numerator()),
+                u128::try_from(tokens.denominator()).ok(),
+            );
+            let (c, d) = (
+                part(rate.numerator()),
+                u128::try_from(rate.denominator()).ok(),
+            );
+            let u128_path = match (a, b, c, d) {
+                (Some(a), Some(b), Some(c), Some(d)) => {
+                    u128::from(whole)
+                        .checked_mul(b)
+                        .and_then(|wb| wb.checked_sub(a))
+                        .and_then(|deficit| deficit.checked_mul(d))
+                        .is_some()
+                        && b.checked_mul(c).is_some()
+                }
+                _ => false,
+            };
+            if u128_path {
                 narrow += 1
             } else {
                 wide += 1
