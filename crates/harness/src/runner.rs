@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 
 use bucketproof_limiter::Wait;
-use bucketproof_model::Rational;
 use bucketproof_model::{Model, ModelError, cmp_whole};
 use serde::Serialize;
 
@@ -20,6 +19,14 @@ use crate::oracle::differential::{Admission, compare_acquire};
 use crate::oracle::{OracleKind, Violation, invariants};
 use crate::subject::{Subject, SubjectError};
 use crate::trace::{Op, PolicySpec, Setup};
+
+/// What the event counters need of a key's model state before an acquire: two comparisons and the
+/// cursor, taken instead of a copy of the exact balance (a clone and drop of a big rational per step).
+struct Before {
+    below_cost: bool,
+    below_capacity: bool,
+    last_refill: u64,
+}
 
 /// What to check and what to keep.
 #[derive(Clone, Debug)]
@@ -492,10 +499,11 @@ impl Lockstep<'_> {
             _ => {}
         }
 
-        let model_before = self
-            .model
-            .state(key)
-            .map(|(tokens, last)| (tokens.clone(), last));
+        let model_before = self.model.state(key).map(|(tokens, last_refill)| Before {
+            below_cost: cmp_whole(tokens, cost).is_lt(),
+            below_capacity: cmp_whole(tokens, self.model.config_of(key).capacity()).is_lt(),
+            last_refill,
+        });
         let expected = self.model.acquire(key, at, cost, request_id);
         let comparison = compare_acquire(&expected, &got);
         if let Some(error) = comparison.token_error
@@ -676,7 +684,7 @@ impl Lockstep<'_> {
         &mut self,
         key: u64,
         expected: &Result<bucketproof_model::Outcome, ModelError>,
-        before: Option<(Rational, u64)>,
+        before: Option<Before>,
         cost: u64,
         at: u64,
     ) {
@@ -706,7 +714,7 @@ impl Lockstep<'_> {
         if decision.retry_after() == Some(bucketproof_model::ModelWait::After(1)) {
             self.event(Event::DeniedAtBoundary);
         }
-        if let Some((tokens, last_refill)) = before {
+        if let Some(before) = before {
             // The refilled balance (step 3 of the acquire) is the decision's remaining plus the cost
             // for an admission, the remaining itself for a denial. Comparing against it this way
             // avoids a second refill in the model (a `peek`), which cost over a third of the run.
@@ -714,16 +722,16 @@ impl Lockstep<'_> {
             let remaining = decision.remaining();
             let refilled_is = |target: u64| -> bool {
                 let charged = if allowed { cost } else { 0 };
-                target >= charged && *remaining == Rational::from(target - charged)
+                target >= charged && cmp_whole(remaining, target - charged).is_eq()
             };
-            if allowed && cmp_whole(&tokens, cost).is_lt() && refilled_is(cost) {
+            if allowed && before.below_cost && refilled_is(cost) {
                 self.event(Event::AllowedAtBoundary);
             }
-            if at >= last_refill.saturating_add(YEAR_NS) {
+            if at >= before.last_refill.saturating_add(YEAR_NS) {
                 self.event(Event::LongIdle);
             }
             let capacity = self.model.config_of(key).capacity();
-            if refilled_is(capacity) && cmp_whole(&tokens, capacity).is_lt() {
+            if before.below_capacity && refilled_is(capacity) {
                 self.event(Event::Saturated);
             }
         }
