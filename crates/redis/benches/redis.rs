@@ -4,6 +4,12 @@
 //! - `one_conn`: one multiplexed connection, 256 calls in flight (the connection pipelines them);
 //! - `eight_conns`: 8 connections (8 limiters), 32 calls in flight on each.
 //!
+//! Besides the constant script and ours, two floor scripts bound what any atomic read-modify-write can
+//! reach: `floor_get_set_px` (`GET`, then `SET .. PX`, no arithmetic: the least a script that reads a
+//! state, writes it back and keeps a TTL does; injected time) and `floor_time_get_set_px` (the same
+//! after `TIME`, as in server-time mode). Their ratio to the constant script is the ceiling of any exact
+//! or inexact limiter script on this server, whatever its encoding.
+//!
 //! Needs `REDIS_URL`; prints a SKIP line and measures nothing without it. Run:
 //! `REDIS_URL=redis://127.0.0.1:6379/ cargo bench -p bucketproof-redis --bench redis`
 
@@ -25,6 +31,8 @@ struct Fixture {
     constant: Vec<MultiplexedConnection>,
     script: Script,
     transition: Script,
+    floor_get_set: Script,
+    floor_time_get_set: Script,
     prefix: String,
     config: Config,
 }
@@ -61,11 +69,28 @@ fn fixture(rt: &Runtime, url: &str) -> Fixture {
             .load_async(&mut constant[0])
             .await
             .unwrap();
+        let floor_get_set = Script::new(
+            "local state = redis.call('GET', KEYS[1]) \
+             redis.call('SET', KEYS[1], '1234567890123:1234567890123', 'PX', 60000) return 1",
+        );
+        let floor_time_get_set = Script::new(
+            "local now = redis.call('TIME') local state = redis.call('GET', KEYS[1]) \
+             redis.call('SET', KEYS[1], '1234567890123:1234567890123', 'PX', 60000) return 1",
+        );
+        for floor in [&floor_get_set, &floor_time_get_set] {
+            floor
+                .prepare_invoke()
+                .load_async(&mut constant[0])
+                .await
+                .unwrap();
+        }
         Fixture {
             limiters,
             constant,
             script,
             transition,
+            floor_get_set,
+            floor_time_get_set,
             prefix,
             config,
         }
@@ -97,6 +122,25 @@ async fn constant_round(f: &Fixture, conns: usize, per_conn: usize) {
                     .invoke_async(&mut conn)
                     .await
                     .expect("evalsha");
+                std::hint::black_box(one);
+            }
+        })
+    });
+    join_all(calls).await;
+}
+
+/// A floor script (see the module doc) on 1000 keys of its own, as the limiter's calls spread.
+async fn floor_round(f: &Fixture, floor: &Script, conns: usize, per_conn: usize, round: u64) {
+    let calls = (0..conns).flat_map(|c| {
+        (0..per_conn).map(move |i| {
+            let key = format!(
+                "{}{{f{}}}",
+                f.prefix,
+                (round as usize * 7919 + c * per_conn + i) % 1000
+            );
+            let mut conn = f.constant[c].clone();
+            async move {
+                let one: i64 = floor.key(key).invoke_async(&mut conn).await.expect("evalsha");
                 std::hint::black_box(one);
             }
         })
@@ -179,6 +223,22 @@ fn bench(c: &mut Criterion) {
                 })
             })
         });
+        for (floor_name, floor) in [
+            ("floor_get_set_px", &f.floor_get_set),
+            ("floor_time_get_set_px", &f.floor_time_get_set),
+        ] {
+            group.bench_function(floor_name, |b| {
+                b.iter_custom(|iters| {
+                    rt.block_on(async {
+                        let start = Instant::now();
+                        for round in 0..iters {
+                            floor_round(&f, floor, conns, per_conn, round).await;
+                        }
+                        start.elapsed()
+                    })
+                })
+            });
+        }
         group.bench_function("transition_script_only", |b| {
             b.iter_custom(|iters| {
                 rt.block_on(async {
