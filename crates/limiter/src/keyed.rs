@@ -15,11 +15,12 @@
 //! - an error changes nothing; a replayed request id charges nothing.
 //!
 //! Storage (why it looks like this: reports/bench-limiter.md): each shard holds its keys in a
-//! `table::FlatMap`: one hash table of `(key, PackedBucket)` slots (32 bytes for a `u64` key), nothing else
-//! per key, one dependent random access per lookup after the control bytes. The
-//! rarely used per-key extras (override config, request-id records) live in a per-shard side map,
-//! and a spare top bit of the packed balance says whether a key has one, so the common path never
-//! touches it. The amortized sweep runs when a shard inserts a new key (the only time its memory
+//! `table::FlatMap`: one hash table of `(key, PackedBucket)` slots (24 bytes for a `u64` key), nothing else
+//! per key, one dependent random access per lookup after the control bytes. A packed bucket holds the
+//! balance in 62 bits and the cursor; the rarely used per-key extras (override config, request-id
+//! records, and the balance of a bucket whose config needs more than 62 bits) live in a per-shard side
+//! map, and spare top bits of the packed balance say whether a key has one and whether its balance is
+//! there, so the common path never touches it. The amortized sweep runs when a shard inserts a new key (the only time its memory
 //! grows), not on every call: a call on a known key does no work for other keys.
 
 use std::collections::{HashMap, VecDeque};
@@ -301,8 +302,8 @@ impl<K> Settings<K> {
 struct Shard<K> {
     /// Key and bucket of every live key, nothing else.
     entries: FlatMap<K, PackedBucket, KeyHasher>,
-    /// Override configs and request-id records, for the keys whose bucket has `HAS_EXTRA` set (and
-    /// only those: an entry here exists exactly when its key is live and flagged).
+    /// Override configs, request-id records and wide balances, for the keys whose bucket has
+    /// `HAS_EXTRA` set (and only those: an entry here exists exactly when its key is live and flagged).
     extras: HashMap<K, Extra, KeyHasher>,
     /// The latest `last_refill` of any bucket this shard dropped by eviction. A new bucket starts with
     /// its cursor at `max(now, evicted_horizon)`, so a key that was dropped and comes back under a
@@ -313,50 +314,40 @@ struct Shard<K> {
     stats: Stats,
 }
 
-/// [`BucketState`] without `u128`'s 16-byte alignment (24 bytes instead of 32 per key), plus one flag.
+/// A [`BucketState`] in 16 bytes instead of 32 (`u128` is 16-byte aligned), plus two flags.
 ///
-/// A balance is at most `capacity_units < 2^126` (see [`Config`]), so the top bit of its high word is
-/// always zero in a real balance; it carries `HAS_EXTRA` instead: "this key has an entry in the shard's
-/// `extras`". `unpack` masks it off and `store` keeps it, so the arithmetic never sees it.
+/// The balance is kept here when it is below `2^62` (`NARROW_LIMIT`): every config with
+/// `capacity_units < 2^62` (capacity x q x 10^9, e.g. a billion tokens at any rate with q = 1), so for
+/// most configs always. A larger balance is *wide*: the `WIDE` flag is set and the exact `u128` sits in
+/// the key's [`Extra::wide_balance`]. The two top bits carry the flags, so the arithmetic never sees
+/// them: `HAS_EXTRA` ("this key has an entry in the shard's `extras`") and `WIDE` (which implies it).
+/// Only [`Shard::state_of`] and [`Shard::store`] read or write the balance, and they keep the two
+/// places consistent: a wide bucket's `Extra` always holds its balance, and a narrow one's never does.
 #[derive(Clone, Copy)]
 struct PackedBucket {
-    balance: [u64; 2],
+    /// `HAS_EXTRA | WIDE | balance` (the low 62 bits are the balance when `WIDE` is clear, zero when set).
+    flagged_balance: u64,
     last_refill: Nanos,
 }
 
 const HAS_EXTRA: u64 = 1 << 63;
+const WIDE: u64 = 1 << 62;
+/// Balances below this fit the packed bucket's 62 bits.
+const NARROW_LIMIT: u128 = 1 << 62;
 
 impl PackedBucket {
-    fn new(state: BucketState) -> PackedBucket {
-        PackedBucket {
-            balance: [state.balance as u64, (state.balance >> 64) as u64],
-            last_refill: state.last_refill,
-        }
-    }
-
-    #[inline]
-    fn unpack(self) -> BucketState {
-        BucketState {
-            balance: self.balance[0] as u128 | ((self.balance[1] & !HAS_EXTRA) as u128) << 64,
-            last_refill: self.last_refill,
-        }
-    }
-
-    /// Replaces the state, keeping the flag.
-    #[inline]
-    fn store(&mut self, state: BucketState) {
-        let flag = self.balance[1] & HAS_EXTRA;
-        *self = PackedBucket::new(state);
-        self.balance[1] |= flag;
-    }
-
     #[inline]
     fn has_extra(self) -> bool {
-        self.balance[1] & HAS_EXTRA != 0
+        self.flagged_balance & HAS_EXTRA != 0
+    }
+
+    #[inline]
+    fn is_wide(self) -> bool {
+        self.flagged_balance & WIDE != 0
     }
 
     fn set_has_extra(&mut self) {
-        self.balance[1] |= HAS_EXTRA;
+        self.flagged_balance |= HAS_EXTRA;
     }
 }
 
@@ -366,6 +357,8 @@ struct Extra {
     config_override: Option<(Config, u64)>,
     /// Request-id records, oldest first.
     requests: VecDeque<(RequestId, Nanos, Decision)>,
+    /// The balance of a bucket flagged `WIDE` (at or above `NARROW_LIMIT`); `None` for a narrow one.
+    wide_balance: Option<u128>,
 }
 
 impl Extra {
@@ -462,7 +455,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         let (config, state, present) = match shard.find(hash, key) {
             Some((bucket, _)) => (
                 shard.config_of(key, bucket, &self.settings),
-                bucket.unpack(),
+                shard.state_of(key, bucket),
                 true,
             ),
             None => {
@@ -485,21 +478,24 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     pub fn reconfigure_at(&self, key: &K, config: Config, now: Nanos) -> Result<u64, AcquireError> {
         let hash = self.hasher.hash_one(key);
         let mut shard = lock(self.shard(hash));
-        let (bucket, pos) = match shard.find(hash, key) {
-            Some(found) => found,
+        let (old, state, pos) = match shard.find(hash, key) {
+            Some((bucket, pos)) => (
+                shard.config_of(key, bucket, &self.settings),
+                shard.state_of(key, bucket),
+                pos,
+            ),
             None => {
                 let old = self.settings.resolved_config(key);
                 let fresh = shard.fresh(&old, now);
                 let pos = shard.insert(hash, key, fresh, now, &self.settings)?;
-                (PackedBucket::new(fresh), pos)
+                (old, fresh, pos)
             }
         };
-        let old = shard.config_of(key, bucket, &self.settings);
-        let next = bucket.unpack().reconfigured(&old, &config, now);
+        let next = state.reconfigured(&old, &config, now);
         let extra = shard.extra_mut(key, pos);
         let version = extra.config_override.map_or(0, |(_, version)| version) + 1;
         extra.config_override = Some((config, version));
-        shard.store(pos, next);
+        shard.store(pos, key, next);
         Ok(version)
     }
 
@@ -535,7 +531,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         let shard = lock(self.shard(hash));
         let (bucket, _) = shard.find(hash, key)?;
         Some((
-            bucket.unpack(),
+            shard.state_of(key, bucket),
             shard.config_of(key, bucket, &self.settings),
         ))
     }
@@ -620,7 +616,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
             match shard.find(hash, key) {
                 Some((bucket, _)) => (
                     shard.config_of(key, bucket, &self.settings),
-                    bucket.unpack(),
+                    shard.state_of(key, bucket),
                 ),
                 None => {
                     let config = self.settings.resolved_config(key);
@@ -634,7 +630,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
             Some((_, pos)) => pos,
             None => shard.insert(hash, key, next, now, &self.settings)?,
         };
-        shard.store(pos, next);
+        shard.store(pos, key, next);
         Ok(decision)
     }
 }
@@ -677,10 +673,45 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         self.extras.entry(key.clone()).or_default()
     }
 
+    /// The state of the live `key`, whose packed bucket is `bucket`: the balance from the bucket, or
+    /// from the key's extras when it is wide.
     #[inline]
-    fn store(&mut self, pos: usize, state: BucketState) {
-        if let Some((_, bucket)) = self.entries.get_mut(pos) {
-            bucket.store(state);
+    fn state_of(&self, key: &K, bucket: PackedBucket) -> BucketState {
+        let balance = if bucket.is_wide() {
+            let wide = self.extra(key).and_then(|extra| extra.wide_balance);
+            // `store` writes the wide balance before it sets the flag, and only `remove` drops extras.
+            assert!(wide.is_some(), "a wide bucket's balance is in its extras");
+            wide.unwrap_or(0)
+        } else {
+            (bucket.flagged_balance & !(HAS_EXTRA | WIDE)) as u128
+        };
+        BucketState {
+            balance,
+            last_refill: bucket.last_refill,
+        }
+    }
+
+    /// Replaces the state of the live key at `pos`, keeping its `HAS_EXTRA` flag: in the bucket when
+    /// the balance fits 62 bits (a wide balance it had is cleared from its extras), else in its extras
+    /// with the bucket flagged `WIDE`.
+    #[inline]
+    fn store(&mut self, pos: usize, key: &K, state: BucketState) {
+        let Some((_, bucket)) = self.entries.get_mut(pos) else {
+            return;
+        };
+        let was_wide = bucket.is_wide();
+        if state.balance < NARROW_LIMIT {
+            bucket.flagged_balance = (bucket.flagged_balance & HAS_EXTRA) | state.balance as u64;
+            bucket.last_refill = state.last_refill;
+            if was_wide && let Some(extra) = self.extras.get_mut(key) {
+                extra.wide_balance = None;
+            }
+        } else {
+            bucket.last_refill = state.last_refill;
+            self.extra_mut(key, pos).wide_balance = Some(state.balance);
+            if let Some((_, bucket)) = self.entries.get_mut(pos) {
+                bucket.flagged_balance = HAS_EXTRA | WIDE;
+            }
         }
     }
 
@@ -699,7 +730,10 @@ impl<K: Hash + Eq + Clone> Shard<K> {
     ) -> Result<Acquired, AcquireError> {
         let found = self.find(hash, key);
         let (config, state) = match found {
-            Some((bucket, _)) => (self.config_of(key, bucket, settings), bucket.unpack()),
+            Some((bucket, _)) => (
+                self.config_of(key, bucket, settings),
+                self.state_of(key, bucket),
+            ),
             None => {
                 let config = settings.resolved_config(key);
                 (config, self.fresh(&config, now))
@@ -740,7 +774,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
                 }
             },
         };
-        self.store(pos, next);
+        self.store(pos, key, next);
         if let Some(request_id) = request_id {
             let per_key = settings.dedupe_per_key;
             if per_key > 0 {
@@ -778,9 +812,13 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         if self.entries.len() >= settings.max_keys_per_shard {
             self.make_room(now, settings)?;
         }
-        Ok(self
-            .entries
-            .insert_new(hash, key.clone(), PackedBucket::new(state)))
+        let empty = PackedBucket {
+            flagged_balance: 0,
+            last_refill: state.last_refill,
+        };
+        let pos = self.entries.insert_new(hash, key.clone(), empty);
+        self.store(pos, key, state);
+        Ok(pos)
     }
 
     /// Evictable at `now`: dropping it changes no later decision at `now >= last_refill`.
@@ -799,7 +837,9 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             return false;
         }
         let config = self.config_of(key, bucket, settings);
-        bucket.unpack().refilled(&config, now).is_full(&config)
+        self.state_of(key, bucket)
+            .refilled(&config, now)
+            .is_full(&config)
     }
 
     fn make_room(&mut self, now: Nanos, settings: &Settings<K>) -> Result<(), AcquireError> {

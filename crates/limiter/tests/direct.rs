@@ -3,7 +3,9 @@
 //! - `decides_exactly_like_one_key_of_the_keyed_limiter`: a seeded random sequence of acquires (valid
 //!   and invalid costs), peeks and reconfigurations at times that mostly advance and sometimes jump
 //!   back (rollbacks), run on a [`DirectLimiter`] and on key 7 of a [`Limiter`] side by side: every
-//!   result, every peek and the stored state must be equal after every step.
+//!   result, every peek and the stored state must be equal after every step. The configs include
+//!   balances above `2^62` units, which the keyed limiter keeps outside its packed bucket, and moves
+//!   across that line in both directions.
 //! - `two_threads_never_oversell`: two OS threads with drifting injected clocks; admitted cost stays
 //!   within the arrival curve `capacity + rate * (t_max - t_min)`, exactly, and reaches at least 90% of
 //!   it (no refill lost); the final balance is within capacity.
@@ -29,12 +31,17 @@ fn below(state: &mut u64, n: u64) -> u64 {
 
 const SECOND: u64 = 1_000_000_000;
 
-fn configs() -> [Config; 4] {
+/// Small configs, and two whose balances do not fit the keyed limiter's 62-bit packed balance: one
+/// whose balance crosses `2^62` units both ways (capacity 5e18 units; a large cost takes it below, a
+/// second of refill brings it back), and one always above it (about 6.5e28 units).
+fn configs() -> [Config; 6] {
     [
         Config::new(5, Rate::per_second(2)).unwrap(),
         Config::new(3, "7/3s".parse().unwrap()).unwrap(),
         Config::new(10, "1/min".parse().unwrap()).unwrap(),
         Config::new(1, Rate::per_second(1_000_000)).unwrap(),
+        Config::new(5_000_000_000, Rate::per_second(1_000_000_000)).unwrap(),
+        Config::new(u64::MAX / 2 + 11, "3/7s".parse().unwrap()).unwrap(),
     ]
 }
 
@@ -43,9 +50,10 @@ fn decides_exactly_like_one_key_of_the_keyed_limiter() {
     const KEY: u64 = 7;
     let mut steps = 0u64;
     let (mut denials, mut rollbacks, mut errors) = (0, 0, 0);
+    let (mut wide_states, mut narrow_states_of_wide_configs) = (0, 0);
     for seed in 0..40u64 {
         let mut rng = seed;
-        let start = configs()[below(&mut rng, 4) as usize];
+        let start = configs()[below(&mut rng, configs().len() as u64) as usize];
         let direct = DirectLimiter::new(start);
         let keyed: Limiter<u64> = Limiter::builder(start).hasher_seed(3).build();
         let mut now = below(&mut rng, 10 * SECOND);
@@ -64,7 +72,7 @@ fn decides_exactly_like_one_key_of_the_keyed_limiter() {
             let context = format!("seed {seed}, step {steps}, now {now}");
             match below(&mut rng, 20) {
                 0 => {
-                    let config = configs()[below(&mut rng, 4) as usize];
+                    let config = configs()[below(&mut rng, configs().len() as u64) as usize];
                     direct.reconfigure_at(config, now);
                     keyed.reconfigure_at(&KEY, config, now).unwrap();
                 }
@@ -92,6 +100,11 @@ fn decides_exactly_like_one_key_of_the_keyed_limiter() {
             }
             if let Some(state) = keyed.inspect(&KEY) {
                 assert_eq!(direct.inspect(), state, "{context}");
+                if state.0.balance >= 1 << 62 {
+                    wide_states += 1;
+                } else if state.1.capacity_units() >= 1 << 62 {
+                    narrow_states_of_wide_configs += 1;
+                }
             }
         }
         let stats = keyed.stats();
@@ -104,6 +117,11 @@ fn decides_exactly_like_one_key_of_the_keyed_limiter() {
     assert!(
         denials > 1000 && rollbacks > 1000 && errors > 500,
         "the sequence must exercise denials ({denials}), rollbacks ({rollbacks}) and errors ({errors})"
+    );
+    assert!(
+        wide_states > 100 && narrow_states_of_wide_configs > 100,
+        "the sequence must keep balances both above 2^62 units ({wide_states}) and below it under a \
+         config whose capacity is above ({narrow_states_of_wide_configs})"
     );
 }
 
