@@ -140,7 +140,11 @@ async fn floor_round(f: &Fixture, floor: &Script, conns: usize, per_conn: usize,
             );
             let mut conn = f.constant[c].clone();
             async move {
-                let one: i64 = floor.key(key).invoke_async(&mut conn).await.expect("evalsha");
+                let one: i64 = floor
+                    .key(key)
+                    .invoke_async(&mut conn)
+                    .await
+                    .expect("evalsha");
                 std::hint::black_box(one);
             }
         })
