@@ -678,10 +678,11 @@ impl<K: Hash + Eq + Clone> Shard<K> {
     #[inline]
     fn state_of(&self, key: &K, bucket: PackedBucket) -> BucketState {
         let balance = if bucket.is_wide() {
-            let wide = self.extra(key).and_then(|extra| extra.wide_balance);
-            // `store` writes the wide balance before it sets the flag, and only `remove` drops extras.
-            assert!(wide.is_some(), "a wide bucket's balance is in its extras");
-            wide.unwrap_or(0)
+            // `store` writes the wide balance before it sets the flag, and only `remove` (which drops
+            // the bucket too) deletes extras: a flagged bucket without one is a broken invariant.
+            self.extra(key)
+                .and_then(|extra| extra.wide_balance)
+                .expect("a wide bucket's balance is in its extras")
         } else {
             (bucket.flagged_balance & !(HAS_EXTRA | WIDE)) as u128
         };
