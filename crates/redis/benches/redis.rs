@@ -97,11 +97,18 @@ fn fixture(rt: &Runtime, url: &str) -> Fixture {
     })
 }
 
-/// `rounds` times: `per_conn` calls in flight on each of `conns` connections, all awaited together.
+/// Which of 1000 keys call `i` on connection `c` in round `round` uses: spread out, the same order for
+/// every function (each under its own key names, so no two functions share buckets).
+fn spread_index(round: u64, c: usize, per_conn: usize, i: usize) -> usize {
+    (round as usize * 7919 + c * per_conn + i) % 1000
+}
+
+/// One round: `per_conn` limiter calls in flight on each of `conns` connections, all awaited together.
 async fn limiter_round(f: &Fixture, conns: usize, per_conn: usize, round: u64) {
     let calls = (0..conns).flat_map(|c| {
         (0..per_conn).map(move |i| {
-            let key = format!("u{}", (round as usize * 7919 + c * per_conn + i) % 1000);
+            // The limiter adds its own prefix and hash tag.
+            let key = format!("u{}", spread_index(round, c, per_conn, i));
             async move {
                 let outcome = f.limiters[c].acquire(&key, 1).await.expect("acquire");
                 std::hint::black_box(outcome);
@@ -111,36 +118,26 @@ async fn limiter_round(f: &Fixture, conns: usize, per_conn: usize, round: u64) {
     join_all(calls).await;
 }
 
-async fn constant_round(f: &Fixture, conns: usize, per_conn: usize) {
-    let calls = (0..conns).flat_map(|c| {
-        (0..per_conn).map(move |_| {
-            let mut conn = f.constant[c].clone();
-            async move {
-                let one: i64 = f
-                    .script
-                    .key("bpbench:const")
-                    .invoke_async(&mut conn)
-                    .await
-                    .expect("evalsha");
-                std::hint::black_box(one);
-            }
-        })
-    });
-    join_all(calls).await;
-}
-
-/// A floor script (see the module doc) on 1000 keys of its own, as the limiter's calls spread.
-async fn floor_round(f: &Fixture, floor: &Script, conns: usize, per_conn: usize, round: u64) {
+/// One round of a script that takes no arguments and returns an integer: the constant one on one key
+/// (`spread: false`), a floor script on 1000 keys of its own (`spread: true`, as the limiter's calls).
+async fn bare_script_round(
+    f: &Fixture,
+    script: &Script,
+    spread: bool,
+    conns: usize,
+    per_conn: usize,
+    round: u64,
+) {
     let calls = (0..conns).flat_map(|c| {
         (0..per_conn).map(move |i| {
-            let key = format!(
-                "{}{{f{}}}",
-                f.prefix,
-                (round as usize * 7919 + c * per_conn + i) % 1000
-            );
+            let key = if spread {
+                format!("{}{{f{}}}", f.prefix, spread_index(round, c, per_conn, i))
+            } else {
+                format!("{}const", f.prefix)
+            };
             let mut conn = f.constant[c].clone();
             async move {
-                let one: i64 = floor
+                let one: i64 = script
                     .key(key)
                     .invoke_async(&mut conn)
                     .await
@@ -163,11 +160,7 @@ async fn script_round(f: &Fixture, conns: usize, per_conn: usize, round: u64) {
     let calls = (0..conns).flat_map(|c| {
         let (fp, cap, unit) = (&fp, &cap, &unit);
         (0..per_conn).map(move |i| {
-            let key = format!(
-                "{}{{s{}}}",
-                f.prefix,
-                (round as usize * 7919 + c * per_conn + i) % 1000
-            );
+            let key = format!("{}{{s{}}}", f.prefix, spread_index(round, c, per_conn, i));
             let mut conn = f.constant[c].clone();
             async move {
                 let reply: Vec<i64> = f
@@ -197,6 +190,21 @@ async fn script_round(f: &Fixture, conns: usize, per_conn: usize, round: u64) {
     join_all(calls).await;
 }
 
+/// Times `iters` rounds of `round` (given the round number) on the runtime.
+fn timed<Fut: Future<Output = ()>>(
+    rt: &Runtime,
+    iters: u64,
+    round: impl Fn(u64) -> Fut,
+) -> Duration {
+    rt.block_on(async {
+        let start = Instant::now();
+        for index in 0..iters {
+            round(index).await;
+        }
+        start.elapsed()
+    })
+}
+
 fn bench(c: &mut Criterion) {
     let Ok(url) = std::env::var("REDIS_URL") else {
         eprintln!("!!!!! SKIP redis bench: REDIS_URL is not set, nothing measured !!!!!");
@@ -218,12 +226,8 @@ fn bench(c: &mut Criterion) {
         group.measurement_time(Duration::from_secs(4));
         group.bench_function("constant_evalsha", |b| {
             b.iter_custom(|iters| {
-                rt.block_on(async {
-                    let start = Instant::now();
-                    for _ in 0..iters {
-                        constant_round(&f, conns, per_conn).await;
-                    }
-                    start.elapsed()
+                timed(&rt, iters, |round| {
+                    bare_script_round(&f, &f.script, false, conns, per_conn, round)
                 })
             })
         });
@@ -233,35 +237,21 @@ fn bench(c: &mut Criterion) {
         ] {
             group.bench_function(floor_name, |b| {
                 b.iter_custom(|iters| {
-                    rt.block_on(async {
-                        let start = Instant::now();
-                        for round in 0..iters {
-                            floor_round(&f, floor, conns, per_conn, round).await;
-                        }
-                        start.elapsed()
+                    timed(&rt, iters, |round| {
+                        bare_script_round(&f, floor, true, conns, per_conn, round)
                     })
                 })
             });
         }
         group.bench_function("transition_script_only", |b| {
             b.iter_custom(|iters| {
-                rt.block_on(async {
-                    let start = Instant::now();
-                    for round in 0..iters {
-                        script_round(&f, conns, per_conn, round).await;
-                    }
-                    start.elapsed()
-                })
+                timed(&rt, iters, |round| script_round(&f, conns, per_conn, round))
             })
         });
         group.bench_function("exact_limiter", |b| {
             b.iter_custom(|iters| {
-                rt.block_on(async {
-                    let start = Instant::now();
-                    for round in 0..iters {
-                        limiter_round(&f, conns, per_conn, round).await;
-                    }
-                    start.elapsed()
+                timed(&rt, iters, |round| {
+                    limiter_round(&f, conns, per_conn, round)
                 })
             })
         });
