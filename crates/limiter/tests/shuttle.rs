@@ -434,30 +434,26 @@ fn explore_direct(name: &str, moving: bool, scheduler: impl Scheduler + 'static)
     assert!(denied > 0 && both > 0, "{name}: paths not reached");
 }
 
-#[test]
-fn direct_random_and_pct_schedules_linearize_and_never_oversell() {
+/// `explore_direct` under the random scheduler, then under PCT, with the same seed and count.
+fn explore_direct_random_and_pct(name: &str, moving: bool) {
     explore_direct(
-        "direct, random, drifting clocks",
-        true,
+        &format!("direct, random, {name}"),
+        moving,
         RandomScheduler::new_from_seed(seed(), iterations()),
     );
     explore_direct(
-        "direct, PCT, drifting clocks",
-        true,
+        &format!("direct, PCT, {name}"),
+        moving,
         PctScheduler::new_from_seed(seed(), PCT_DEPTH, iterations()),
     );
 }
 
 #[test]
+fn direct_random_and_pct_schedules_linearize_and_never_oversell() {
+    explore_direct_random_and_pct("drifting clocks", true);
+}
+
+#[test]
 fn direct_schedules_at_one_instant_leave_exactly_capacity_minus_admitted() {
-    explore_direct(
-        "direct, random, one instant",
-        false,
-        RandomScheduler::new_from_seed(seed(), iterations()),
-    );
-    explore_direct(
-        "direct, PCT, one instant",
-        false,
-        PctScheduler::new_from_seed(seed(), PCT_DEPTH, iterations()),
-    );
+    explore_direct_random_and_pct("one instant", false);
 }

@@ -14,8 +14,8 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::history::LogicalClock;
 use bucketproof_limiter::{
     AcquireError, BucketState, Clock, Config, Decision, DirectLimiter, Nanos, Snapshot, snapshot,
     transition,
@@ -66,10 +66,10 @@ impl fmt::Display for DirectOp {
     }
 }
 
-/// Stamps calls with one logical clock.
+/// Stamps calls with one logical clock and turns them into [`DirectOp`]s.
 #[derive(Default)]
 pub struct DirectRecorder {
-    clock: AtomicU64,
+    clock: LogicalClock,
 }
 
 impl DirectRecorder {
@@ -77,11 +77,6 @@ impl DirectRecorder {
         DirectRecorder::default()
     }
 
-    fn stamp(&self) -> u64 {
-        self.clock.fetch_add(1, Ordering::SeqCst)
-    }
-
-    /// Stamps one call around `call` and records it.
     fn record(
         &self,
         thread: usize,
@@ -89,9 +84,7 @@ impl DirectRecorder {
         cost: Option<u64>,
         call: impl FnOnce() -> DirectRet,
     ) -> DirectOp {
-        let invoked = self.stamp();
-        let ret = call();
-        let returned = self.stamp();
+        let (invoked, ret, returned) = self.clock.around(call);
         DirectOp {
             thread,
             invoked,

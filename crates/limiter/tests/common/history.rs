@@ -164,19 +164,30 @@ impl Setup {
     }
 }
 
+/// One logical clock shared by every thread of an explored execution: it stamps each call's invocation
+/// and return, so the checks see the real-time order of calls.
+#[derive(Debug, Default)]
+pub struct LogicalClock(AtomicU64);
+
+impl LogicalClock {
+    /// Runs `call` between two stamps: `(invoked, what it returned, returned)`.
+    pub fn around<T>(&self, call: impl FnOnce() -> T) -> (u64, T, u64) {
+        let invoked = self.0.fetch_add(1, Ordering::SeqCst);
+        let result = call();
+        let returned = self.0.fetch_add(1, Ordering::SeqCst);
+        (invoked, result, returned)
+    }
+}
+
 /// Stamps calls with a shared logical clock and turns them into [`Op`]s.
 #[derive(Debug, Default)]
 pub struct Recorder {
-    next: AtomicU64,
+    clock: LogicalClock,
 }
 
 impl Recorder {
     pub fn new() -> Recorder {
         Recorder::default()
-    }
-
-    fn stamp(&self) -> u64 {
-        self.next.fetch_add(1, Ordering::SeqCst)
     }
 
     fn record(
@@ -187,9 +198,7 @@ impl Recorder {
         call: Call,
         run: impl FnOnce() -> Ret,
     ) -> Op {
-        let invoked = self.stamp();
-        let ret = run();
-        let returned = self.stamp();
+        let (invoked, ret, returned) = self.clock.around(run);
         Op {
             thread,
             invoked,
