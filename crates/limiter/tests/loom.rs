@@ -37,12 +37,15 @@ fn config(capacity: u64, per_second: u64) -> Config {
     Config::new(capacity, Rate::per_second(per_second)).unwrap()
 }
 
-/// The thread bodies of one scenario: each gets the limiter, the recorder and its thread number.
-type Body = fn(&Limiter<u64>, &Recorder, usize) -> Vec<Op>;
+/// A thread body of one scenario: it gets the limiter, the recorder and its thread number, and returns
+/// the operations it recorded.
+type ThreadBody<L, R, O> = fn(&L, &R, usize) -> Vec<O>;
+type Body = ThreadBody<Limiter<u64>, Recorder, Op>;
 
 /// A property of one execution's history that a scenario must reach in at least one execution, so a
 /// test proves the racing path it is named after was explored (e.g. "key 1 was evicted and re-created").
-type Witness = (&'static str, fn(&[Op]) -> bool);
+type PathWitness<O> = (&'static str, fn(&[O]) -> bool);
+type Witness = PathWitness<Op>;
 
 /// [`explore_with`] on the keyed limiter: every execution must pass `check_execution`.
 fn explore(
@@ -68,9 +71,9 @@ fn explore(
 fn explore_with<L, R, O>(
     name: &str,
     make: impl Fn() -> (L, R) + Send + Sync + 'static,
-    bodies: Vec<fn(&L, &R, usize) -> Vec<O>>,
+    bodies: Vec<ThreadBody<L, R, O>>,
     check: impl Fn(&L, &[O]) -> Result<(), String> + Send + Sync + 'static,
-    witnesses: &'static [(&'static str, fn(&[O]) -> bool)],
+    witnesses: &'static [PathWitness<O>],
 ) -> usize
 where
     L: Send + Sync + 'static,
