@@ -694,21 +694,35 @@ impl<K: Hash + Eq + Clone> Shard<K> {
 
     /// Replaces the state of the live key at `pos`, keeping its `HAS_EXTRA` flag: in the bucket when
     /// the balance fits 62 bits (a wide balance it had is cleared from its extras), else in its extras
-    /// with the bucket flagged `WIDE`.
-    #[inline]
+    /// with the bucket flagged `WIDE`. The narrow case is inline (it is every decision's write); the
+    /// rest is out of line.
+    #[inline(always)]
     fn store(&mut self, pos: usize, key: &K, state: BucketState) {
+        if let Some((_, bucket)) = self.entries.get_mut(pos)
+            && !bucket.is_wide()
+            && state.balance < NARROW_LIMIT
+        {
+            bucket.flagged_balance = (bucket.flagged_balance & HAS_EXTRA) | state.balance as u64;
+            bucket.last_refill = state.last_refill;
+        } else {
+            self.store_slow(pos, key, state);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn store_slow(&mut self, pos: usize, key: &K, state: BucketState) {
         let Some((_, bucket)) = self.entries.get_mut(pos) else {
             return;
         };
-        let was_wide = bucket.is_wide();
+        bucket.last_refill = state.last_refill;
         if state.balance < NARROW_LIMIT {
+            // It was wide: the balance moves back into the bucket, and out of the extras.
             bucket.flagged_balance = (bucket.flagged_balance & HAS_EXTRA) | state.balance as u64;
-            bucket.last_refill = state.last_refill;
-            if was_wide && let Some(extra) = self.extras.get_mut(key) {
+            if let Some(extra) = self.extras.get_mut(key) {
                 extra.wide_balance = None;
             }
         } else {
-            bucket.last_refill = state.last_refill;
             self.extra_mut(key, pos).wide_balance = Some(state.balance);
             if let Some((_, bucket)) = self.entries.get_mut(pos) {
                 bucket.flagged_balance = HAS_EXTRA | WIDE;
