@@ -717,10 +717,15 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         };
         bucket.last_refill = state.last_refill;
         if state.balance < NARROW_LIMIT {
-            // It was wide: the balance moves back into the bucket, and out of the extras.
+            // It was wide: the balance moves back into the bucket, and out of the extras, which go
+            // too when nothing else is in them (so the key's later calls skip the side map).
             bucket.flagged_balance = (bucket.flagged_balance & HAS_EXTRA) | state.balance as u64;
             if let Some(extra) = self.extras.get_mut(key) {
                 extra.wide_balance = None;
+                if extra.config_override.is_none() && extra.requests.is_empty() {
+                    self.extras.remove(key);
+                    bucket.flagged_balance &= !HAS_EXTRA;
+                }
             }
         } else {
             self.extra_mut(key, pos).wide_balance = Some(state.balance);
@@ -977,5 +982,49 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             self.evicted_horizon = self.evicted_horizon.max(bucket.last_refill);
         }
         self.remove(pos);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Rate;
+
+    /// The side-map entry of `key` and its bucket's two flags: what a test of the packing can see.
+    fn packing(limiter: &Limiter<u64>, key: u64) -> (bool, bool, Option<u128>) {
+        let hash = limiter.hasher.hash_one(key);
+        let shard = lock(limiter.shard(hash));
+        let (bucket, _) = shard.find(hash, &key).expect("the key is live");
+        let wide_balance = shard.extra(&key).and_then(|extra| extra.wide_balance);
+        (bucket.has_extra(), bucket.is_wide(), wide_balance)
+    }
+
+    /// A balance that leaves the wide range (`>= 2^62` units) moves back into its bucket, and the
+    /// key's side-map entry goes with it when nothing else is in it; an override keeps the entry.
+    #[test]
+    fn a_balance_back_below_2_62_units_moves_into_its_bucket_and_frees_an_empty_side_entry() {
+        // 5e9 tokens x 10^9 units per token = 5e18 units >= 2^62 (about 4.61e18) when full.
+        let wide = Config::new(5_000_000_000, Rate::per_second(1)).unwrap();
+        let limiter: Limiter<u64> = Limiter::builder(wide).hasher_seed(1).build();
+        limiter.acquire_at(&1, 1, 0).unwrap();
+        assert_eq!(
+            packing(&limiter, 1),
+            (true, true, Some(wide.capacity_units() - 1_000_000_000))
+        );
+        // One billion tokens more: 3.99e18 units, narrow again.
+        limiter.acquire_at(&1, 1_000_000_000, 0).unwrap();
+        assert_eq!(packing(&limiter, 1), (false, false, None));
+        let (state, _) = limiter.inspect(&1).unwrap();
+        assert_eq!(
+            state.balance,
+            wide.capacity_units() - 1_000_000_001 * 1_000_000_000
+        );
+
+        // With an override the entry stays (it holds the override), only the wide balance leaves.
+        limiter.reconfigure_at(&2, wide, 0).unwrap();
+        limiter.acquire_at(&2, 1, 0).unwrap();
+        assert!(packing(&limiter, 2).1, "the overridden key is wide first");
+        limiter.acquire_at(&2, 1_000_000_000, 0).unwrap();
+        assert_eq!(packing(&limiter, 2), (true, false, None));
     }
 }
