@@ -463,6 +463,20 @@ fn check(args: CheckArgs) -> Result<u8, Fatal> {
             .map_err(|e| Fatal(format!("{}: cannot write: {e}", path.display())))?;
     }
     let passed = failures == 0 && stale.is_empty() && errors == 0;
+    // The gate's whole throughput, on stderr like the per-run lines: a timing, so never in a report.
+    let steps: u64 = all
+        .iter()
+        .filter_map(|result| result.report.as_ref())
+        .map(|report| report.steps)
+        .sum();
+    let elapsed: std::time::Duration = all.iter().map(|result| result.elapsed).sum();
+    if steps > 0 {
+        eprintln!(
+            "bucketproof check: {steps} steps in {:.2} s of checking runs, {}",
+            elapsed.as_secs_f64(),
+            rate(steps as f64 / elapsed.as_secs_f64().max(1e-9))
+        );
+    }
     if args.json {
         let summary = JsonSummary {
             passed,
