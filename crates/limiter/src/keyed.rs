@@ -15,13 +15,14 @@
 //! - an error changes nothing; a replayed request id charges nothing.
 //!
 //! Storage (why it looks like this: reports/bench-limiter.md): each shard holds its keys in a
-//! `table::FlatMap`: one hash table of `(key, PackedBucket)` slots (24 bytes for a `u64` key), nothing else
-//! per key, one dependent random access per lookup after the control bytes. A packed bucket holds the
-//! balance in 62 bits and the cursor; the rarely used per-key extras (override config, request-id
-//! records, and the balance of a bucket whose config needs more than 62 bits) live in a per-shard side
-//! map, and spare top bits of the packed balance say whether a key has one and whether its balance is
-//! there, so the common path never touches it. The amortized sweep runs when a shard inserts a new key (the only time its memory
-//! grows), not on every call: a call on a known key does no work for other keys.
+//! `table::FlatMap`: one hash table of `(key, PackedBucket)` slots (24 bytes for a `u64` key),
+//! nothing else per key, one dependent random access per lookup after the control bytes. A packed
+//! bucket holds the balance in 62 bits and the cursor; the rarely used per-key extras (override
+//! config, request-id records, and the balance of a bucket whose config needs more than 62 bits) live
+//! in a per-shard side map, and spare top bits of the packed balance say whether a key has one and
+//! whether its balance is there, so the common path never touches it. The amortized sweep runs when a
+//! shard inserts a new key (the only time its memory grows), not on every call: a call on a known key
+//! does no work for other keys.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hash};
@@ -321,8 +322,9 @@ struct Shard<K> {
 /// most configs always. A larger balance is *wide*: the `WIDE` flag is set and the exact `u128` sits in
 /// the key's [`Extra::wide_balance`]. The two top bits carry the flags, so the arithmetic never sees
 /// them: `HAS_EXTRA` ("this key has an entry in the shard's `extras`") and `WIDE` (which implies it).
-/// Only [`Shard::state_of`] and [`Shard::store`] read or write the balance, and they keep the two
-/// places consistent: a wide bucket's `Extra` always holds its balance, and a narrow one's never does.
+/// Only [`Shard::state_of`] and [`Shard::store`] (with its cold half, `store_slow`) read or write the
+/// balance, and they keep the two places consistent: a wide bucket's `Extra` always holds its
+/// balance, and a narrow one's never does.
 #[derive(Clone, Copy)]
 struct PackedBucket {
     /// `HAS_EXTRA | WIDE | balance` (the low 62 bits are the balance when `WIDE` is clear, zero when set).
