@@ -175,20 +175,29 @@ fn wait_for(config: &ModelConfig, now: u64, t: u64, whole: u64, tokens: &Rationa
 /// is `((whole * b - a) * d) / (b * c)`: the same number taken in integers, so no intermediate fraction is
 /// reduced. In u128 when every product fits (nearly always), else in big integers.
 fn ceil_deficit_over_rate(whole: u64, tokens: &Rational, rate: &Rational) -> Option<u64> {
-    let narrow = (
-        u128::try_from(tokens.numerator()),
-        u128::try_from(tokens.denominator()),
-        u128::try_from(rate.numerator()),
-        u128::try_from(rate.denominator()),
-    );
-    if let (Ok(a), Ok(b), Ok(c), Ok(d)) = narrow
-        && let Some(deficit) = u128::from(whole)
-            .checked_mul(b)
-            .and_then(|wb| wb.checked_sub(a))
-        && let (Some(dividend), Some(divisor)) = (deficit.checked_mul(d), b.checked_mul(c))
-    {
-        return u64::try_from(dividend.div_ceil(divisor)).ok();
-    }
+    ceil_deficit_over_rate_u128(whole, tokens, rate)
+        .unwrap_or_else(|| ceil_deficit_over_rate_big(whole, tokens, rate))
+}
+
+/// [`ceil_deficit_over_rate`] in u128: `None` when a part or a product does not fit (then the big-integer
+/// form decides), else the answer.
+fn ceil_deficit_over_rate_u128(
+    whole: u64,
+    tokens: &Rational,
+    rate: &Rational,
+) -> Option<Option<u64>> {
+    let a = u128::try_from(tokens.numerator()).ok()?;
+    let b = u128::try_from(tokens.denominator()).ok()?;
+    let c = u128::try_from(rate.numerator()).ok()?;
+    let d = u128::try_from(rate.denominator()).ok()?;
+    let deficit = u128::from(whole).checked_mul(b)?.checked_sub(a)?;
+    let dividend = deficit.checked_mul(d)?;
+    let divisor = b.checked_mul(c)?;
+    Some(u64::try_from(dividend.div_ceil(divisor)).ok())
+}
+
+/// [`ceil_deficit_over_rate`] in big integers: any size.
+fn ceil_deficit_over_rate_big(whole: u64, tokens: &Rational, rate: &Rational) -> Option<u64> {
     let deficit = Integer::from(whole) * tokens.denominator() - tokens.numerator();
     let dividend = deficit * rate.denominator();
     let divisor = rate.numerator() * tokens.denominator();
@@ -372,8 +381,9 @@ impl ModelBucket {
 mod tests {
     use super::*;
 
-    /// `ceil_deficit_over_rate` against its definition in reduced rationals, on both of its paths: small
-    /// values (u128) and values whose products pass 2^128 (big integers), including the `u64::MAX` cut-off.
+    /// `ceil_deficit_over_rate` against its definition in reduced rationals, and each of its two forms
+    /// on its own: the u128 one wherever it applies (small values), the big-integer one on every case
+    /// (including the values whose products pass 2^128), with the `u64::MAX` cut-off.
     #[test]
     fn the_wait_quotient_is_the_ceiling_of_the_rational_quotient_on_both_paths() {
         let definition = |whole: u64, tokens: &Rational, rate: &Rational| -> Option<u64> {
@@ -403,36 +413,25 @@ mod tests {
             let numerator = u128::from(next()) % (u128::from(whole) * denominator);
             let tokens = fraction(numerator, denominator);
             let rate = fraction(u128::from(pick(next(), 1 << 20).max(1)), denominator);
-            // The function's own condition for its u128 path, on the reduced parts.
-            let part = |x: &Integer| u128::try_from(x).ok();
-            let (a, b) = (
-                part(tokens.numerator()),
-                u128::try_from(tokens.denominator()).ok(),
-            );
-            let (c, d) = (
-                part(rate.numerator()),
-                u128::try_from(rate.denominator()).ok(),
-            );
-            let u128_path = match (a, b, c, d) {
-                (Some(a), Some(b), Some(c), Some(d)) => {
-                    u128::from(whole)
-                        .checked_mul(b)
-                        .and_then(|wb| wb.checked_sub(a))
-                        .and_then(|deficit| deficit.checked_mul(d))
-                        .is_some()
-                        && b.checked_mul(c).is_some()
+            let expected = definition(whole, &tokens, &rate);
+            let context = format!("whole {whole}, tokens {tokens}, rate {rate}");
+            // Both forms on every case where they apply: the big-integer one always does.
+            match ceil_deficit_over_rate_u128(whole, &tokens, &rate) {
+                Some(answer) => {
+                    narrow += 1;
+                    assert_eq!(answer, expected, "u128 form, {context}");
                 }
-                _ => false,
-            };
-            if u128_path {
-                narrow += 1
-            } else {
-                wide += 1
+                None => wide += 1,
             }
             assert_eq!(
+                ceil_deficit_over_rate_big(whole, &tokens, &rate),
+                expected,
+                "big-integer form, {context}"
+            );
+            assert_eq!(
                 ceil_deficit_over_rate(whole, &tokens, &rate),
-                definition(whole, &tokens, &rate),
-                "whole {whole}, tokens {tokens}, rate {rate}"
+                expected,
+                "{context}"
             );
         }
         assert!(
