@@ -20,9 +20,11 @@ use crate::oracle::{OracleKind, Violation, invariants};
 use crate::subject::{Subject, SubjectError};
 use crate::trace::{Op, PolicySpec, Setup};
 
-/// What the event counters need of a key's model state before an acquire: two comparisons and the
-/// cursor, taken instead of a copy of the exact balance (a clone and drop of a big rational per step).
+/// What the event counters need of a key's model state before an acquire: the key's capacity, two
+/// comparisons and the cursor, taken instead of a copy of the exact balance (a clone and drop of a big
+/// rational per step). An acquire does not change the config, so `capacity` holds after it too.
 struct Before {
+    capacity: u64,
     below_cost: bool,
     below_capacity: bool,
     last_refill: u64,
@@ -499,10 +501,14 @@ impl Lockstep<'_> {
             _ => {}
         }
 
-        let model_before = self.model.state(key).map(|(tokens, last_refill)| Before {
-            below_cost: cmp_whole(tokens, cost).is_lt(),
-            below_capacity: cmp_whole(tokens, self.model.config_of(key).capacity()).is_lt(),
-            last_refill,
+        let model_before = self.model.state(key).map(|(tokens, last_refill)| {
+            let capacity = self.model.config_of(key).capacity();
+            Before {
+                capacity,
+                below_cost: cmp_whole(tokens, cost).is_lt(),
+                below_capacity: cmp_whole(tokens, capacity).is_lt(),
+                last_refill,
+            }
         });
         let expected = self.model.acquire(key, at, cost, request_id);
         let comparison = compare_acquire(&expected, &got);
@@ -730,8 +736,7 @@ impl Lockstep<'_> {
             if at >= before.last_refill.saturating_add(YEAR_NS) {
                 self.event(Event::LongIdle);
             }
-            let capacity = self.model.config_of(key).capacity();
-            if before.below_capacity && refilled_is(capacity) {
+            if before.below_capacity && refilled_is(before.capacity) {
                 self.event(Event::Saturated);
             }
         }

@@ -1,10 +1,11 @@
 //! Where the layer gets its decisions: the in-memory limiter, or Redis shared by every instance.
 //!
 //! [`DecisionSource`] is the seam. The in-memory [`Limiter`] implements it and never fails for a
-//! store reason; the `RedisLimiter` implements it too (feature `redis`, module `redis`) and reports an outage as
-//! [`SourceError::Unavailable`] (fail closed) or as an [`Outcome`] with `degraded = true` (a local
-//! fallback budget or fail-open decided it). The layer turns the first into a 503 and flags the second
-//! with a response header: an outage is never disguised as an ordinary denial or approval.
+//! store reason; the `RedisLimiter` implements it too (feature `redis`, module `redis`) and reports
+//! an outage as [`SourceError::Unavailable`] (fail closed) or as an [`Outcome`] with
+//! `degraded = true` (a local fallback budget or fail-open decided it). The layer turns the first
+//! into a 503 and flags the second with a response header: an outage is never disguised as an
+//! ordinary denial or approval.
 //!
 //! This module also owns the glue from one limiter [`Decision`] to the advertised numbers
 //! ([`Outcome::advertised`], [`Outcome::retry_after_secs`]), using [`crate::mapping`]'s rounding.
