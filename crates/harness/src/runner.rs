@@ -532,7 +532,7 @@ impl Lockstep<'_> {
         }
         violation = violation.or(comparison.violation);
 
-        self.count_events(key, &expected, model_before, cost, at);
+        self.count_events(&expected, model_before, cost, at);
 
         let Ok(observed) = got else {
             // Both errored the same way (or the comparison above says otherwise): errors change nothing.
@@ -688,7 +688,6 @@ impl Lockstep<'_> {
 
     fn count_events(
         &mut self,
-        key: u64,
         expected: &Result<bucketproof_model::Outcome, ModelError>,
         before: Option<Before>,
         cost: u64,
