@@ -15,12 +15,13 @@
 //! - an error changes nothing; a replayed request id charges nothing.
 //!
 //! Storage (why it looks like this: reports/bench-limiter.md): each shard holds its keys in a
-//! `table::FlatMap`: one hash table of `(key, PackedBucket)` slots (24 bytes for a `u64` key),
-//! nothing else per key, one dependent random access per lookup after the control bytes. A packed
+//! `table::FlatMap`: one open-addressing table of `(key, PackedBucket)` slots (24 bytes for a `u64`
+//! key) kept 70-85% full, nothing else per key, one dependent random access per lookup. A packed
 //! bucket holds the balance in 62 bits and the cursor; the rarely used per-key extras (override
 //! config, request-id records, and the balance of a bucket whose config needs more than 62 bits) live
 //! in a per-shard side map, and spare top bits of the packed balance say whether a key has one and
-//! whether its balance is there, so the common path never touches it. The amortized sweep runs when a
+//! whether its balance is there, so the common path never touches it (a pattern of them no live
+//! bucket has marks a vacant slot). The amortized sweep runs when a
 //! shard inserts a new key (the only time its memory grows), not on every call: a call on a known key
 //! does no work for other keys.
 
@@ -32,7 +33,7 @@ use std::time::Duration;
 use crate::bucket::{BucketState, Decision, snapshot, transition};
 use crate::hashing::KeyHasher;
 use crate::sync::{Mutex, lock};
-use crate::table::FlatMap;
+use crate::table::{FlatMap, Vacancy};
 use crate::{AcquireError, Clock, Config, MonotonicClock, Nanos, Tokens, Wait};
 
 /// Identifies one logical request across retries (e.g. the low 128 bits of an idempotency key's hash,
@@ -145,8 +146,8 @@ pub struct Stats {
 /// the table with non-full buckets cannot turn every request into a full scan.
 const ROOM_SCAN: usize = 32;
 
-/// How many table slots (occupied or not) that scan may step over. A shard at its bound is at least
-/// about 7/16 full (hashbrown doubles at 7/8), so 4 slots per wanted entry usually find all 32.
+/// How many table slots (occupied or not) that scan may step over. A shard's table at its bound is
+/// about 70-85% full (`table` grows by a fifth at 85%), so 4 slots per wanted entry find all 32.
 const ROOM_SCAN_SLOTS: usize = 4 * ROOM_SCAN;
 
 /// Builder for [`Limiter`]; see [`Limiter::builder`].
@@ -350,6 +351,20 @@ impl PackedBucket {
 
     fn set_has_extra(&mut self) {
         self.flagged_balance |= HAS_EXTRA;
+    }
+}
+
+/// `WIDE` without `HAS_EXTRA` is a pattern no live bucket has (a wide balance lives in the extras),
+/// so it marks a vacant slot of the table.
+impl Vacancy for PackedBucket {
+    const VACANT: Self = PackedBucket {
+        flagged_balance: WIDE,
+        last_refill: 0,
+    };
+
+    #[inline(always)]
+    fn is_vacant(&self) -> bool {
+        self.flagged_balance == WIDE
     }
 }
 
@@ -591,8 +606,8 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
 
     #[inline]
     fn shard(&self, hash: u64) -> &Mutex<Shard<K>> {
-        // The table inside a shard uses the hash's low bits (slot) and top 7 bits (tag); pick the shard
-        // from a remix so that keys of one shard still spread over its whole table.
+        // The table inside a shard takes a key's home from the hash's high bits (`table::FlatMap`);
+        // pick the shard from a remix so that keys of one shard still spread over its whole table.
         let mixed = (hash ^ hash.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
         let index = if self.shard_bits == 0 {
             0
@@ -926,7 +941,6 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             if let Some((key, bucket)) = shard.entries.get(here)
                 && shard.is_evictable(key, *bucket, now, settings)
             {
-                // Removal moves no other entry, so the cursor just goes on.
                 shard.evict(here);
                 shard.stats.evicted_lossless += 1;
                 dropped += 1;
@@ -939,7 +953,9 @@ impl<K: Hash + Eq + Clone> Shard<K> {
     /// The one bounded walk the amortized sweep and the room scan share: visits up to `budget`
     /// occupied slots from the sweep cursor, stepping over at most `max_slots` slots (and at most the
     /// whole table), and leaves the cursor after the last slot stepped over. `visit` may evict the slot
-    /// it is given; `Break` ends the walk there.
+    /// it is given; `Break` ends the walk there. A removal can move a later entry of the same probe run
+    /// into the removed slot (`table`), so after one the walk looks at that slot again: a walk over
+    /// every slot visits every entry.
     fn walk_from_cursor(
         &mut self,
         budget: usize,
@@ -951,19 +967,26 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             return;
         }
         let mut inspected = 0;
+        let mut stepped = 0;
         let mut pos = self.sweep_cursor % slots;
-        for _ in 0..max_slots.min(slots) {
-            if inspected == budget {
-                break;
-            }
-            let here = pos;
-            pos = (pos + 1) % slots;
-            if self.entries.get(here).is_none() {
+        while stepped < max_slots.min(slots) && inspected < budget {
+            if self.entries.get(pos).is_none() {
+                pos = (pos + 1) % slots;
+                stepped += 1;
                 continue;
             }
             inspected += 1;
-            if visit(self, here).is_break() {
+            let live_before = self.entries.len();
+            let flow = visit(self, pos);
+            let refilled = self.entries.len() < live_before && self.entries.get(pos).is_some();
+            if flow.is_break() {
+                // Stepping over this slot leaves a moved-in entry for the next walk, like any other.
+                pos = (pos + 1) % slots;
                 break;
+            }
+            if !refilled {
+                pos = (pos + 1) % slots;
+                stepped += 1;
             }
         }
         self.sweep_cursor = pos;

@@ -328,3 +328,30 @@ fn a_reused_request_id_replaces_its_dead_record() {
         "100's record must still be there: charged once"
     );
 }
+
+/// `sweep_at` drops every evictable bucket and keeps every other one, whatever the table's layout:
+/// removing an entry moves later entries of its probe run back, possibly into the slot the sweep just
+/// cleared, and the sweep must still see them. 20,000 keys in one shard make long runs likely; every
+/// third key is kept by an override, the rest are full again by the sweep's time.
+#[test]
+fn a_full_sweep_drops_every_evictable_bucket_and_keeps_the_rest() {
+    let limiter: Limiter<u64> = Limiter::builder(config(2, "1/s"))
+        .sweep_per_op(0)
+        .shards(1)
+        .hasher_seed(7)
+        .build();
+    for key in 0..20_000u64 {
+        limiter.acquire_at(&key, 1, SECOND).unwrap();
+        if key % 3 == 0 {
+            limiter
+                .reconfigure_at(&key, config(2, "1/s"), SECOND)
+                .unwrap();
+        }
+    }
+    let kept = (0..20_000u64).filter(|key| key % 3 == 0).count();
+    assert_eq!(limiter.sweep_at(10 * SECOND), 20_000 - kept);
+    assert_eq!(limiter.len(), kept);
+    for key in 0..20_000u64 {
+        assert_eq!(limiter.inspect(&key).is_some(), key % 3 == 0, "key {key}");
+    }
+}
