@@ -1024,6 +1024,35 @@ mod tests {
         (bucket.has_extra(), bucket.is_wide(), wide_balance)
     }
 
+    /// The shard a key goes to and its home slot inside that shard's table are independent: the
+    /// keys of each shard spread over its whole table, so a lookup reads no more slots than linear
+    /// probing predicts at that load, `(1 + 1 / (1 - load)) / 2` (Knuth), with both hashers.
+    #[test]
+    fn keys_spread_over_each_shard_table_as_linear_probing_predicts() {
+        let config = Config::new(4, Rate::per_second(1)).unwrap();
+        for seed in [None, Some(3)] {
+            let mut builder = Limiter::builder(config).shards(8);
+            if let Some(seed) = seed {
+                builder = builder.hasher_seed(seed);
+            }
+            let limiter: Limiter<u64> = builder.build();
+            for key in 0..400_000u64 {
+                limiter.acquire_at(&key, 1, 0).unwrap();
+            }
+            for shard in limiter.shards.iter() {
+                let shard = lock(&shard.0);
+                let load = shard.entries.load();
+                let predicted = (1.0 + 1.0 / (1.0 - load)) / 2.0;
+                let measured = shard.entries.mean_probe_length();
+                assert!(
+                    measured <= 1.2 * predicted,
+                    "seed {seed:?}: {measured:.2} slots per lookup at load {load:.3}, \
+                     predicted {predicted:.2}"
+                );
+            }
+        }
+    }
+
     /// A balance that leaves the wide range (`>= 2^62` units) moves back into its bucket, and the
     /// key's side-map entry goes with it when nothing else is in it; an override keeps the entry.
     #[test]

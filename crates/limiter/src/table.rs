@@ -237,6 +237,26 @@ impl<K: Hash + Eq, V: Vacancy, S: BuildHasher> FlatMap<K, V, S> {
     }
 }
 
+#[cfg(test)]
+impl<K: Hash + Eq, V: Vacancy, S: BuildHasher> FlatMap<K, V, S> {
+    /// The mean number of slots a successful lookup reads, over every entry.
+    pub(crate) fn mean_probe_length(&self) -> f64 {
+        let slots = self.slots.len();
+        let total: usize = (0..slots)
+            .filter_map(|pos| {
+                let (key, _) = self.get(pos)?;
+                Some((pos + slots - Self::home(self.hasher.hash_one(key), slots)) % slots + 1)
+            })
+            .sum();
+        total as f64 / self.len.max(1) as f64
+    }
+
+    /// The fraction of slots in use.
+    pub(crate) fn load(&self) -> f64 {
+        self.len as f64 / self.slots.len().max(1) as f64
+    }
+}
+
 impl<K, V: Vacancy, S> Drop for FlatMap<K, V, S> {
     fn drop(&mut self) {
         if !std::mem::needs_drop::<K>() {
