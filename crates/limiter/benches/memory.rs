@@ -1,11 +1,14 @@
 //! Resident bytes per key at 1,000,000 keys: bucketproof's `Limiter<u64>` against governor 0.10's keyed
-//! DashMap limiter (issue 2, "Figures").
+//! DashMap limiter (issue 2, "Figures"), and the same at other key counts, because a table's bytes per
+//! key depend on where its growth steps fall: one size alone could flatter either side.
 //!
 //! A counting `#[global_allocator]` (a thin wrapper around `System`) keeps the number of live heap
-//! bytes. Each limiter is built, filled with keys `0..1,000,000` (one acquire each, at one instant, so
-//! nothing is full and nothing is swept), and the live bytes it holds (the delta from just before
+//! bytes. Each limiter is built, filled with keys `0..n` (one acquire each, at one instant, so nothing
+//! is full and nothing is swept), and the live bytes it holds (the delta from just before
 //! construction) are divided by the key count. This counts what the allocator handed out, not
-//! page-level RSS, and the same way for both. Not a criterion bench: it prints.
+//! page-level RSS, and the same way for both. Not a criterion bench: it prints. Figures move by a few
+//! percent between runs, because each run's random hasher seed deals the keys to the shards a little
+//! differently and each shard's table grows on its own.
 //!
 //! Run: `cargo bench -p bucketproof-limiter --bench memory`.
 
@@ -16,7 +19,9 @@ use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bucketproof_limiter::{AcquireError, Acquired, Config, Decision, Limiter, Rate};
+use bucketproof_limiter::{
+    AcquireError, Acquired, Config, Decision, EvictionPolicy, Limiter, Rate,
+};
 use governor::clock::FakeRelativeClock;
 use governor::{Quota, RateLimiter};
 
@@ -61,6 +66,10 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 const KEYS: u64 = 1_000_000;
+/// `Limiter::new`'s key bound.
+const DEFAULT_MAX_KEYS: u64 = 1 << 20;
+/// The other key counts of the sweep: both sides of several growth steps of both tables.
+const SWEEP: [u64; 6] = [100_000, 250_000, 500_000, 750_000, 1_500_000, 2_000_000];
 const START_NS: u64 = 1_000_000_000;
 
 fn live() -> usize {
@@ -78,18 +87,26 @@ fn config() -> Config {
     Config::new(4, Rate::per(1, Duration::from_secs(2)).unwrap()).unwrap()
 }
 
-fn ours(name: &str, build: impl FnOnce() -> Limiter<u64>) {
+/// Live bytes per key of our limiter with defaults (the key bound raised to twice `keys` when the
+/// default is too small: the bound is per shard, and the shards do not get exactly equal shares),
+/// filled with `keys` keys.
+fn ours(keys: u64) -> (usize, usize) {
     let before = live();
-    let limiter = build();
-    for key in 0..KEYS {
+    let limiter: Limiter<u64> = if keys > DEFAULT_MAX_KEYS {
+        Limiter::builder(config())
+            .max_keys(2 * keys as usize, EvictionPolicy::default())
+            .build()
+    } else {
+        Limiter::new(config())
+    };
+    for key in 0..keys {
         limiter.acquire_at(&key, 1, START_NS).unwrap();
     }
-    let bytes = live() - before;
-    report(name, bytes, limiter.len());
-    drop(limiter);
+    (live() - before, limiter.len())
 }
 
-fn governor() {
+/// The same for governor's keyed limiter.
+fn governor(keys: u64) -> (usize, usize) {
     let before = live();
     let clock = FakeRelativeClock::default();
     clock.advance(Duration::from_nanos(START_NS));
@@ -97,16 +114,10 @@ fn governor() {
         .unwrap()
         .allow_burst(NonZeroU32::new(4).unwrap());
     let limiter = RateLimiter::dashmap_with_clock(quota, clock);
-    for key in 0..KEYS {
+    for key in 0..keys {
         let _ = limiter.check_key(&key);
     }
-    let bytes = live() - before;
-    report(
-        "governor 0.10 keyed (DashMap, u64 keys)",
-        bytes,
-        limiter.len(),
-    );
-    drop(limiter);
+    (live() - before, limiter.len())
 }
 
 fn main() {
@@ -117,10 +128,10 @@ fn main() {
         size_of::<Result<Acquired, AcquireError>>(),
         size_of::<Result<Decision, AcquireError>>()
     );
-    ours("bucketproof Limiter<u64> (defaults)", || {
-        Limiter::new(config())
-    });
-    governor();
+    let (bytes, keys) = ours(KEYS);
+    report("bucketproof Limiter<u64> (defaults)", bytes, keys);
+    let (bytes, keys) = governor(KEYS);
+    report("governor 0.10 keyed (DashMap, u64 keys)", bytes, keys);
     let before = live();
     let proto = common::FlatKeyedProto::new(config());
     for key in 0..KEYS {
@@ -131,4 +142,17 @@ fn main() {
         live() - before,
         proto.len(),
     );
+    println!("\nbytes per key at other key counts (ours / governor):");
+    for keys in SWEEP {
+        let (our_bytes, our_keys) = ours(keys);
+        let (peer_bytes, peer_keys) = governor(keys);
+        let (ours_per_key, peer_per_key) = (
+            our_bytes as f64 / our_keys as f64,
+            peer_bytes as f64 / peer_keys as f64,
+        );
+        println!(
+            "{keys:>9} keys  {ours_per_key:>6.2} B / {peer_per_key:>6.2} B  ratio {:.2}",
+            ours_per_key / peer_per_key
+        );
+    }
 }
