@@ -22,12 +22,14 @@
 //! An insert may grow the table (every position changes). A removal shifts later entries of its run
 //! back, possibly into the removed position itself, and moves nothing else: a cursor walking over
 //! `0..slots()` that looks at a position again after removing there visits every entry (`keyed.rs`,
-//! `walk_from_cursor`). Nothing
-//! stores a hash: a resize or a shift re-hashes the keys it moves, which for the fixed-size keys a
-//! limiter sees is cheaper than the memory a stored hash would cost.
+//! `walk_from_cursor`). Nothing stores a hash: a resize or a shift re-hashes the keys it moves, which
+//! for the fixed-size keys a limiter sees is cheaper than the memory a stored hash would cost.
+//!
+//! A panic in the key's `Hash` or `Eq` (user code) can leak keys or leave an entry unreachable, never
+//! read an uninitialized key: every slot is marked vacant before its key is moved out.
 //!
 //! Heap keys: probing compares keys, not hash tags, so a `String` key of the probed length costs a
-//! pointer chase per probe (1.5-3.8 probes on average at 70-85% full). Limiter keys are mostly
+//! pointer chase per probe (2.2-3.8 probes on average at 70-85% full). Limiter keys are mostly
 //! integers, addresses and short ids; the trade is written down here so it is a choice.
 
 use std::hash::{BuildHasher, Hash};
@@ -292,6 +294,12 @@ mod tests {
 
     type Map = FlatMap<u64, Value, ahash::RandomState>;
 
+    /// Miri (which checks the `unsafe` blocks: `cargo +nightly miri test -p bucketproof-limiter --lib
+    /// table::tests`) runs these about 10,000 times slower, so it gets shorter runs.
+    const fn scaled(steps: u64) -> u64 {
+        if cfg!(miri) { steps / 10 } else { steps }
+    }
+
     fn hasher() -> ahash::RandomState {
         ahash::RandomState::with_seeds(1, 2, 3, 4)
     }
@@ -337,9 +345,10 @@ mod tests {
         let mut map = Map::with_hasher(hasher());
         let mut model = HashMap::new();
         let mut random = XorShift(0x2545_F491_4F6C_DD1D);
-        for step in 0..20_000u64 {
+        let steps = scaled(20_000);
+        for step in 0..steps {
             let state = random.next();
-            let remove = (state % 100) < if step < 10_000 { 30 } else { 70 };
+            let remove = (state % 100) < if step < steps / 2 { 30 } else { 70 };
             if remove && map.slots() > 0 {
                 let pos = (state >> 8) as usize % map.slots();
                 match map.get(pos).map(|(key, value)| (*key, *value)) {
@@ -374,7 +383,7 @@ mod tests {
     fn the_table_stays_between_70_and_85_percent_full_as_it_grows() {
         let mut map = Map::with_hasher(hasher());
         let mut grew = 0;
-        for key in 0..300_000u64 {
+        for key in 0..scaled(300_000) {
             let slots_before = map.slots();
             map.insert_new(map.hasher.hash_one(key), key, Value(key));
             grew += usize::from(map.slots() != slots_before);
@@ -384,7 +393,7 @@ mod tests {
                 assert!(load >= 0.70, "{} keys in {} slots", map.len(), map.slots());
             }
         }
-        assert!(grew > 40, "grew {grew} times");
+        assert!(grew > 30, "grew {grew} times");
     }
 
     /// A walk over the positions that looks at a position again after removing there (what
