@@ -535,9 +535,12 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
             .iter()
             .map(|shard| {
                 let mut shard = lock(&shard.0);
-                let (len, slots) = (shard.entries.len(), shard.entries.slots());
+                let slots = shard.entries.slots();
                 shard.sweep_cursor = 0;
-                shard.sweep_some(now, len, slots, &self.settings)
+                // Bounded by the slots, not by the entries: a walk can look at an entry twice (one
+                // that a removal near the end moved back from the start of a wrapped probe run), so
+                // a budget of `len` visits could end it before the last slots.
+                shard.sweep_some(now, usize::MAX, slots, &self.settings)
             })
             .sum()
     }
@@ -1051,6 +1054,77 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A full sweep drops every evictable bucket even when it must look at one entry twice: here a
+    /// probe run wraps from the table's last slots to slot 0, the sweep (which starts at slot 0)
+    /// keeps the wrapped entry there, then evicts a bucket near the end, which moves that entry back
+    /// into the freed slot, where the walk looks at it again. The last slot holds an evictable
+    /// bucket; a sweep that allowed only one visit per live entry would stop before it.
+    #[test]
+    fn a_full_sweep_reaches_the_last_slot_after_looking_at_a_wrapped_entry_twice() {
+        const SECOND: Nanos = 1_000_000_000;
+        let config = Config::new(2, Rate::per_second(1)).unwrap();
+        let limiter: Limiter<u64> = Limiter::builder(config)
+            .shards(1)
+            .sweep_per_op(0)
+            .hasher_seed(5)
+            .build();
+        let pinned = |key: u64| {
+            limiter.acquire_at(&key, 1, SECOND).unwrap();
+            limiter.reconfigure_at(&key, config, SECOND).unwrap();
+        };
+        for filler in 0..40 {
+            pinned(filler);
+        }
+        let slots = lock(&limiter.shards[0].0).entries.slots();
+        let home = |key: u64| {
+            FlatMap::<u64, PackedBucket, KeyHasher>::home(limiter.hasher.hash_one(key), slots)
+        };
+        let position = |key: u64| {
+            let shard = lock(&limiter.shards[0].0);
+            shard
+                .find(limiter.hasher.hash_one(key), &key)
+                .map(|(_, pos)| pos)
+        };
+        // Clear the wrap region (the last three slots and slot 0) of fillers.
+        let region = [slots - 3, slots - 2, slots - 1, 0];
+        while let Some(filler) =
+            (0..40).find(|&key| position(key).is_some_and(|p| region.contains(&p)))
+        {
+            assert!(limiter.forget(&filler));
+        }
+        let fillers = limiter.len();
+        assert!(
+            (fillers + 4) * 20 <= slots * 17,
+            "the four keys below must not grow the table"
+        );
+        let with_home = |wanted: usize, skip: u64| {
+            (1_000..)
+                .filter(|&key| home(key) == wanted)
+                .nth(skip as usize)
+                .unwrap()
+        };
+        let (evicted_early, kept, evicted_last) = (
+            with_home(slots - 3, 0),
+            with_home(slots - 2, 0),
+            with_home(slots - 1, 0),
+        );
+        let wrapped = with_home(slots - 3, 1);
+        limiter.acquire_at(&evicted_early, 1, SECOND).unwrap();
+        pinned(kept);
+        limiter.acquire_at(&evicted_last, 1, SECOND).unwrap();
+        pinned(wrapped);
+        assert_eq!(
+            [evicted_early, kept, evicted_last, wrapped].map(position),
+            [Some(slots - 3), Some(slots - 2), Some(slots - 1), Some(0)]
+        );
+        assert_eq!(limiter.sweep_at(10 * SECOND), 2);
+        assert_eq!(
+            [evicted_early, kept, evicted_last, wrapped].map(position),
+            [None, Some(slots - 2), None, Some(slots - 3)]
+        );
+        assert_eq!(limiter.len(), fillers + 2);
     }
 
     /// A balance that leaves the wide range (`>= 2^62` units) moves back into its bucket, and the

@@ -94,7 +94,7 @@ impl<K: Hash + Eq, V: Vacancy, S: BuildHasher> FlatMap<K, V, S> {
 
     /// The home position of a hash in a table of `slots` positions (`slots > 0`).
     #[inline(always)]
-    fn home(hash: u64, slots: usize) -> usize {
+    pub(crate) fn home(hash: u64, slots: usize) -> usize {
         ((u128::from(hash) * slots as u128) >> 64) as usize
     }
 
