@@ -66,8 +66,6 @@ unsafe impl GlobalAlloc for Counting {
 static ALLOCATOR: Counting = Counting;
 
 const KEYS: u64 = 1_000_000;
-/// `Limiter::new`'s key bound.
-const DEFAULT_MAX_KEYS: u64 = 1 << 20;
 /// The other key counts of the sweep: both sides of several growth steps of both tables.
 const SWEEP: [u64; 6] = [100_000, 250_000, 500_000, 750_000, 1_500_000, 2_000_000];
 const START_NS: u64 = 1_000_000_000;
@@ -91,8 +89,9 @@ fn config() -> Config {
 /// default is too small: the bound is per shard, and the shards do not get exactly equal shares),
 /// filled with `keys` keys.
 fn ours(keys: u64) -> (usize, usize) {
+    let default_bound = Limiter::<u64>::new(config()).key_bound();
     let before = live();
-    let limiter: Limiter<u64> = if keys > DEFAULT_MAX_KEYS {
+    let limiter: Limiter<u64> = if keys as usize > default_bound {
         Limiter::builder(config())
             .max_keys(2 * keys as usize, EvictionPolicy::default())
             .build()
