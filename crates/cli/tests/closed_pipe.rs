@@ -103,6 +103,11 @@ fn every_subcommand_ends_quietly_when_stdout_and_stderr_are_both_closed() {
     for (args, code) in cases(&dir) {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = with_closed_stdout(&args, true);
-        assert_eq!(out.status.code(), Some(code), "bucketproof {}", args.join(" "));
+        assert_eq!(
+            out.status.code(),
+            Some(code),
+            "bucketproof {}",
+            args.join(" ")
+        );
     }
 }

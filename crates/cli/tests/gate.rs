@@ -214,7 +214,12 @@ fn scale_zero_is_a_usage_error() {
         &["run", "exact-refill", "--scale", "0"][..],
     ] {
         let out = bucketproof(args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
     }
     let out = command(&workspace())
         .args(["run", "exact-refill"])
@@ -259,7 +264,10 @@ fn help_text_names_no_issues() {
         let out = bucketproof(args);
         let stdout = text(&out.stdout);
         assert_eq!(out.status.code(), Some(0));
-        assert!(!stdout.to_lowercase().contains("issue"), "{args:?}:\n{stdout}");
+        assert!(
+            !stdout.to_lowercase().contains("issue"),
+            "{args:?}:\n{stdout}"
+        );
     }
 }
 
