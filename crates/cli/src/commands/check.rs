@@ -53,7 +53,7 @@ pub fn check(args: CheckArgs, out: &mut Out) -> Result<u8, Fatal> {
         out.line(outcome.summary_line())?;
     }
     if outcome.verdict() == Verdict::NothingChecked {
-        note("error: nothing was checked (every run skipped); --allow-skips accepts that");
+        note("error: nothing was checked (no run passed); --allow-skips accepts a gate whose runs all skipped");
     }
     Ok(outcome.verdict().exit_code())
 }

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use bucketproof_harness::engine::{Counterexample, Replayed, replay};
+use bucketproof_harness::gate::known_subjects;
 
 use crate::fatal::Fatal;
 use crate::out::Out;
@@ -26,13 +27,7 @@ pub fn replay_file(file: &Path, out: &mut Out) -> Result<u8, Fatal> {
         ))
     })?;
     let registry = project::registry();
-    if !registry.names().contains(&counterexample.subject) {
-        return Err(Fatal(format!(
-            "unknown subject {:?}; known: {}",
-            counterexample.subject,
-            registry.names().join(", ")
-        )));
-    }
+    known_subjects(&registry, std::slice::from_ref(&counterexample.subject))?;
     out.line(format!(
         "replaying {} ({} seed {}, subject {}): {} ops",
         file.display(),

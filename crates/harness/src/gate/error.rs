@@ -34,9 +34,18 @@ pub enum GateError {
         /// Every buildable name, joined.
         known: String,
     },
-    /// An option is out of range or contradicts another.
-    #[error("{0}")]
-    Option(String),
+    /// [`super::GateOptions::seeds`] is `Some(0)`.
+    #[error("the seed count must be at least 1")]
+    ZeroSeeds,
+    /// [`super::GateOptions::scale`] is 0.
+    #[error("the scale must be at least 1")]
+    ZeroScale,
+    /// Reports are written or checked at scale 1 only: a scaled run would not match them.
+    #[error("reports are written and checked at scale 1 only, not at scale {scale}")]
+    ScaledReports {
+        /// The scale asked for.
+        scale: u64,
+    },
     /// The reports directory exists and is not a directory.
     #[error("{path}: the reports directory is not a directory")]
     ReportsNotADirectory {

@@ -56,7 +56,7 @@ use std::path::{Path, PathBuf};
 pub use self::counts::{Counts, Verdict};
 pub use self::error::GateError;
 pub use self::options::{GateOptions, ReportMode};
-pub use self::plan::load_scenarios;
+pub use self::plan::{known_subjects, load_scenarios};
 
 use crate::engine::{Engine, EngineOptions, RunResult};
 use crate::report::ScenarioReport;

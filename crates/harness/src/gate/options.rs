@@ -69,17 +69,13 @@ impl GateOptions {
     /// Checks every option; see the module doc.
     pub fn validate(&self) -> Result<(), GateError> {
         if self.seeds == Some(0) {
-            return Err(GateError::Option(
-                "the seed count must be at least 1".into(),
-            ));
+            return Err(GateError::ZeroSeeds);
         }
         if self.scale == 0 {
-            return Err(GateError::Option("the scale must be at least 1".into()));
+            return Err(GateError::ZeroScale);
         }
         if self.scale != 1 && self.reports != ReportMode::Skip {
-            return Err(GateError::Option(
-                "reports are written and checked at scale 1 only".into(),
-            ));
+            return Err(GateError::ScaledReports { scale: self.scale });
         }
         if self.reports_dir.exists() && !self.reports_dir.is_dir() {
             return Err(GateError::ReportsNotADirectory {
@@ -125,13 +121,16 @@ mod tests {
     fn out_of_range_numbers_are_refused() {
         let mut options = GateOptions::new("reports");
         options.scale = 0;
-        assert!(matches!(options.validate(), Err(GateError::Option(_))));
+        assert!(matches!(options.validate(), Err(GateError::ZeroScale)));
         options.scale = 2;
         options.reports = ReportMode::Check;
-        assert!(matches!(options.validate(), Err(GateError::Option(_))));
+        assert!(matches!(
+            options.validate(),
+            Err(GateError::ScaledReports { scale: 2 })
+        ));
         let mut options = GateOptions::new("reports");
         options.seeds = Some(0);
-        assert!(matches!(options.validate(), Err(GateError::Option(_))));
+        assert!(matches!(options.validate(), Err(GateError::ZeroSeeds)));
     }
 
     #[test]

@@ -90,8 +90,8 @@ fn seeds(scenario: &Scenario, count: Option<usize>) -> Result<Vec<u64>, GateErro
     Ok(scenario.seeds_to_run(count))
 }
 
-/// Refuses a subject name the registry cannot build.
-pub(super) fn known_subjects(registry: &Registry, names: &[String]) -> Result<(), GateError> {
+/// Refuses a subject name the registry cannot build (before anything runs, unlike a build error).
+pub fn known_subjects(registry: &Registry, names: &[String]) -> Result<(), GateError> {
     let known = registry.names();
     match names.iter().find(|name| !known.contains(name)) {
         Some(name) => Err(GateError::UnknownSubject {
