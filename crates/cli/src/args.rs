@@ -1,7 +1,8 @@
 //! The command line as clap parses it: every subcommand, flag, default and environment variable.
 //!
-//! Owns the syntax only; promises that a value clap accepts is in range (`--scale` is at least 1), so
-//! the commands never re-check it. Turning arguments into gate options is each command's job.
+//! Owns the syntax only: flags, defaults, environment variables, and the ranges clap can check
+//! itself (`--scale` is at least 1). Turning arguments into gate options is each command's job; the
+//! gate checks what clap cannot (output paths, option combinations).
 
 use std::path::PathBuf;
 

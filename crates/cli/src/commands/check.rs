@@ -53,7 +53,9 @@ pub fn check(args: CheckArgs, out: &mut Out) -> Result<u8, Fatal> {
         out.line(outcome.summary_line())?;
     }
     if outcome.verdict() == Verdict::NothingChecked {
-        note("error: nothing was checked (no run passed); --allow-skips accepts a gate whose runs all skipped");
+        note(
+            "error: nothing was checked (no run passed); --allow-skips accepts a gate whose runs all skipped",
+        );
     }
     Ok(outcome.verdict().exit_code())
 }

@@ -156,20 +156,20 @@ impl<'a> Gate<'a> {
             .zip(&results)
             .map(|(scenario, runs)| ScenarioReport::new(scenario, runs))
             .collect();
-        let stale = files::reports(&self.options, &reports)?;
         let counts = Counts::of(results.iter().flatten());
-        let outcome = GateOutcome {
+        // JUnit first: a CI dashboard still gets the runs if a report cannot be written.
+        if let Some(path) = &self.options.junit {
+            files::write(path, &junit::render(&reports, &counts))?;
+        }
+        let stale = files::reports(&self.options, &reports)?;
+        Ok(GateOutcome {
             verdict: counts.verdict(!stale.is_empty(), self.options.allow_skips),
             counts,
             scenarios: plan.scenarios.len(),
             reports,
             results: results.into_iter().flatten().collect(),
             stale,
-        };
-        if let Some(path) = &self.options.junit {
-            files::write(path, &junit::render(&outcome.reports, &outcome.counts))?;
-        }
-        Ok(outcome)
+        })
     }
 
     /// One scenario, seed and subject, as `check` runs it (scaled the same way, its counterexample

@@ -1,7 +1,8 @@
 //! The gate's summaries: one text line and a JSON document, both from the same [`super::Counts`].
 //!
-//! Promise: no timings (the JSON is as reproducible as the reports); the text line's "passed",
-//! "failed", "errors" and "skipped" are the JSON's `runs`-split and the JUnit file's counts.
+//! Promise: no timings (the JSON is as reproducible as the reports); the text line's passed, failed,
+//! errors and skipped, the JSON's `runs`, `failures`, `errors` and `skipped`, and the JUnit file's
+//! totals are the same [`super::Counts`].
 
 use serde::Serialize;
 
