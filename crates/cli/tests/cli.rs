@@ -1,36 +1,13 @@
 //! The `bucketproof` binary end to end, as CI and a user run it: the gate passes on main with one JUnit
 //! test case per scenario-seed and fresh committed reports; `run` is byte-reproducible; a broken subject
-//! fails the gate with a counterexample of at most 6 ops that `replay` reproduces; a malformed scenario is
-//! a usage error naming file, line and column.
+//! (a mutant of the catalogue, which the shipped binary registers) fails the gate with a counterexample
+//! of at most `MAX_COUNTEREXAMPLE_OPS` ops that `replay` reproduces; a malformed scenario is a usage
+//! error naming file, line and column.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn bucketproof(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_bucketproof"))
-        .args(args)
-        .current_dir(workspace())
-        .env("CI", "true") // plain lines, no progress bar
-        .env_remove("BUCKETPROOF_SCALE")
-        .output()
-        .expect("the binary runs")
-}
-
-/// A fresh directory for one test's outputs.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("bucketproof-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
+use bucketproof_harness::gate::MAX_COUNTEREXAMPLE_OPS;
+use common::{FAILING_SCENARIO, FAILING_SUBJECT, bucketproof, scratch, text, workspace};
 
 #[test]
 fn check_passes_on_main_with_one_junit_case_per_scenario_seed_and_fresh_reports() {
@@ -83,23 +60,27 @@ fn a_broken_subject_fails_with_a_small_counterexample_that_replay_reproduces() {
     let dir = scratch("broken");
     let out = bucketproof(&[
         "check",
-        "scenarios/repeated-denials.toml",
+        FAILING_SCENARIO,
         "--subject",
-        "broken:charges-denials",
+        FAILING_SUBJECT,
         "--reports",
         dir.to_str().unwrap(),
     ]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let failures = dir.join("failures");
-    let file = failures.join("repeated-denials-seed1-broken-charges-denials.json");
+    let file = failures.join("repeated-denials-seed1-mutant-charge-denied.json");
     let replay_command = format!("bucketproof replay {}", file.display());
     assert!(stderr.contains(&replay_command), "{stderr}");
 
     let counterexample: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let ops = counterexample["ops"].as_array().unwrap();
-    assert!(ops.len() <= 6, "{} ops: {ops:?}", ops.len());
+    assert!(
+        ops.len() <= MAX_COUNTEREXAMPLE_OPS,
+        "{} ops: {ops:?}",
+        ops.len()
+    );
     for field in [
         "scenario",
         "seed",
@@ -155,13 +136,7 @@ fn list_names_scenarios_and_subjects() {
     let out = bucketproof(&["list"]);
     assert_eq!(out.status.code(), Some(0));
     let stdout = text(&out.stdout);
-    for name in [
-        "exact-refill",
-        "rollback",
-        "core",
-        "model",
-        "broken:charges-denials",
-    ] {
+    for name in ["exact-refill", "rollback", "core", "model", FAILING_SUBJECT] {
         assert!(stdout.contains(name), "{stdout}");
     }
 }

@@ -503,7 +503,11 @@ gap = "100ms"
         let result = engine.run(&scenario(), 1, CHARGES_DENIALS);
         assert_eq!(result.status.word(), "fail");
         let counterexample = result.counterexample.expect("a counterexample");
-        assert!(counterexample.ops.len() <= 6, "{:?}", counterexample.ops);
+        assert!(
+            counterexample.ops.len() <= crate::gate::MAX_COUNTEREXAMPLE_OPS,
+            "{:?}",
+            counterexample.ops
+        );
         assert_eq!(
             replay(&registry, &counterexample),
             Replayed::Reproduced(counterexample.violation.clone())

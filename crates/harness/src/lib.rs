@@ -14,6 +14,7 @@
 
 pub mod compare;
 pub mod engine;
+pub mod gate;
 pub mod oracle;
 pub mod report;
 pub mod runner;

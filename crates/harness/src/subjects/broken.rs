@@ -1,8 +1,10 @@
-//! TEST FIXTURE: deliberately broken subjects, so the gate, the shrinker and `replay` can be shown to
-//! catch a bug end to end (crates/cli/tests). Not implementations of anything; never use them for real.
+//! TEST FIXTURE: deliberately broken subjects, so the engine, the gate, the shrinker and `replay` can
+//! be shown to catch a bug end to end. Not implementations of anything; never use them for real.
 //!
-//! The mutants crate (`crates/mutants`) holds the real catalogue of broken limiters; this fixture exists
-//! so the CLI's own tests do not depend on it.
+//! Compiled only for this crate's unit tests and with the `test-fixtures` feature, which only
+//! dev-dependencies enable: no shipped binary can register them. The mutants crate
+//! (`crates/mutants`) holds the real catalogue of broken limiters; this fixture exists so the
+//! harness's own tests do not depend on it.
 
 use super::CoreSubject;
 use crate::subject::{Amount, Inspected, Observed, Subject, SubjectError, SubjectFactory};

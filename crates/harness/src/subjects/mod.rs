@@ -3,6 +3,7 @@
 //! Each adapter is small: it maps [`crate::Subject`] calls onto one implementation. Names are stable
 //! because they appear in reports and replay commands.
 
+#[cfg(any(test, feature = "test-fixtures"))]
 pub mod broken;
 pub mod core;
 pub mod float;

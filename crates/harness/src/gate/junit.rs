@@ -1,8 +1,11 @@
 //! JUnit XML for CI dashboards: one `<testsuite>` per scenario, one `<testcase>` per seed and subject.
 //! No timings (the `time` attributes are omitted), so the file is reproducible.
+//!
+//! Promise: the totals are the gate's [`Counts`], the same numbers the text and JSON summaries show.
 
-use bucketproof_harness::engine::Status;
-use bucketproof_harness::report::ScenarioReport;
+use super::Counts;
+use crate::engine::Status;
+use crate::report::ScenarioReport;
 
 fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -20,25 +23,21 @@ fn escape(text: &str) -> String {
     out
 }
 
-/// The whole document.
-pub fn render(reports: &[ScenarioReport]) -> String {
-    let count = |f: &dyn Fn(&Status) -> bool| {
-        reports
-            .iter()
-            .flat_map(|r| &r.runs)
-            .filter(|run| f(&run.status))
-            .count()
-    };
-    let tests = count(&|_| true);
-    let failures = count(&|s| s.is_failure());
-    let errors = count(&|s| matches!(s, Status::Error { .. }));
-    let skipped = count(&|s| matches!(s, Status::Skipped { .. }));
+/// The whole document; `counts` are the totals of `reports`' runs.
+pub(super) fn render(reports: &[ScenarioReport], counts: &Counts) -> String {
+    let Counts {
+        runs: tests,
+        failed: failures,
+        errors,
+        skipped,
+        ..
+    } = *counts;
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     out.push_str(&format!(
         "<testsuites name=\"bucketproof\" tests=\"{tests}\" failures=\"{failures}\" errors=\"{errors}\" skipped=\"{skipped}\">\n"
     ));
     for report in reports {
-        let suite_failures = report.runs.iter().filter(|r| r.status.is_failure()).count();
+        let suite_failures = Counts::of_statuses(report.runs.iter().map(|r| &r.status)).failed;
         out.push_str(&format!(
             "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{suite_failures}\">\n",
             escape(&report.scenario),

@@ -4,7 +4,7 @@
 //! tick labels are formatted by plotters from the same `f64`s, and text is emitted as `<text>` elements
 //! (no font files are read: plotters estimates text extents itself without its `ttf` feature).
 
-use bucketproof_harness::runner::Sample;
+use crate::runner::Sample;
 use plotters::prelude::*;
 
 const SIZE: (u32, u32) = (720, 360);
@@ -80,7 +80,7 @@ fn line_chart(
 }
 
 /// The sampled key's balance over time: the subject's and the model's.
-pub fn balance(scenario: &str, key: u64, samples: &[Sample]) -> Result<String, String> {
+pub(super) fn balance(scenario: &str, key: u64, samples: &[Sample]) -> Result<String, String> {
     let xs = seconds(samples);
     line_chart(
         &format!("{scenario}: balance of key {key}"),
@@ -102,7 +102,7 @@ pub fn balance(scenario: &str, key: u64, samples: &[Sample]) -> Result<String, S
 }
 
 /// Admitted cost on the sampled key against the arrival-curve bound (capacity + rate * elapsed).
-pub fn arrival(scenario: &str, key: u64, samples: &[Sample]) -> Result<String, String> {
+pub(super) fn arrival(scenario: &str, key: u64, samples: &[Sample]) -> Result<String, String> {
     let xs = seconds(samples);
     line_chart(
         &format!("{scenario}: admitted cost vs arrival curve, key {key}"),

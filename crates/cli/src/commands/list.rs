@@ -1,0 +1,30 @@
+//! `bucketproof list`: the scenarios (ops, seeds, reach targets) and the subjects of this binary.
+
+use std::path::PathBuf;
+
+use bucketproof_harness::gate;
+
+use crate::fatal::Fatal;
+use crate::out::Out;
+use crate::project;
+
+/// Lists scenarios under `paths` (default: the project's) and every registered subject.
+pub fn list(paths: &[PathBuf], out: &mut Out) -> Result<u8, Fatal> {
+    let scenarios = gate::load_scenarios(&project::scenario_paths(paths))?;
+    out.line("scenarios:")?;
+    for scenario in &scenarios {
+        let reach: Vec<&str> = scenario.reach.iter().map(|e| e.0.as_str()).collect();
+        out.line(format!(
+            "  {:<28} {:>7} ops x {} seed(s)  reach: {}",
+            scenario.name,
+            scenario.total_ops(),
+            scenario.seeds.len(),
+            reach.join(", ")
+        ))?;
+    }
+    out.line("subjects:")?;
+    for name in project::registry().names() {
+        out.line(format!("  {name}"))?;
+    }
+    Ok(0)
+}

@@ -1,0 +1,9 @@
+//! One file per subcommand. Each turns its arguments into harness calls, writes its results through
+//! [`crate::out::Out`] and returns its exit code; none of them decides a verdict the harness decides.
+
+pub mod check;
+pub mod compare;
+pub mod list;
+pub mod mutants;
+pub mod replay;
+pub mod run;

@@ -1,0 +1,68 @@
+//! What the shipped binary knows about the project it runs in: its subjects (the registry), where
+//! its scenarios are, and where its files go.
+//!
+//! Promise: files go to the project's `reports/` (beside its `scenarios/`) unless a flag names
+//! another directory; a scenario's own path never decides it. Only real subjects are registered:
+//! the harness's test fixtures are not reachable from this binary.
+
+use std::path::{Path, PathBuf};
+
+use bucketproof_harness::Registry;
+use bucketproof_harness::scenario::{self, Scenario};
+
+use crate::fatal::Fatal;
+
+/// Every subject the CLI can build: the harness's own and the mutation catalogue (`mutant:<slug>`).
+pub fn registry() -> Registry {
+    Registry::default().with(bucketproof_mutants::MutantSubjects)
+}
+
+/// The project's scenarios: `./scenarios` (run from a clone), else the workspace's.
+pub fn scenarios_dir() -> PathBuf {
+    let local = PathBuf::from("scenarios");
+    if local.is_dir() {
+        return local;
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    workspace.canonicalize().unwrap_or(workspace)
+}
+
+/// The project's reports directory: `reports/` beside [`scenarios_dir`] (`./reports` in a clone).
+pub fn reports_dir() -> PathBuf {
+    let scenarios = scenarios_dir();
+    match scenarios.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.join("reports"),
+        _ => PathBuf::from("reports"),
+    }
+}
+
+/// The paths to load: those given, else the project's scenarios.
+pub fn scenario_paths(paths: &[PathBuf]) -> Vec<PathBuf> {
+    if paths.is_empty() {
+        vec![scenarios_dir()]
+    } else {
+        paths.to_vec()
+    }
+}
+
+/// Finds a scenario by path, or by file stem or name in the project's scenarios.
+pub fn find_scenario(spec: &str) -> Result<Scenario, Fatal> {
+    let path = Path::new(spec);
+    if path.is_file() {
+        return Ok(Scenario::load(path)?);
+    }
+    let dir = scenarios_dir();
+    let by_file = dir.join(format!("{spec}.toml"));
+    if by_file.is_file() {
+        return Ok(Scenario::load(&by_file)?);
+    }
+    scenario::load_all(&dir)?
+        .into_iter()
+        .find(|s| s.name == spec)
+        .ok_or_else(|| {
+            Fatal(format!(
+                "no scenario {spec:?}: not a file, and not a scenario name in {}",
+                dir.display()
+            ))
+        })
+}

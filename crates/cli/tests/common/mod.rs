@@ -1,0 +1,54 @@
+//! Helpers shared by the binary's end-to-end tests: run `bucketproof` from the workspace root (or a
+//! given directory) with plain terminal output, and make a fresh scratch directory per test.
+
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The workspace root (where `scenarios/` and `reports/` live).
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The binary with the environment a test controls: no progress bar, no colour variables, no scale.
+pub fn command(dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_bucketproof"));
+    command
+        .current_dir(dir)
+        .env("CI", "true") // plain lines, no progress bar
+        .env_remove("BUCKETPROOF_SCALE")
+        .env_remove("NO_COLOR")
+        .env_remove("CLICOLOR_FORCE");
+    command
+}
+
+/// Runs the binary from the workspace root.
+pub fn bucketproof(args: &[&str]) -> Output {
+    bucketproof_in(&workspace(), args)
+}
+
+/// Runs the binary from `dir`.
+pub fn bucketproof_in(dir: &Path, args: &[&str]) -> Output {
+    command(dir).args(args).output().expect("the binary runs")
+}
+
+/// A fresh directory for one test's outputs.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("bucketproof-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Lossy UTF-8, for assertion messages.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A subject of the shipped binary that fails `scenarios/repeated-denials.toml` (a denial is
+/// charged), so the end-to-end tests need no test-only subject.
+pub const FAILING_SUBJECT: &str = "mutant:charge-denied";
+
+/// A scenario `FAILING_SUBJECT` fails.
+pub const FAILING_SCENARIO: &str = "scenarios/repeated-denials.toml";

@@ -1,0 +1,103 @@
+//! From scenario files to the job list: loading (with duplicate names refused), scaling, the seeds of
+//! each scenario, and the subjects each one runs against.
+//!
+//! Promise: this is the one place a scenario's length is scaled ([`scaled`]) and its seeds are chosen
+//! ([`seeds`]); `check` and `run` both go through it, so a limit on either applies to both.
+
+use std::path::PathBuf;
+
+use super::{GateError, GateOptions, joined};
+use crate::scenario::{self, Scenario};
+use crate::subjects::Registry;
+
+/// Loads every scenario under `paths` (files or directories), in order; refuses duplicate names and
+/// an empty result.
+pub fn load_scenarios(paths: &[PathBuf]) -> Result<Vec<Scenario>, GateError> {
+    let mut scenarios: Vec<Scenario> = Vec::new();
+    for path in paths {
+        for loaded in scenario::load_all(path)? {
+            if scenarios.iter().any(|s| s.name == loaded.name) {
+                return Err(GateError::DuplicateScenario {
+                    path: path.clone(),
+                    name: loaded.name,
+                });
+            }
+            scenarios.push(loaded);
+        }
+    }
+    if scenarios.is_empty() {
+        return Err(GateError::NoScenarios {
+            paths: joined(paths),
+        });
+    }
+    Ok(scenarios)
+}
+
+/// One scenario x seed x subject.
+pub(super) struct Job {
+    /// Index into [`Plan::scenarios`].
+    pub scenario: usize,
+    pub seed: u64,
+    pub subject: String,
+}
+
+/// The scaled scenarios and every job over them, in scenario, seed, subject order.
+pub(super) struct Plan {
+    pub scenarios: Vec<Scenario>,
+    pub jobs: Vec<Job>,
+}
+
+impl Plan {
+    /// Scales the scenarios, checks every subject name, and lists the jobs; runs nothing.
+    pub fn new(
+        registry: &Registry,
+        options: &GateOptions,
+        scenarios: &[Scenario],
+    ) -> Result<Plan, GateError> {
+        let scenarios = scenarios
+            .iter()
+            .map(|scenario| scaled(scenario, options.scale))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut jobs = Vec::new();
+        for (index, scenario) in scenarios.iter().enumerate() {
+            let subjects = if options.subjects.is_empty() {
+                &scenario.subjects
+            } else {
+                &options.subjects
+            };
+            known_subjects(registry, subjects)?;
+            for seed in seeds(scenario, options.seeds)? {
+                jobs.extend(subjects.iter().map(|subject| Job {
+                    scenario: index,
+                    seed,
+                    subject: subject.clone(),
+                }));
+            }
+        }
+        Ok(Plan { scenarios, jobs })
+    }
+}
+
+/// `scenario` with its length multiplied by `scale` (at least 1).
+pub(super) fn scaled(scenario: &Scenario, scale: u64) -> Result<Scenario, GateError> {
+    let mut scenario = scenario.clone();
+    scenario.length = scenario.length.saturating_mul(scale.max(1));
+    Ok(scenario)
+}
+
+/// The seeds to run: the declared ones, or `count` of them (declared first).
+fn seeds(scenario: &Scenario, count: Option<usize>) -> Result<Vec<u64>, GateError> {
+    Ok(scenario.seeds_to_run(count))
+}
+
+/// Refuses a subject name the registry cannot build (before anything runs, unlike a build error).
+pub fn known_subjects(registry: &Registry, names: &[String]) -> Result<(), GateError> {
+    let known = registry.names();
+    match names.iter().find(|name| !known.contains(name)) {
+        Some(name) => Err(GateError::UnknownSubject {
+            name: name.clone(),
+            known: known.join(", "),
+        }),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,59 @@
+//! The gate's summaries: one text line and a JSON document, both from the same [`super::Counts`].
+//!
+//! Promise: no timings (the JSON is as reproducible as the reports); the text line's passed, failed,
+//! errors and skipped, the JSON's `runs`, `failures`, `errors` and `skipped`, and the JUnit file's
+//! totals are the same [`super::Counts`].
+
+use serde::Serialize;
+
+use super::{GateOutcome, Verdict};
+use crate::report::ScenarioReport;
+
+/// The summary `--json` prints.
+#[derive(Serialize)]
+struct JsonSummary<'a> {
+    passed: bool,
+    verdict: Verdict,
+    runs: usize,
+    failures: usize,
+    errors: usize,
+    skipped: usize,
+    scenarios: &'a [ScenarioReport],
+    stale_reports: Vec<String>,
+}
+
+pub(super) fn json(outcome: &GateOutcome) -> String {
+    let counts = &outcome.counts;
+    let summary = JsonSummary {
+        passed: outcome.verdict.passed(),
+        verdict: outcome.verdict,
+        runs: counts.runs,
+        failures: counts.failed,
+        errors: counts.errors,
+        skipped: counts.skipped,
+        scenarios: &outcome.reports,
+        stale_reports: outcome
+            .stale
+            .iter()
+            .map(|path| path.display().to_string())
+            .collect(),
+    };
+    let mut text = serde_json::to_string_pretty(&summary).expect("plain data serializes");
+    text.push('\n');
+    text
+}
+
+pub(super) fn line(outcome: &GateOutcome) -> String {
+    let counts = &outcome.counts;
+    let mut line = format!(
+        "bucketproof check: {} scenarios, {} runs: {} passed, {} failed, {} errors, {} skipped",
+        outcome.scenarios, counts.runs, counts.passed, counts.failed, counts.errors, counts.skipped
+    );
+    if !outcome.stale.is_empty() {
+        line.push_str(&format!(", {} stale reports", outcome.stale.len()));
+    }
+    if outcome.verdict == Verdict::NothingChecked {
+        line.push_str("; nothing was checked: no run passed");
+    }
+    line
+}
