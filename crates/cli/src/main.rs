@@ -216,11 +216,6 @@ fn check_subjects(registry: &Registry, names: &[String]) -> Result<(), Fatal> {
     Ok(())
 }
 
-fn scaled(mut scenario: Scenario, scale: u64) -> Scenario {
-    scenario.length = scenario.length.saturating_mul(scale.max(1));
-    scenario
-}
-
 /// Terminal output: an indicatif bar on an interactive terminal, plain lines in CI or when piped.
 struct Progress {
     bar: Option<indicatif::ProgressBar>,
@@ -344,9 +339,9 @@ fn check(args: CheckArgs) -> Result<u8, Fatal> {
     }
     let paths = scenario_paths(&args.paths);
     let scenarios: Vec<Scenario> = load_scenarios(&paths)?
-        .into_iter()
-        .map(|s| scaled(s, args.scale))
-        .collect();
+        .iter()
+        .map(|s| s.scaled(args.scale))
+        .collect::<Result<_, _>>()?;
     let registry = registry();
     for scenario in &scenarios {
         let subjects = if args.subjects.is_empty() {
@@ -369,21 +364,17 @@ fn check(args: CheckArgs) -> Result<u8, Fatal> {
         },
     );
 
-    let jobs: Vec<(usize, u64, String)> = scenarios
-        .iter()
-        .enumerate()
-        .flat_map(|(index, scenario)| {
-            let subjects = if args.subjects.is_empty() {
-                scenario.subjects.clone()
-            } else {
-                args.subjects.clone()
-            };
-            scenario
-                .seeds_to_run(args.seeds)
-                .into_iter()
-                .flat_map(move |seed| subjects.clone().into_iter().map(move |s| (index, seed, s)))
-        })
-        .collect();
+    let mut jobs: Vec<(usize, u64, String)> = Vec::new();
+    for (index, scenario) in scenarios.iter().enumerate() {
+        let subjects = if args.subjects.is_empty() {
+            &scenario.subjects
+        } else {
+            &args.subjects
+        };
+        for seed in scenario.seeds_to_run(args.seeds)? {
+            jobs.extend(subjects.iter().map(|s| (index, seed, s.clone())));
+        }
+    }
     let progress = Progress::new(jobs.len() as u64);
     let mut results: Vec<Vec<RunResult>> = vec![Vec::new(); scenarios.len()];
     let mut errors = 0;
@@ -583,7 +574,7 @@ struct RunJson<'a> {
 }
 
 fn run(spec: &str, seed: Option<u64>, subject: Option<String>, scale: u64) -> Result<u8, Fatal> {
-    let scenario = scaled(find_scenario(spec)?, scale);
+    let scenario = find_scenario(spec)?.scaled(scale)?;
     let registry = registry();
     let seed = seed.unwrap_or(scenario.seeds[0]);
     let subject = subject.unwrap_or_else(|| scenario.subjects[0].clone());
