@@ -143,50 +143,34 @@ fn declared_seeds_are_distinct_and_capped() {
 
 #[test]
 fn tiers_that_pin_more_keys_than_the_bound_are_a_scenario_error() {
-    let tier = |first: u64, last: u64| {
-        format!("[[tiers]]\nkeys = [{first}, {last}]\ncapacity = 5\nrate = \"1/s\"\n")
+    // A bound of 8 and tiers of these key ranges.
+    let with_tiers = |ranges: &[(u64, u64)]| {
+        let tiers: String = ranges
+            .iter()
+            .map(|(first, last)| {
+                format!("[[tiers]]\nkeys = [{first}, {last}]\ncapacity = 5\nrate = \"1/s\"\n")
+            })
+            .collect();
+        text("", &format!("max_keys = 8\n{tiers}"))
     };
-    // Exactly the bound fits, in one tier or in two.
-    assert!(parse(&text("", &format!("max_keys = 8\n{}", tier(0, 7)))).is_ok());
-    assert!(
-        parse(&text(
-            "",
-            &format!("max_keys = 8\n{}{}", tier(0, 3), tier(10, 13))
-        ))
-        .is_ok()
-    );
+    // Exactly the bound fits, in one tier, in two, or in two that overlap (a key counts once).
+    for fits in [&[(0, 7)][..], &[(0, 3), (10, 13)], &[(0, 5), (3, 7)]] {
+        assert!(parse(&with_tiers(fits)).is_ok(), "{fits:?}");
+    }
     // One more does not: the message names the tier that crossed the bound, and the bound.
-    let error = refused(&text("", &format!("max_keys = 8\n{}", tier(0, 8))));
+    let error = refused(&with_tiers(&[(0, 8)]));
     assert!(
         error.starts_with("scenarios/limits.toml:9:8: tiers[0].keys:"),
         "{error}"
     );
-    assert!(
-        error.contains("pin 9 keys") && error.contains("max_keys is 8"),
-        "{error}"
-    );
-    let error = refused(&text(
-        "",
-        &format!("max_keys = 8\n{}{}", tier(0, 3), tier(20, 24)),
-    ));
-    assert!(
-        error.contains("tiers[1].keys") && error.contains("pin 9 keys"),
-        "{error}"
-    );
-    // Overlapping tiers pin each key once.
-    assert!(
-        parse(&text(
-            "",
-            &format!("max_keys = 8\n{}{}", tier(0, 5), tier(3, 7))
-        ))
-        .is_ok()
-    );
-    let error = refused(&text(
-        "",
-        &format!("max_keys = 8\n{}{}", tier(0, 5), tier(3, 8)),
-    ));
-    assert!(
-        error.contains("tiers[1].keys") && error.contains("pin 9 keys"),
-        "{error}"
-    );
+    for crosses in [&[(0, 8)][..], &[(0, 3), (20, 24)], &[(0, 5), (3, 8)]] {
+        let error = refused(&with_tiers(crosses));
+        let tier = format!("tiers[{}].keys", crosses.len() - 1);
+        assert!(
+            error.contains(&tier)
+                && error.contains("pin 9 keys")
+                && error.contains("max_keys is 8"),
+            "{crosses:?}: {error}"
+        );
+    }
 }

@@ -1,6 +1,6 @@
 //! Durations as people write them: `"250ms"`, `"3y"`, `17` (nanoseconds).
 //!
-//! Owns the harness's one duration parser ([`parse`]), its inverse for labels ([`format`]), the unit
+//! Owns the harness's one duration parser ([`parse`]), its inverse for labels ([`format()`]), the unit
 //! table both share, and the unit constants ([`SECOND`] ... [`YEAR`]); scenario files (through
 //! [`DurationNs`]) and the float-vs-rational grid's horizons both parse with it.
 //!
@@ -23,7 +23,7 @@ pub const DAY: Nanos = 24 * HOUR;
 /// One (365-day) year: durations written with `y`, the runner's `long_idle` and `near_clock_end`.
 pub const YEAR: Nanos = 365 * DAY;
 
-/// The units, largest first (the order [`format`] tries them in).
+/// The units, largest first (the order [`format()`] tries them in).
 const UNITS: [(&str, Nanos); 8] = [
     ("y", YEAR),
     ("d", DAY),

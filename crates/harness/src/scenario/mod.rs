@@ -6,8 +6,8 @@
 //!
 //! This file owns the [`Scenario`] type, its error type and the requests made of a loaded scenario
 //! (its seeds, a scaled copy, its op stream), with the caps on how much work those may ask for. The
-//! other jobs have their own files: [`parse`] (text to a scenario, and where an error is),
-//! [`validate`] (rules across tables), [`tables`] and [`values`] (the format's parts), [`duration`]
+//! other jobs have their own files: `parse` (text to a scenario, and where an error is),
+//! `validate` (rules across tables), `tables` and `values` (the format's parts), [`duration`]
 //! (the one duration parser), [`expand`] (a scenario and a seed to ops) and [`sample`] (the one
 //! sampler of the determinism rule).
 //!
