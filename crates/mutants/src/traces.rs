@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 
+use bucketproof_harness::scenario::duration::{SECOND, YEAR};
 use bucketproof_harness::scenario::sample;
 use bucketproof_harness::{ConfigSpec, Op, PolicySpec, Setup, Trace};
 use rand_chacha::ChaCha8Rng;
@@ -158,8 +159,6 @@ pub const CONFIGS: [(u64, &str); 8] = [
     (10, "3/s"),
 ];
 
-const SECOND: u64 = 1_000_000_000;
-
 struct Draw(ChaCha8Rng);
 
 impl Draw {
@@ -280,8 +279,8 @@ fn next_time(draw: &mut Draw, weights: &Weights, now: u64, latest: u64, rate: &s
             // Just past a one-minute TTL, before a slow bucket is full again.
             0 | 1 => 61 * SECOND + draw.below(30 * SECOND),
             2 => 3_600 * SECOND,
-            3 => 365 * 86_400 * SECOND,
-            4 => 100 * 365 * 86_400 * SECOND,
+            3 => YEAR,
+            4 => 100 * YEAR,
             _ => return u64::MAX - draw.below(1_000),
         };
         return now.saturating_add(gap);

@@ -97,13 +97,18 @@ fn check_top_level(s: &Scenario) -> Result<(), Broken> {
         return Err(broken(&[Key("length")], "length must be at least 1"));
     }
     if s.total_ops() > MAX_OPS_PER_SEED {
+        let tier_ops = s.total_ops() - s.length.min(s.total_ops());
+        let with_tiers = if tier_ops > 0 {
+            format!(" (with {tier_ops} of tier setup)")
+        } else {
+            String::new()
+        };
         return Err(broken(
             &[Key("length")],
             format!(
-                "length: {} ops per seed (with {} of tier setup) is above the cap of \
-                 {MAX_OPS_PER_SEED} (see scenarios/README.md); use more seeds instead",
+                "length: {} ops per seed{with_tiers} is above the cap of {MAX_OPS_PER_SEED} \
+                 (see scenarios/README.md); use more seeds instead",
                 s.total_ops(),
-                s.total_ops() - s.length.min(s.total_ops()),
             ),
         ));
     }
