@@ -149,10 +149,7 @@ impl CompareOptions {
         mut self,
         specs: &[S],
     ) -> Result<CompareOptions, CompareError> {
-        self.rates = specs
-            .iter()
-            .map(|s| GridRate::parse(s.as_ref()))
-            .collect::<Result<_, _>>()?;
+        self.rates = parse_each(specs, GridRate::parse)?;
         Ok(self)
     }
 
@@ -161,10 +158,7 @@ impl CompareOptions {
         mut self,
         horizons: &[S],
     ) -> Result<CompareOptions, CompareError> {
-        self.horizons_ns = horizons
-            .iter()
-            .map(|h| parse_horizon(h.as_ref()))
-            .collect::<Result<_, _>>()?;
+        self.horizons_ns = parse_each(horizons, parse_horizon)?;
         Ok(self)
     }
 
@@ -208,6 +202,14 @@ impl CompareOptions {
         }
         Ok(())
     }
+}
+
+/// Every item parsed, or the first error.
+fn parse_each<S: AsRef<str>, T>(
+    items: &[S],
+    parse: fn(&str) -> Result<T, CompareError>,
+) -> Result<Vec<T>, CompareError> {
+    items.iter().map(|item| parse(item.as_ref())).collect()
 }
 
 fn default_rates() -> Vec<GridRate> {

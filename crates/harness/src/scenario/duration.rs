@@ -120,9 +120,7 @@ impl<'de> Deserialize<'de> for DurationNs {
                 f.write_str("a duration: an integer of nanoseconds or a string like \"250ms\"")
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<DurationNs, E> {
-                u64::try_from(v)
-                    .map(DurationNs)
-                    .map_err(|_| E::custom(format!("a duration cannot be negative ({v})")))
+                super::values::whole(v, "a duration").map(DurationNs)
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<DurationNs, E> {
                 Ok(DurationNs(v))

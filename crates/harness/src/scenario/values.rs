@@ -96,6 +96,11 @@ pub enum CostValue {
     OverCapacity,
 }
 
+/// A TOML integer (always signed) as a whole number; `what` names it in the error.
+pub(super) fn whole<E: serde::de::Error>(v: i64, what: &str) -> Result<u64, E> {
+    u64::try_from(v).map_err(|_| E::custom(format!("{what} cannot be negative ({v})")))
+}
+
 impl<'de> Deserialize<'de> for CostValue {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Visitor;
@@ -105,9 +110,7 @@ impl<'de> Deserialize<'de> for CostValue {
                 f.write_str("a whole number of tokens, \"capacity\" or \"over_capacity\"")
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<CostValue, E> {
-                u64::try_from(v)
-                    .map(CostValue::Tokens)
-                    .map_err(|_| E::custom(format!("a cost cannot be negative ({v})")))
+                whole(v, "a cost").map(CostValue::Tokens)
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<CostValue, E> {
                 Ok(CostValue::Tokens(v))
