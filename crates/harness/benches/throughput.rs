@@ -22,13 +22,14 @@ fn scenario(name: &str) -> Scenario {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../scenarios")
         .join(format!("{name}.toml"));
-    let mut scenario = Scenario::load(&path).expect("a shipped scenario loads");
+    let scenario = Scenario::load(&path).expect("a shipped scenario loads");
     let scale: u64 = std::env::var("BENCH_SCALE")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(10);
-    scenario.length = scenario.length.saturating_mul(scale.max(1));
     scenario
+        .scaled(scale)
+        .unwrap_or_else(|error| panic!("BENCH_SCALE={scale}: {error}"))
 }
 
 fn throughput(c: &mut Criterion) {

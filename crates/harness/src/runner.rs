@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::oracle::arrival::{ArrivalCurve, CurveConfig};
 use crate::oracle::differential::{Admission, compare_acquire};
 use crate::oracle::{OracleKind, Violation, invariants};
+use crate::scenario::duration::YEAR;
 use crate::subject::{Subject, SubjectError};
 use crate::trace::{Op, PolicySpec, Setup};
 
@@ -213,8 +214,6 @@ enum Event {
     NewKey,
 }
 
-const YEAR_NS: u64 = 365 * 86_400 * 1_000_000_000;
-
 struct Lockstep<'a> {
     subject: &'a mut dyn Subject,
     model: Model,
@@ -354,7 +353,7 @@ impl Lockstep<'_> {
         if self.previous_at == Some(at) {
             self.event(Event::FrozenClock);
         }
-        if at > u64::MAX - YEAR_NS {
+        if at > u64::MAX - YEAR {
             self.event(Event::NearClockEnd);
         }
         self.previous_at = Some(at);
@@ -732,7 +731,7 @@ impl Lockstep<'_> {
             if allowed && before.below_cost && refilled_is(cost) {
                 self.event(Event::AllowedAtBoundary);
             }
-            if at >= before.last_refill.saturating_add(YEAR_NS) {
+            if at >= before.last_refill.saturating_add(YEAR) {
                 self.event(Event::LongIdle);
             }
             if before.below_capacity && refilled_is(before.capacity) {

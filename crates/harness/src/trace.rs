@@ -3,6 +3,9 @@
 //! A trace is a [`Setup`] (default config, key bound, dedupe window) plus a sequence of [`Op`]s. Traces are
 //! what scenarios expand into, what the shrinker minimizes and what a counterexample file stores, so the
 //! same bytes replay the same run on any machine.
+//!
+//! Owns the trace vocabulary and its serialized form. Promises: a trace is plain data (no clock, no
+//! randomness, no references into a subject), so serializing and reading it back gives the same run.
 
 use bucketproof_limiter::{Config, EvictionPolicy, Rate};
 use bucketproof_model::ModelConfig;

@@ -6,6 +6,7 @@
 mod common;
 
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_harness::scenario::duration::YEAR;
 use bucketproof_harness::subjects::redis::RedisSubject;
 use bucketproof_harness::{ConfigSpec, Setup};
 use common::SECOND;
@@ -41,7 +42,7 @@ fn the_redis_script_survives_century_gaps_at_the_edge_of_its_range() {
     let capacity = bucketproof_redis::max_capacity(bucketproof_limiter::Rate::per_second(1))
         .expect("rate 1/s has an exact range");
     let setup = Setup::new(ConfigSpec::new(capacity, "1/s"));
-    let century = 100 * 365 * 86_400 * SECOND;
+    let century = 100 * YEAR;
     let ops = vec![
         bucketproof_harness::Op::Acquire {
             key: 1,

@@ -12,6 +12,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use bucketproof_harness::runner::{RunOptions, Stepper, Verdict};
+use bucketproof_harness::scenario::duration::{SECOND, YEAR};
 use bucketproof_harness::subjects::CoreSubject;
 use bucketproof_harness::subjects::core::observe;
 use bucketproof_harness::{ConfigSpec, Observed, Op, PolicySpec, Setup, Subject, SubjectError};
@@ -22,8 +23,6 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestError, TestRunner};
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 
-const SECOND: u64 = 1_000_000_000;
-const YEAR: u64 = 365 * 86_400 * SECOND;
 const KEYS: u64 = 3;
 const CAPACITY: u64 = 4;
 const RATE: &str = "3/2s";

@@ -1,10 +1,10 @@
 //! Deterministic trace generation for the kill runner: a [`Family`] (what the trace stresses) and a
 //! seed give the same [`Trace`] on every machine and every version of the `rand` crates.
 //!
-//! The stream is `rand_chacha`'s ChaCha8 seeded with `seed_from_u64`; all sampling is done here with
-//! plain `%` on `next_u64` (not a library distribution, whose algorithm may change between releases;
-//! design.md section 7), so a seed in a report replays next year. The small modulo bias is irrelevant
-//! for test generation.
+//! The stream is the harness's ChaCha8 stream for the seed, one stream number per family, and every
+//! draw is the harness's own unbiased integer sampling (`bucketproof_harness::scenario::sample`, not a
+//! library distribution, whose algorithm may change between releases; design.md section 7), so a seed
+//! in a report replays next year.
 //!
 //! Families cover what the mutants get wrong: clock rollbacks and recoveries, exact refill
 //! boundaries (and 1 ns before), idle gaps from a minute to centuries and the end of the clock,
@@ -15,9 +15,10 @@
 
 use std::collections::BTreeMap;
 
+use bucketproof_harness::scenario::duration::{SECOND, YEAR};
+use bucketproof_harness::scenario::sample;
 use bucketproof_harness::{ConfigSpec, Op, PolicySpec, Setup, Trace};
 use rand_chacha::ChaCha8Rng;
-use rand_chacha::rand_core::{RngCore, SeedableRng};
 
 /// What a generated trace stresses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -158,14 +159,12 @@ pub const CONFIGS: [(u64, &str); 8] = [
     (10, "3/s"),
 ];
 
-const SECOND: u64 = 1_000_000_000;
-
 struct Draw(ChaCha8Rng);
 
 impl Draw {
-    /// Uniform-ish in `0..n` (0 when `n == 0`).
+    /// Uniform in `0..n` (0 when `n == 0`).
     fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.0.next_u64() % n }
+        sample::below(&mut self.0, n)
     }
 
     fn percent(&mut self, chance: u64) -> bool {
@@ -190,10 +189,8 @@ fn refill_ns(rate: &str, k: u64) -> Option<u64> {
 
 /// The trace of `family` for `seed`, `len` ops long.
 pub fn generate(family: Family, seed: u64, len: usize) -> Trace {
-    let salt = Family::ALL.iter().position(|f| *f == family).unwrap_or(0) as u64;
-    let mut draw = Draw(ChaCha8Rng::seed_from_u64(
-        seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt,
-    ));
+    let stream = Family::ALL.iter().position(|f| *f == family).unwrap_or(0) as u64;
+    let mut draw = Draw(sample::stream(seed, stream));
     let weights = family.weights();
     let (capacity, rate) = draw.pick(&CONFIGS);
     let mut setup = Setup::new(ConfigSpec::new(capacity, rate));
@@ -282,8 +279,8 @@ fn next_time(draw: &mut Draw, weights: &Weights, now: u64, latest: u64, rate: &s
             // Just past a one-minute TTL, before a slow bucket is full again.
             0 | 1 => 61 * SECOND + draw.below(30 * SECOND),
             2 => 3_600 * SECOND,
-            3 => 365 * 86_400 * SECOND,
-            4 => 100 * 365 * 86_400 * SECOND,
+            3 => YEAR,
+            4 => 100 * YEAR,
             _ => return u64::MAX - draw.below(1_000),
         };
         return now.saturating_add(gap);

@@ -78,16 +78,15 @@ impl Plan {
     }
 }
 
-/// `scenario` with its length multiplied by `scale` (at least 1).
+/// `scenario` with its length multiplied by `scale`; the scenario refuses 0 and totals above its cap.
 pub(super) fn scaled(scenario: &Scenario, scale: u64) -> Result<Scenario, GateError> {
-    let mut scenario = scenario.clone();
-    scenario.length = scenario.length.saturating_mul(scale.max(1));
-    Ok(scenario)
+    Ok(scenario.scaled(scale)?)
 }
 
-/// The seeds to run: the declared ones, or `count` of them (declared first).
+/// The seeds to run: the declared ones, or `count` of them (declared first); the scenario refuses
+/// counts above its cap.
 fn seeds(scenario: &Scenario, count: Option<usize>) -> Result<Vec<u64>, GateError> {
-    Ok(scenario.seeds_to_run(count))
+    Ok(scenario.seeds_to_run(count)?)
 }
 
 /// Refuses a subject name the registry cannot build (before anything runs, unlike a build error).

@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use rand_chacha::ChaCha8Rng;
 
+use super::duration::SECOND;
 use super::sample::{self, Chance, WeightedTable};
 use super::{
     ATTACKER_KEY_BASE, ArrivalPattern, BoundaryOffset, CostRange, CostValue, KeyDistribution,
@@ -99,7 +100,7 @@ impl Expansion {
                     if p == 0 {
                         1
                     } else {
-                        u64::try_from((q * 1_000_000_000).div_ceil(p)).unwrap_or(u64::MAX)
+                        u64::try_from((q * u128::from(SECOND)).div_ceil(p)).unwrap_or(u64::MAX)
                     }
                 })
             },

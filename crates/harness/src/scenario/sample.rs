@@ -1,5 +1,10 @@
 //! The project's own sampling functions over a `ChaCha8Rng` stream, in integer arithmetic only.
 //!
+//! Owns the determinism rule's one sampler: every generator of the project (scenario expansion, the
+//! float-vs-rational grid's traces, the mutants' traces, the harness tests' traces) takes its stream
+//! from [`stream`] and its draws from these functions. Promises: unbiased draws ([`below`] rejects
+//! rather than taking a remainder), and the same numbers for the same seed everywhere, forever.
+//!
 //! Why not `rand`'s distributions: their algorithms may change between versions, and a seed in a bug
 //! report must replay next year (design.md section 7). Why not `f64::ln` for exponential gaps: IEEE 754
 //! fixes `+ - * /` and `sqrt` bit for bit, but not transcendental functions, whose results may differ

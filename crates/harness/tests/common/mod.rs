@@ -2,45 +2,41 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_harness::scenario::sample::{self, below};
 use bucketproof_harness::{ConfigSpec, Op, Setup, Subject};
 
-pub const SECOND: u64 = 1_000_000_000;
+pub use bucketproof_harness::scenario::duration::SECOND;
 
 /// A deterministic mixed trace: a few keys, awkward time steps, rollbacks, invalid costs, request ids.
+/// Drawn with the harness's own sampler, like every generator, so a seed means the same trace forever.
 pub fn mixed_trace(len: usize, seed: u64) -> Vec<Op> {
-    let mut state = seed | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut rng = sample::stream(seed, 0);
     let mut now = 5 * SECOND;
     (0..len)
         .map(|_| {
-            let r = next();
-            now = match r % 10 {
-                0 => now.saturating_sub(r % SECOND), // rollback
-                1 => now,                            // frozen
-                2 => now + 3 * SECOND,               // exact multiple
-                _ => now + r % (SECOND / 2),
+            now = match below(&mut rng, 10) {
+                0 => now.saturating_sub(below(&mut rng, SECOND)), // rollback
+                1 => now,                                         // frozen
+                2 => now + 3 * SECOND,                            // exact multiple
+                _ => now + below(&mut rng, SECOND / 2),
             };
-            match (r >> 8) % 20 {
+            let key = below(&mut rng, 4);
+            match below(&mut rng, 20) {
                 0 => Op::Sweep { at: now },
-                1 => Op::Forget { key: (r >> 16) % 4 },
+                1 => Op::Forget { key },
                 2 => Op::Reconfigure {
-                    key: (r >> 16) % 4,
+                    key,
                     at: now,
                     config: ConfigSpec::new(
-                        1 + (r >> 24) % 6,
-                        ["1/3s", "2/s", "7/5s"][(r >> 40) as usize % 3],
+                        1 + below(&mut rng, 6),
+                        ["1/3s", "2/s", "7/5s"][below(&mut rng, 3) as usize],
                     ),
                 },
                 _ => Op::Acquire {
-                    key: (r >> 16) % 4,
+                    key,
                     at: now,
-                    cost: (r >> 24) % 7,
-                    request_id: ((r >> 32) % 4 == 0).then_some((r >> 36) % 3),
+                    cost: below(&mut rng, 7),
+                    request_id: (below(&mut rng, 4) == 0).then(|| below(&mut rng, 3)),
                 },
             }
         })

@@ -1,0 +1,130 @@
+//! The scenario format's single values that check themselves while they are parsed: probabilities,
+//! event names, bucket configs and costs.
+//!
+//! Owns the rule for each value; promises that a value of these types in a loaded [`super::Scenario`]
+//! is valid (a probability in `[0, 1]`, a known event, a config both the limiter and the model
+//! accept), and that a bad one is refused at its own place in the file with a message saying what was
+//! expected.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::sample;
+use crate::runner::EVENTS;
+use crate::trace::ConfigSpec;
+
+/// A probability in `[0, 1]`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Default)]
+pub struct Probability(pub f64);
+
+impl<'de> Deserialize<'de> for Probability {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = f64::deserialize(deserializer)?;
+        if (0.0..=1.0).contains(&value) {
+            Ok(Probability(value))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "expected a probability between 0 and 1, found {value}"
+            )))
+        }
+    }
+}
+
+impl Probability {
+    /// As an integer-threshold chance (see [`sample::Chance`]).
+    pub fn chance(self) -> sample::Chance {
+        sample::Chance::new(self.0)
+    }
+}
+
+/// An event name from [`EVENTS`], checked while parsing.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct EventName(pub String);
+
+impl<'de> Deserialize<'de> for EventName {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        if EVENTS.contains(&name.as_str()) {
+            Ok(EventName(name))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "unknown event {name:?}; known events: {}",
+                EVENTS.join(", ")
+            )))
+        }
+    }
+}
+
+/// A validated bucket config: `capacity` whole tokens and a `rate` like `"5/s"`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawConfig")]
+pub struct ConfigValue(pub ConfigSpec);
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    capacity: u64,
+    rate: String,
+}
+
+impl ConfigValue {
+    /// A config both the limiter and the reference model accept, or why not.
+    pub fn new(capacity: u64, rate: String) -> Result<ConfigValue, String> {
+        let spec = ConfigSpec::new(capacity, rate);
+        spec.to_model().map_err(|e| e.to_string())?;
+        Ok(ConfigValue(spec))
+    }
+}
+
+impl TryFrom<RawConfig> for ConfigValue {
+    type Error = String;
+    fn try_from(raw: RawConfig) -> Result<Self, String> {
+        ConfigValue::new(raw.capacity, raw.rate)
+    }
+}
+
+/// A cost as written: a whole number, `"capacity"` (of the key's config) or `"over_capacity"`
+/// (capacity + 1, always invalid).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum CostValue {
+    /// Exactly this many tokens (0 is invalid by the spec, and useful).
+    Tokens(u64),
+    /// The key's capacity.
+    Capacity,
+    /// The key's capacity plus one.
+    OverCapacity,
+}
+
+/// A TOML integer (always signed) as a whole number; `what` names it in the error.
+pub(super) fn whole<E: serde::de::Error>(v: i64, what: &str) -> Result<u64, E> {
+    u64::try_from(v).map_err(|_| E::custom(format!("{what} cannot be negative ({v})")))
+}
+
+impl<'de> Deserialize<'de> for CostValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = CostValue;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a whole number of tokens, \"capacity\" or \"over_capacity\"")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<CostValue, E> {
+                whole(v, "a cost").map(CostValue::Tokens)
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<CostValue, E> {
+                Ok(CostValue::Tokens(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<CostValue, E> {
+                match v {
+                    "capacity" => Ok(CostValue::Capacity),
+                    "over_capacity" => Ok(CostValue::OverCapacity),
+                    other => Err(E::custom(format!(
+                        "expected a whole number, \"capacity\" or \"over_capacity\", found {other:?}"
+                    ))),
+                }
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
