@@ -120,6 +120,9 @@ pub struct Decision {
     allowed: bool,
 }
 
+// The size promised above: a decision is returned by value from every acquire.
+const _: () = assert!(size_of::<Decision>() == 72 && align_of::<Decision>() == 8);
+
 impl Decision {
     /// True if the request was admitted and charged.
     #[inline]

@@ -333,6 +333,10 @@ struct PackedBucket {
     last_refill: Nanos,
 }
 
+// The sizes promised above and in `table`: 16 bytes per bucket, 24 per slot with a `u64` key.
+const _: () = assert!(size_of::<PackedBucket>() == 16);
+const _: () = assert!(crate::table::slot_size::<u64, PackedBucket>() == 24);
+
 const HAS_EXTRA: u64 = 1 << 63;
 const WIDE: u64 = 1 << 62;
 /// Balances below this fit the packed bucket's 62 bits.
@@ -604,7 +608,8 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
 
     /// The bound on live keys as enforced: `max_keys` rounded up to a multiple of the shard count.
     pub fn key_bound(&self) -> usize {
-        self.settings.max_keys_per_shard * self.shards.len()
+        // Saturates: `max_keys` near `usize::MAX` rounds up past it.
+        self.settings.max_keys_per_shard.saturating_mul(self.shards.len())
     }
 
     #[inline]

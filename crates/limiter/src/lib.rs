@@ -29,7 +29,8 @@
 //! - [`direct`]: [`DirectLimiter`], one bucket behind a spin lock (the one-key case, no map);
 //! - [`clock`]: [`Clock`], [`MonotonicClock`], [`ManualClock`];
 //! - `sync`: the std / loom / shuttle switch for every lock, atomic and cell;
-//! - `table`: a shard's storage (dense slots plus a hash index), used by [`keyed`].
+//! - `table`: a shard's storage, one open-addressing table (linear probing, backward-shift deletion)
+//!   whose slots hold a key and its packed bucket inline, used by [`keyed`].
 #![warn(missing_docs)]
 
 pub mod bucket;

@@ -54,6 +54,12 @@ impl<K, V: Vacancy> Slot<K, V> {
     };
 }
 
+/// The bytes one slot takes for key `K` and value `V`: for the size assertions of the types stored
+/// here (the slot type itself stays private).
+pub(crate) const fn slot_size<K, V: Vacancy>() -> usize {
+    size_of::<Slot<K, V>>()
+}
+
 /// Grow when an insert would make the table fuller than `MAX_LOAD_NUM / MAX_LOAD_DEN`.
 const MAX_LOAD_NUM: usize = 17;
 const MAX_LOAD_DEN: usize = 20;

@@ -140,6 +140,26 @@ fn lossless_eviction_changes_no_decision() {
     );
 }
 
+/// The enforced bound rounds `max_keys` up to a multiple of the shard count; at the top of `usize`
+/// that rounding saturates instead of overflowing (a panic in debug builds, a bound of 0 in release).
+#[test]
+fn an_unbounded_max_keys_saturates_the_key_bound() {
+    for shards in [1, 3, 4, 64] {
+        let limiter: Limiter<u64> = Limiter::builder(config(5, "1/s"))
+            .shards(shards)
+            .max_keys(usize::MAX, EvictionPolicy::RejectNewKeys)
+            .build();
+        assert_eq!(limiter.key_bound(), usize::MAX, "{shards} shards");
+        assert!(limiter.acquire_at(&1, 1, 0).unwrap().is_allowed());
+    }
+    let limiter: Limiter<u64> = Limiter::builder(config(5, "1/s"))
+        .shards(4)
+        .max_keys(usize::MAX - 5, EvictionPolicy::EvictFull)
+        .build();
+    // Rounded up to a multiple of 4 that still fits.
+    assert_eq!(limiter.key_bound(), usize::MAX - 3);
+}
+
 #[test]
 fn the_key_bound_holds_under_an_attack_of_fresh_ids() {
     for policy in [
