@@ -4,7 +4,7 @@
 //! what scenarios expand into, what the shrinker minimizes and what a counterexample file stores, so the
 //! same bytes replay the same run on any machine.
 
-use bucketproof_limiter::{Config, EvictionPolicy, Rate};
+use bucketproof_limiter::{Config, EvictionPolicy, Rate, defaults};
 use bucketproof_model::ModelConfig;
 use serde::{Deserialize, Serialize};
 
@@ -97,16 +97,16 @@ impl From<PolicySpec> for EvictionPolicy {
 }
 
 fn default_max_keys() -> usize {
-    1 << 20
+    defaults::MAX_KEYS
 }
 fn default_sweep_per_op() -> usize {
-    2
+    defaults::SWEEP_PER_OP
 }
 fn default_dedupe_window_ns() -> u64 {
-    60_000_000_000
+    defaults::DEDUPE_WINDOW
 }
 fn default_dedupe_per_key() -> usize {
-    8
+    defaults::DEDUPE_PER_KEY
 }
 
 /// Everything a subject needs to be built for a trace.

@@ -34,10 +34,9 @@ use rand_core::{RngCore, SeedableRng};
 use crate::field::{QuotaPolicy, RateLimit, RateLimitPolicy, ServiceLimit};
 use crate::profile::Profile;
 
-/// Nanoseconds on the caller's monotonic clock.
-pub type Nanos = u64;
-
-const NANOS_PER_SECOND: u64 = 1_000_000_000;
+use bucketproof_limiter::NANOS_PER_SECOND;
+/// Nanoseconds on the caller's monotonic clock: the limiter's own time type.
+pub use bucketproof_limiter::Nanos;
 
 /// Capped exponential backoff with full jitter: attempt `n` (from 1) waits a uniformly random
 /// duration in `[0, min(cap, base * 2^(n-1))]`.
@@ -397,6 +396,7 @@ impl RetryPolicy {
 
 /// Why [`send_paced`] gave up.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PacedError<E> {
     /// The transport failed.
     #[error("transport error: {0}")]

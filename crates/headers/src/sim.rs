@@ -28,7 +28,7 @@ use crate::layer::Advertiser;
 use crate::source::Outcome;
 
 const MS: Nanos = 1_000_000;
-const S: Nanos = 1_000_000_000;
+const S: Nanos = bucketproof_limiter::NANOS_PER_SECOND;
 /// Virtual time starts here (any origin works; not 0 so "before the start" stays representable).
 const ORIGIN: Nanos = S;
 
@@ -124,6 +124,7 @@ struct ClientState {
 
 /// Why a simulation could not run.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SimError {
     /// The scenario's bucket is not a valid limiter config.
     #[error("invalid limiter config: {0}")]

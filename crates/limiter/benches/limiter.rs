@@ -44,8 +44,9 @@ use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bucketproof_limiter::internal::{Attempt, transition};
 use bucketproof_limiter::{
-    BucketState, Config, Decision, DirectLimiter, Limiter, ManualClock, Rate, Request, transition,
+    BucketState, Config, Decision, DirectLimiter, Limiter, ManualClock, Rate, Request,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::clock::FakeRelativeClock;
@@ -238,8 +239,15 @@ fn pure_transition(c: &mut Criterion) {
     group.bench_function("ours_transition", |b| {
         b.iter(|| {
             now += STEP_NS;
-            let (next, decision): (BucketState, Decision) =
-                transition(black_box(&config), state, now, black_box(1)).unwrap();
+            let (next, decision): (BucketState, Decision) = transition(
+                black_box(&config),
+                state,
+                Attempt {
+                    cost: black_box(1),
+                    now,
+                },
+            )
+            .unwrap();
             state = next;
             let _ = black_box(decision);
         })
@@ -250,8 +258,15 @@ fn pure_transition(c: &mut Criterion) {
     group.bench_function("ours_transition_allowed_only", |b| {
         b.iter(|| {
             now += STEP_NS;
-            let (next, decision) =
-                transition(black_box(&config), state, now, black_box(1)).unwrap();
+            let (next, decision) = transition(
+                black_box(&config),
+                state,
+                Attempt {
+                    cost: black_box(1),
+                    now,
+                },
+            )
+            .unwrap();
             state = next;
             let _ = black_box(decision.is_allowed());
         })

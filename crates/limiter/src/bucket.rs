@@ -1,8 +1,10 @@
 //! The single-bucket transition: the only place where the refill and decision arithmetic lives.
 //!
-//! Every front end (the keyed [`crate::Limiter`], the Redis script's tests, the harness) goes through
-//! [`transition`], [`BucketState::refilled`] and [`BucketState::reconfigured`]. They are pure functions of
-//! `(config, state, now, cost)`: no clock, no lock, no allocation.
+//! Every front end (the keyed [`crate::Limiter`], the [`crate::DirectLimiter`], the Redis script's
+//! tests, the harness) goes through [`transition`], [`BucketState::refilled`] and
+//! [`BucketState::reconfigured`]. They are pure functions of `(config, state, attempt)`: no clock, no
+//! lock, no allocation. [`transition`] and [`snapshot`] are not public API: they reach other crates
+//! only through [`crate::internal`], for the project's own oracles, mutants and Redis tests.
 //!
 //! Promises, checked by assertions here and by the harness against the reference model:
 //! - `0 <= balance <= capacity_units` after every step, and `last_refill` never moves back;
@@ -13,18 +15,51 @@
 
 use std::fmt;
 
-use crate::{AcquireError, Config, Nanos, Rate, Tokens, Wait};
+use crate::{AcquireError, Config, NANOS_PER_SECOND, Nanos, Rate, Tokens, Wait};
 
 /// The whole per-key state: the balance in units and the refill cursor.
+///
+/// The fields are private because they carry invariants: a state built by this crate (or by
+/// [`BucketState::new`]) has a balance of at most its config's capacity, and every operation here
+/// keeps it so and never moves the cursor back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BucketState {
     /// Balance in units of `1 / config.units_per_token()` token, `<= config.capacity_units()`.
-    pub balance: u128,
+    balance: u128,
     /// The time up to which refill has been credited. Never moves back.
-    pub last_refill: Nanos,
+    last_refill: Nanos,
 }
 
 impl BucketState {
+    /// A state holding `balance` units with its cursor at `last_refill`, or `None` if the balance is
+    /// above `config`'s capacity (a state no operation of this crate produces).
+    pub fn new(config: &Config, balance: u128, last_refill: Nanos) -> Option<BucketState> {
+        (balance <= config.capacity_units()).then_some(BucketState {
+            balance,
+            last_refill,
+        })
+    }
+
+    /// Any balance and cursor, unchecked: for [`crate::internal::state_from_parts`] only.
+    pub(crate) const fn from_parts(balance: u128, last_refill: Nanos) -> BucketState {
+        BucketState {
+            balance,
+            last_refill,
+        }
+    }
+
+    /// The balance in units of `1 / config.units_per_token()` token.
+    #[inline]
+    pub const fn balance(&self) -> u128 {
+        self.balance
+    }
+
+    /// The time up to which refill has been credited.
+    #[inline]
+    pub const fn last_refill(&self) -> Nanos {
+        self.last_refill
+    }
+
     /// A bucket seen for the first time: full, with its cursor at `now`.
     pub fn full(config: &Config, now: Nanos) -> BucketState {
         BucketState {
@@ -153,7 +188,7 @@ impl Decision {
     pub fn config(&self) -> Config {
         // Copied out of a valid config by `transition`: the rate is reduced and in bounds, the
         // capacity >= 1, and `units_per_token = q * 10^9` exactly.
-        let denom = self.units_per_token / 1_000_000_000;
+        let denom = self.units_per_token / NANOS_PER_SECOND;
         Config::from_valid(self.capacity, Rate::from_reduced(self.units_per_ns, denom))
     }
 
@@ -193,7 +228,20 @@ impl fmt::Debug for Decision {
     }
 }
 
-/// One acquire of `cost` whole tokens at `now` on `state`: the spec's transition, and the only copy.
+/// What one acquire asks for: `cost` whole tokens at `now`.
+///
+/// A struct rather than two `u64` arguments, so that a call cannot swap the cost and the time and
+/// still type-check: every call site names both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// Whole tokens to take, `1..=capacity` to be valid.
+    pub cost: u64,
+    /// The time to decide at.
+    pub now: Nanos,
+}
+
+/// One acquire of `attempt.cost` whole tokens at `attempt.now` on `state`: the spec's transition,
+/// and the only copy.
 ///
 /// Returns the next state (refilled, and charged if allowed) and the decision. An invalid cost is an
 /// error and the caller must keep its old state.
@@ -201,9 +249,9 @@ impl fmt::Debug for Decision {
 pub fn transition(
     config: &Config,
     state: BucketState,
-    now: Nanos,
-    cost: u64,
+    attempt: Attempt,
 ) -> Result<(BucketState, Decision), AcquireError> {
+    let Attempt { cost, now } = attempt;
     let cost_units = config.cost_units(cost).ok_or(AcquireError::InvalidCost {
         cost,
         capacity: config.capacity(),
@@ -228,7 +276,8 @@ pub fn transition(
     Ok((next, decision))
 }
 
-/// What [`transition`] would see at `now`, without charging or writing anything.
+/// What [`transition`] would see at `now`, without charging or writing anything (what a peek
+/// returns).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     /// The refilled balance.
@@ -237,7 +286,7 @@ pub struct Snapshot {
     pub reset_after: Wait,
 }
 
-/// Read-only view of `state` at `now`.
+/// Read-only view of `state` at `now` (not public API: see [`crate::internal`]).
 pub fn snapshot(config: &Config, state: BucketState, now: Nanos) -> Snapshot {
     let refilled = state.refilled(config, now);
     Snapshot {
@@ -263,14 +312,14 @@ mod tests {
     use super::*;
     use crate::Rate;
 
-    const SECOND: Nanos = 1_000_000_000;
+    const SECOND: Nanos = NANOS_PER_SECOND;
 
     fn config(capacity: u64, rate: &str) -> Config {
         Config::new(capacity, rate.parse().unwrap()).unwrap()
     }
 
     fn acquire(config: &Config, state: &mut BucketState, now: Nanos, cost: u64) -> Decision {
-        let (next, decision) = transition(config, *state, now, cost).unwrap();
+        let (next, decision) = transition(config, *state, Attempt { cost, now }).unwrap();
         *state = next;
         decision
     }
@@ -352,17 +401,31 @@ mod tests {
             let denied = acquire(&config, &mut state, 101, 2);
             let wait = denied.retry_after().unwrap().nanos().unwrap();
             assert!(
-                !transition(&config, state, 101 + wait - 1, 2)
-                    .unwrap()
-                    .1
-                    .is_allowed(),
+                !transition(
+                    &config,
+                    state,
+                    Attempt {
+                        cost: 2,
+                        now: 101 + wait - 1
+                    }
+                )
+                .unwrap()
+                .1
+                .is_allowed(),
                 "{rate}"
             );
             assert!(
-                transition(&config, state, 101 + wait, 2)
-                    .unwrap()
-                    .1
-                    .is_allowed(),
+                transition(
+                    &config,
+                    state,
+                    Attempt {
+                        cost: 2,
+                        now: 101 + wait
+                    }
+                )
+                .unwrap()
+                .1
+                .is_allowed(),
                 "{rate}"
             );
         }
@@ -435,7 +498,7 @@ mod tests {
         let state = BucketState::full(&config, 0);
         for cost in [0, 4, u64::MAX] {
             assert_eq!(
-                transition(&config, state, 5, cost).unwrap_err(),
+                transition(&config, state, Attempt { cost, now: 5 }).unwrap_err(),
                 AcquireError::InvalidCost { cost, capacity: 3 }
             );
         }
@@ -468,8 +531,8 @@ mod tests {
             last_refill: 0,
         };
         let four = BucketState::full(&config, 0);
-        let (_, one_of_three) = transition(&config, three, 0, 1).unwrap();
-        let (_, two_of_four) = transition(&config, four, 0, 2).unwrap();
+        let (_, one_of_three) = transition(&config, three, Attempt { cost: 1, now: 0 }).unwrap();
+        let (_, two_of_four) = transition(&config, four, Attempt { cost: 2, now: 0 }).unwrap();
         assert_eq!(one_of_three, two_of_four);
         // A denial keeps its missing units; Debug prints the same fields as before.
         let mut state = BucketState::full(&config, 0);

@@ -321,7 +321,7 @@ fn a_rollback_after_expiry_does_not_credit_time_twice() {
     assert!(!denied.is_allowed());
     assert_eq!(denied.retry_after(), Some(Wait::After(SECOND / 2)));
     assert_eq!(
-        limiter.inspect(&0).unwrap().0.last_refill,
+        limiter.inspect(&0).unwrap().0.last_refill(),
         10 * SECOND + SECOND / 2
     );
 }

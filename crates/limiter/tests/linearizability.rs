@@ -10,9 +10,8 @@
 
 mod common;
 
-use bucketproof_limiter::{
-    Acquired, BucketState, Config, Decision, EvictionPolicy, Limiter, Rate, transition,
-};
+use bucketproof_limiter::internal::{Attempt, transition};
+use bucketproof_limiter::{Acquired, BucketState, Config, Decision, EvictionPolicy, Limiter, Rate};
 use common::history::{Call, Op, Recorder, Ret, Setup, check_execution};
 use common::linearizability::check;
 
@@ -28,7 +27,7 @@ fn decisions(config: &Config, steps: &[(u64, u64)]) -> Vec<Decision> {
     steps
         .iter()
         .map(|&(now, cost)| {
-            let (next, decision) = transition(config, state, now, cost).unwrap();
+            let (next, decision) = transition(config, state, Attempt { cost, now }).unwrap();
             state = next;
             decision
         })

@@ -510,10 +510,10 @@ fn direct_two_threads_at_one_instant_sell_at_most_capacity_and_leave_the_exact_b
                     "admitted {admitted} > capacity {}",
                     config.capacity()
                 ))
-            } else if state.balance != expected {
+            } else if state.balance() != expected {
                 Err(format!(
                     "final balance {} units, expected capacity - admitted = {expected}",
-                    state.balance
+                    state.balance()
                 ))
             } else {
                 Ok(())

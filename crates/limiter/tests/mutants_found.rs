@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bucketproof_limiter::internal::{Attempt, transition};
 use bucketproof_limiter::{
     BucketState, Clock, Config, EvictionPolicy, Limiter, ManualClock, MonotonicClock, Rate,
-    Request, Wait, transition,
+    Request, Wait,
 };
 
 const SECOND: u64 = 1_000_000_000;
@@ -25,18 +26,27 @@ fn huge() -> Config {
 fn a_decision_keeps_a_balance_above_two_to_the_64_units() {
     let config = huge();
     let state = BucketState::full(&config, 0);
-    let (next, decision) = transition(&config, state, 0, 1).expect("a valid cost");
+    let (next, decision) =
+        transition(&config, state, Attempt { cost: 1, now: 0 }).expect("a valid cost");
     assert!(
-        next.balance > u64::MAX as u128,
+        next.balance() > u64::MAX as u128,
         "the test needs a wide balance"
     );
-    assert_eq!(decision.remaining().units(), next.balance);
+    assert_eq!(decision.remaining().units(), next.balance());
     assert_eq!(decision.remaining().whole(), u64::MAX - 1);
     // One token short of full at 1 token/s: full again in exactly one second.
     assert_eq!(decision.reset_after(), Wait::After(SECOND));
-    let (_, denied) = transition(&config, next, 0, u64::MAX).expect("a valid cost");
+    let (_, denied) = transition(
+        &config,
+        next,
+        Attempt {
+            cost: u64::MAX,
+            now: 0,
+        },
+    )
+    .expect("a valid cost");
     assert!(!denied.is_allowed());
-    assert_eq!(denied.remaining().units(), next.balance);
+    assert_eq!(denied.remaining().units(), next.balance());
     assert_eq!(denied.retry_after(), Some(Wait::After(SECOND)));
 }
 
@@ -47,7 +57,7 @@ fn the_keyed_limiter_stores_a_balance_above_two_to_the_64_units() {
     let limiter: Limiter<u64> = Limiter::builder(huge()).shards(1).build();
     let first = limiter.acquire_at(&7, 1, 0).expect("a valid cost");
     let (state, _) = limiter.inspect(&7).expect("the key is held");
-    assert_eq!(state.balance, first.remaining().units());
+    assert_eq!(state.balance(), first.remaining().units());
     let second = limiter.acquire_at(&7, 1, 0).expect("a valid cost");
     assert!(second.is_allowed());
     assert_eq!(second.remaining().whole(), u64::MAX - 2);

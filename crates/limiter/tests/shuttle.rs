@@ -408,7 +408,7 @@ fn direct_scenario(moving: bool, reached: Arc<DirectReached>) -> impl Fn() + Sen
             let admitted = admitted(&ops);
             assert!(admitted <= config.capacity(), "admitted {admitted}");
             assert_eq!(
-                state.balance,
+                state.balance(),
                 config.capacity_units() - admitted as u128 * config.units_per_token(),
                 "final balance != capacity - admitted"
             );
