@@ -70,7 +70,7 @@ impl RacyKeyed {
     /// The mistake: read `key`'s state (full at `now` if new) in one critical section, decide
     /// outside any, and write the result in a second, so a concurrent call between the two reads
     /// the same state and spends the same tokens.
-    pub fn acquire_racy_at(
+    pub fn acquire_split(
         &self,
         key: u64,
         cost: u64,
@@ -180,7 +180,7 @@ pub fn racy_acquire(
     cost: u64,
     now: Nanos,
 ) -> Result<Decision, AcquireError> {
-    target.racy.acquire_racy_at(key, cost, now)
+    target.racy.acquire_split(key, cost, now)
 }
 
 /// The real limiter's acquire as an [`AcquireFn`] (the control: it must never breach).
@@ -338,7 +338,7 @@ mod tests {
                 now + (step * 104_729) % (T0 / 2)
             };
             assert_eq!(
-                racy.acquire_racy_at(key, cost, now),
+                racy.acquire_split(key, cost, now),
                 limiter.acquire_at(&key, cost, now),
                 "step {step}"
             );
