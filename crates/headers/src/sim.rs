@@ -186,7 +186,7 @@ pub fn run(scenario: &Scenario, population: Population) -> Result<Metrics, SimEr
             }
             Event::TrySend => {
                 let at = match population {
-                    Population::Pacing => st.pacer.ready_at(now, scenario.cost),
+                    Population::Pacing => st.pacer.ready_for(scenario.cost, now),
                     Population::Naive => now,
                 };
                 let next_attempt = st.attempts + 1;
@@ -205,7 +205,7 @@ pub fn run(scenario: &Scenario, population: Population) -> Result<Metrics, SimEr
                 }
                 st.attempts = next_attempt;
                 m.attempts += 1;
-                st.pacer.on_send(now, scenario.cost);
+                st.pacer.record_send(scenario.cost, now);
                 let key = if scenario.shared_bucket { 0 } else { c };
                 let config = limiter.config_for(&key);
                 let response = match limiter.acquire_at(&key, scenario.cost, now) {

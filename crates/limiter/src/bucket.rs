@@ -318,7 +318,7 @@ mod tests {
         Config::new(capacity, rate.parse().unwrap()).unwrap()
     }
 
-    fn acquire(config: &Config, state: &mut BucketState, now: Nanos, cost: u64) -> Decision {
+    fn take(config: &Config, state: &mut BucketState, cost: u64, now: Nanos) -> Decision {
         let (next, decision) = transition(config, *state, Attempt { cost, now }).unwrap();
         *state = next;
         decision
@@ -329,11 +329,11 @@ mod tests {
         let config = config(5, "1/s");
         let mut state = BucketState::full(&config, 0);
         for expected_left in (0..5).rev() {
-            let decision = acquire(&config, &mut state, 0, 1);
+            let decision = take(&config, &mut state, 1, 0);
             assert!(decision.is_allowed());
             assert_eq!(decision.remaining().whole(), expected_left);
         }
-        assert!(!acquire(&config, &mut state, 0, 1).is_allowed());
+        assert!(!take(&config, &mut state, 1, 0).is_allowed());
     }
 
     #[test]
@@ -346,8 +346,8 @@ mod tests {
         ] {
             let config = config(capacity, rate);
             let mut state = BucketState::full(&config, 0);
-            assert_eq!(acquire(&config, &mut state, 0, 1).config(), config);
-            assert_eq!(acquire(&config, &mut state, 0, capacity).config(), config);
+            assert_eq!(take(&config, &mut state, 1, 0).config(), config);
+            assert_eq!(take(&config, &mut state, capacity, 0).config(), config);
         }
     }
 
@@ -355,8 +355,8 @@ mod tests {
     fn cost_equal_to_capacity_is_allowed_once() {
         let config = config(10, "1/s");
         let mut state = BucketState::full(&config, 0);
-        assert!(acquire(&config, &mut state, 0, 10).is_allowed());
-        let denied = acquire(&config, &mut state, 0, 10);
+        assert!(take(&config, &mut state, 10, 0).is_allowed());
+        let denied = take(&config, &mut state, 10, 0);
         assert!(!denied.is_allowed());
         assert_eq!(denied.retry_after(), Some(Wait::After(10 * SECOND)));
     }
@@ -365,9 +365,9 @@ mod tests {
     fn repeated_denials_consume_nothing_and_report_the_same_balance() {
         let config = config(2, "1/s");
         let mut state = BucketState::full(&config, 0);
-        acquire(&config, &mut state, 0, 2);
+        take(&config, &mut state, 2, 0);
         for _ in 0..3 {
-            let denied = acquire(&config, &mut state, SECOND / 2, 1);
+            let denied = take(&config, &mut state, 1, SECOND / 2);
             assert!(!denied.is_allowed());
             assert_eq!(
                 denied.remaining().as_ratio(),
@@ -381,15 +381,15 @@ mod tests {
     fn refill_is_exact_at_a_third_of_a_token_per_second() {
         let config = config(1, "1/3s");
         let mut state = BucketState::full(&config, 0);
-        assert!(acquire(&config, &mut state, 0, 1).is_allowed());
+        assert!(take(&config, &mut state, 1, 0).is_allowed());
         let mut early = state;
-        let denied = acquire(&config, &mut early, 3 * SECOND - 1, 1);
+        let denied = take(&config, &mut early, 1, 3 * SECOND - 1);
         assert!(
             !denied.is_allowed(),
             "1 ns before the boundary is too early"
         );
         assert_eq!(denied.retry_after(), Some(Wait::After(1)));
-        assert!(acquire(&config, &mut state, 3 * SECOND, 1).is_allowed());
+        assert!(take(&config, &mut state, 1, 3 * SECOND).is_allowed());
     }
 
     #[test]
@@ -397,8 +397,8 @@ mod tests {
         for rate in ["7/3s", "1/h", "3000000/s", "7000000/s", "5/min"] {
             let config = config(3, rate);
             let mut state = BucketState::full(&config, 100);
-            acquire(&config, &mut state, 100, 3);
-            let denied = acquire(&config, &mut state, 101, 2);
+            take(&config, &mut state, 3, 100);
+            let denied = take(&config, &mut state, 2, 101);
             let wait = denied.retry_after().unwrap().nanos().unwrap();
             assert!(
                 !transition(
@@ -436,25 +436,25 @@ mod tests {
         let config = config(3, "1000/s");
         let mut state = BucketState::full(&config, 42);
         for _ in 0..3 {
-            assert!(acquire(&config, &mut state, 42, 1).is_allowed());
+            assert!(take(&config, &mut state, 1, 42).is_allowed());
         }
-        assert!(!acquire(&config, &mut state, 42, 1).is_allowed());
+        assert!(!take(&config, &mut state, 1, 42).is_allowed());
     }
 
     #[test]
     fn a_clock_rollback_credits_nothing_and_never_moves_the_cursor_back() {
         let config = config(4, "1/s");
         let mut state = BucketState::full(&config, 10 * SECOND);
-        acquire(&config, &mut state, 10 * SECOND, 4);
-        let denied = acquire(&config, &mut state, 5 * SECOND, 1);
+        take(&config, &mut state, 4, 10 * SECOND);
+        let denied = take(&config, &mut state, 1, 5 * SECOND);
         assert!(!denied.is_allowed());
         assert_eq!(state.last_refill, 10 * SECOND);
         assert_eq!(state.balance, 0);
         // Retry-after is measured from the caller's (lagging) clock: lag plus the refill time.
         assert_eq!(denied.retry_after(), Some(Wait::After(6 * SECOND)));
         // Back at the cursor: still nothing; one second later: one token.
-        assert!(!acquire(&config, &mut state, 10 * SECOND, 1).is_allowed());
-        assert!(acquire(&config, &mut state, 11 * SECOND, 1).is_allowed());
+        assert!(!take(&config, &mut state, 1, 10 * SECOND).is_allowed());
+        assert!(take(&config, &mut state, 1, 11 * SECOND).is_allowed());
     }
 
     #[test]
@@ -462,7 +462,7 @@ mod tests {
     fn the_longest_idle_gap_clamps_to_capacity_without_overflow() {
         let config = config(u64::MAX, &format!("{}/{}s", u64::MAX, 1u64 << 32));
         let mut state = BucketState::full(&config, 0);
-        acquire(&config, &mut state, 0, u64::MAX);
+        take(&config, &mut state, u64::MAX, 0);
         let five_hundred_years = 500 * 365 * 86_400 * SECOND;
         state = state.refilled(&config, five_hundred_years);
         assert!(state.is_full(&config));
@@ -475,8 +475,8 @@ mod tests {
     fn waits_past_the_end_of_the_clock_are_never() {
         let config = config(1, "1/h");
         let mut state = BucketState::full(&config, u64::MAX - 10);
-        acquire(&config, &mut state, u64::MAX - 10, 1);
-        let denied = acquire(&config, &mut state, u64::MAX - 5, 1);
+        take(&config, &mut state, 1, u64::MAX - 10);
+        let denied = take(&config, &mut state, 1, u64::MAX - 5);
         assert_eq!(denied.retry_after(), Some(Wait::Never));
         assert_eq!(denied.reset_after(), Wait::Never);
     }
@@ -485,10 +485,10 @@ mod tests {
     fn zero_rate_never_refills_and_says_never() {
         let config = Config::new(2, Rate::ZERO).unwrap();
         let mut state = BucketState::full(&config, 0);
-        let allowed = acquire(&config, &mut state, 0, 1);
+        let allowed = take(&config, &mut state, 1, 0);
         assert_eq!(allowed.reset_after(), Wait::Never);
-        acquire(&config, &mut state, 0, 1);
-        let denied = acquire(&config, &mut state, u64::MAX, 1);
+        take(&config, &mut state, 1, 0);
+        let denied = take(&config, &mut state, 1, u64::MAX);
         assert_eq!(denied.retry_after(), Some(Wait::Never));
     }
 
@@ -509,7 +509,7 @@ mod tests {
         let old = config(10, "1/3s"); // grid 1/(3e9)
         let new = config(4, "1/2s"); // grid 1/(2e9)
         let mut state = BucketState::full(&old, 0);
-        acquire(&old, &mut state, 0, 9);
+        take(&old, &mut state, 9, 0);
         // 1 token + 1 ns of 1/3 token/s = 1 + 1/(3e9) tokens; on the 1/(2e9) grid that floors to 1 token.
         let moved = state.reconfigured(&old, &new, 1);
         assert_eq!(moved.balance, new.units_per_token());
@@ -536,8 +536,8 @@ mod tests {
         assert_eq!(one_of_three, two_of_four);
         // A denial keeps its missing units; Debug prints the same fields as before.
         let mut state = BucketState::full(&config, 0);
-        acquire(&config, &mut state, 0, 4);
-        let denied = acquire(&config, &mut state, SECOND / 2, 1);
+        take(&config, &mut state, 4, 0);
+        let denied = take(&config, &mut state, 1, SECOND / 2);
         assert_eq!(denied.retry_after(), Some(Wait::After(SECOND / 2)));
         assert_eq!(denied.reset_after(), Wait::After(3 * SECOND + SECOND / 2));
         assert_eq!(
@@ -546,14 +546,14 @@ mod tests {
              1000000000 }, capacity_units: 4000000000, short_units: 500000000, units_per_ns: 1, \
              lag: 0, now: 500000000 }"
         );
-        assert_ne!(denied, acquire(&config, &mut state, SECOND / 2, 2));
+        assert_ne!(denied, take(&config, &mut state, 2, SECOND / 2));
     }
 
     #[test]
     fn snapshot_matches_what_a_transition_would_see() {
         let config = config(5, "2/s");
         let mut state = BucketState::full(&config, 0);
-        acquire(&config, &mut state, 0, 5);
+        take(&config, &mut state, 5, 0);
         let view = snapshot(&config, state, SECOND);
         assert_eq!(view.remaining.whole(), 2);
         assert_eq!(view.reset_after, Wait::After(SECOND + SECOND / 2));

@@ -188,8 +188,8 @@ impl<M: Mistake> Keyed<M> {
         &self,
         config: &Config,
         state: BucketState,
-        now: Nanos,
         cost_units: u128,
+        now: Nanos,
     ) -> (BucketState, bool, Option<Wait>) {
         let refilled = self.mistake.refill(config, state, now);
         let allowed = self.mistake.allows(refilled.balance(), cost_units);
@@ -245,7 +245,7 @@ impl<M: Mistake> Subject for Keyed<M> {
         }
         let created = held.is_none();
         let state = held.unwrap_or_else(|| BucketState::full(&config, now));
-        let (next, allowed, retry_after) = self.decide(&config, state, now, cost_units);
+        let (next, allowed, retry_after) = self.decide(&config, state, cost_units, now);
         let lag = next.last_refill().saturating_sub(now);
         let short_of_full = config.capacity_units().saturating_sub(next.balance());
         let observed = Observed {
@@ -333,7 +333,7 @@ impl<M: Mistake> Subject for Keyed<M> {
         let state = self
             .bucket_at(key, now)
             .unwrap_or_else(|| BucketState::full(&config, now));
-        Some(self.decide(&config, state, now, cost_units).1)
+        Some(self.decide(&config, state, cost_units, now).1)
     }
 
     fn inspect(&mut self, key: u64) -> Option<Inspected> {
@@ -384,7 +384,7 @@ mod tests {
                 let cost = 1 + (i as u64 % 3);
                 let (next, decision) = transition(&config, state, Attempt { cost, now }).unwrap();
                 let cost_units = Exact.cost_units(&config, cost).unwrap();
-                let (mine, allowed, retry) = keyed.decide(&config, state, now, cost_units);
+                let (mine, allowed, retry) = keyed.decide(&config, state, cost_units, now);
                 assert_eq!(mine, next, "{rate} step {i}");
                 assert_eq!(allowed, decision.is_allowed(), "{rate} step {i}");
                 assert_eq!(retry, decision.retry_after(), "{rate} step {i}");

@@ -70,12 +70,7 @@ impl RacyKeyed {
     /// The mistake: read `key`'s state (full at `now` if new) in one critical section, decide
     /// outside any, and write the result in a second, so a concurrent call between the two reads
     /// the same state and spends the same tokens.
-    pub fn acquire_split(
-        &self,
-        key: u64,
-        cost: u64,
-        now: Nanos,
-    ) -> Result<Decision, AcquireError> {
+    pub fn acquire_split(&self, key: u64, cost: u64, now: Nanos) -> Result<Decision, AcquireError> {
         let read = self.buckets().get(&key).copied();
         let state = read.unwrap_or_else(|| BucketState::full(&self.config, now));
         let (next, decision) = transition(&self.config, state, Attempt { cost, now })?;

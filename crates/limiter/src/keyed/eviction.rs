@@ -30,7 +30,7 @@ pub enum EvictionPolicy {
     EvictFull,
     /// Drop an evictable bucket if one is found among a few entries, otherwise the sampled bucket with
     /// the oldest `last_refill`. Lossy: the victim comes back full (a burst). Counted in
-    /// [`Stats::evicted_lossy`].
+    /// [`Stats::evicted_lossy`](super::Stats::evicted_lossy).
     EvictLeastRecent,
 }
 
