@@ -234,20 +234,17 @@ fn pure_transition(c: &mut Criterion) {
     let mut group = c.benchmark_group("transition");
 
     let config = one_key_config();
+    let attempt = |now| Attempt {
+        cost: black_box(1),
+        now,
+    };
     let mut state = BucketState::full(&config, 1_000_000_000);
     let mut now = 1_000_000_000u64;
     group.bench_function("ours_transition", |b| {
         b.iter(|| {
             now += STEP_NS;
-            let (next, decision): (BucketState, Decision) = transition(
-                black_box(&config),
-                state,
-                Attempt {
-                    cost: black_box(1),
-                    now,
-                },
-            )
-            .unwrap();
+            let (next, decision): (BucketState, Decision) =
+                transition(black_box(&config), state, attempt(now)).unwrap();
             state = next;
             let _ = black_box(decision);
         })
@@ -258,15 +255,7 @@ fn pure_transition(c: &mut Criterion) {
     group.bench_function("ours_transition_allowed_only", |b| {
         b.iter(|| {
             now += STEP_NS;
-            let (next, decision) = transition(
-                black_box(&config),
-                state,
-                Attempt {
-                    cost: black_box(1),
-                    now,
-                },
-            )
-            .unwrap();
+            let (next, decision) = transition(black_box(&config), state, attempt(now)).unwrap();
             state = next;
             let _ = black_box(decision.is_allowed());
         })

@@ -664,14 +664,12 @@ impl RedisLimiter {
         let now = request.now.unwrap_or_else(|| self.local_now());
         // Without Redis the key's override (if any) is unknown: validate against the default config.
         let config = self.settings.config;
-        transition(
-            &config,
-            BucketState::full(&config, now),
-            Attempt {
-                cost: request.cost,
-                now,
-            },
-        )?;
+        let attempt = Attempt {
+            cost: request.cost,
+            now,
+        };
+        // Validates the cost, and is what fail-open answers: a fresh bucket's decision.
+        let (_, fresh_decision) = transition(&config, BucketState::full(&config, now), attempt)?;
         let fallback = |decision: Decision, source| Outcome {
             acquired: Acquired {
                 decision,
@@ -687,30 +685,14 @@ impl RedisLimiter {
                 Err(RedisAcquireError::Unavailable { attempts, last })
             }
             Unavailable::FailOpen => {
-                let config = self.settings.config;
-                let (_, decision) = transition(
-                    &config,
-                    BucketState::full(&config, now),
-                    Attempt {
-                        cost: request.cost,
-                        now,
-                    },
-                )?;
                 bump(&self.counters.fail_open);
-                Ok(fallback(decision, Source::FailOpen))
+                Ok(fallback(fresh_decision, Source::FailOpen))
             }
             Unavailable::LocalBudget { budget } => {
                 let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
                 let state = local.unwrap_or_else(|| BucketState::full(&budget, now));
                 let (next, decision) = if request.cost <= budget.capacity() {
-                    transition(
-                        &budget,
-                        state,
-                        Attempt {
-                            cost: request.cost,
-                            now,
-                        },
-                    )?
+                    transition(&budget, state, attempt)?
                 } else {
                     // Valid for the real config but larger than the whole local budget: a flagged
                     // denial that can never succeed locally (shown as a full-budget request on an
@@ -718,18 +700,11 @@ impl RedisLimiter {
                     let refilled = state.refilled(&budget, now);
                     let empty = BucketState::new(&budget, 0, refilled.last_refill())
                         .expect("an empty balance is within every capacity");
-                    (
-                        refilled,
-                        transition(
-                            &budget,
-                            empty,
-                            Attempt {
-                                cost: budget.capacity(),
-                                now,
-                            },
-                        )?
-                        .1,
-                    )
+                    let whole_budget = Attempt {
+                        cost: budget.capacity(),
+                        now,
+                    };
+                    (refilled, transition(&budget, empty, whole_budget)?.1)
                 };
                 *local = Some(next);
                 if decision.is_allowed() {

@@ -186,17 +186,8 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     pub fn peek_at(&self, key: &K, now: Nanos) -> Peek {
         let hash = self.hasher.hash_one(key);
         let shard = lock(self.shard(hash));
-        let (config, state, present) = match shard.find(hash, key) {
-            Some((bucket, _)) => (
-                shard.config_of(key, bucket, &self.settings),
-                shard.state_of(key, bucket),
-                true,
-            ),
-            None => {
-                let config = self.settings.resolved_config(key);
-                (config, shard.fresh(&config, now), false)
-            }
-        };
+        let (config, state, found) = shard.current(hash, key, now, &self.settings);
+        let present = found.is_some();
         let view = snapshot(&config, state, now);
         Peek {
             remaining: view.remaining,
@@ -221,18 +212,10 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     pub fn reconfigure_at(&self, key: &K, config: Config, now: Nanos) -> Result<u64, AcquireError> {
         let hash = self.hasher.hash_one(key);
         let mut shard = lock(self.shard(hash));
-        let (old, state, pos) = match shard.find(hash, key) {
-            Some((bucket, pos)) => (
-                shard.config_of(key, bucket, &self.settings),
-                shard.state_of(key, bucket),
-                pos,
-            ),
-            None => {
-                let old = self.settings.resolved_config(key);
-                let fresh = shard.fresh(&old, now);
-                let pos = shard.insert(hash, key, fresh, now, &self.settings)?;
-                (old, fresh, pos)
-            }
+        let (old, state, found) = shard.current(hash, key, now, &self.settings);
+        let pos = match found {
+            Some((_, pos)) => pos,
+            None => shard.insert(hash, key, state, now, &self.settings)?,
         };
         let next = state.reconfigured(&old, &config, now);
         let extra = shard.extra_mut(key, pos);

@@ -24,19 +24,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         now: Nanos,
     ) -> Result<Decision, AcquireError> {
         let hash = self.hasher.hash_one(key);
-        let (config, state) = {
-            let shard = lock(self.shard(hash));
-            match shard.find(hash, key) {
-                Some((bucket, _)) => (
-                    shard.config_of(key, bucket, &self.settings),
-                    shard.state_of(key, bucket),
-                ),
-                None => {
-                    let config = self.settings.resolved_config(key);
-                    (config, shard.fresh(&config, now))
-                }
-            }
-        };
+        let (config, state, _) = lock(self.shard(hash)).current(hash, key, now, &self.settings);
         let (next, decision) = transition(&config, state, Attempt { cost, now })?;
         let mut shard = lock(self.shard(hash));
         let pos = match shard.find(hash, key) {

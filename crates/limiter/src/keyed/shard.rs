@@ -132,6 +132,31 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         BucketState::full(config, now.max(self.evicted_horizon))
     }
 
+    /// The config and state `key` has at `now` (its own if it is live, else those of a fresh
+    /// bucket), and its bucket and position if it is live. Inlined: it is the first step of every
+    /// decision.
+    #[inline(always)]
+    pub(super) fn current(
+        &self,
+        hash: u64,
+        key: &K,
+        now: Nanos,
+        settings: &Settings<K>,
+    ) -> (Config, BucketState, Option<(PackedBucket, usize)>) {
+        let found = self.find(hash, key);
+        let (config, state) = match found {
+            Some((bucket, _)) => (
+                self.config_of(key, bucket, settings),
+                self.state_of(key, bucket),
+            ),
+            None => {
+                let config = settings.resolved_config(key);
+                (config, self.fresh(&config, now))
+            }
+        };
+        (config, state, found)
+    }
+
     /// The key's bucket (a copy) and position.
     #[inline]
     pub(super) fn find(&self, hash: u64, key: &K) -> Option<(PackedBucket, usize)> {
@@ -240,17 +265,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         settings: &Settings<K>,
     ) -> Result<Acquired, AcquireError> {
         let Attempt { cost, now } = attempt;
-        let found = self.find(hash, key);
-        let (config, state) = match found {
-            Some((bucket, _)) => (
-                self.config_of(key, bucket, settings),
-                self.state_of(key, bucket),
-            ),
-            None => {
-                let config = settings.resolved_config(key);
-                (config, self.fresh(&config, now))
-            }
-        };
+        let (config, state, found) = self.current(hash, key, now, settings);
         // Validate the cost before consulting request ids or making room: an error changes nothing.
         if config.cost_units(cost).is_none() {
             self.stats.errors += 1;
