@@ -27,8 +27,8 @@
 //!
 //! Why real threads and not shuttle here: the limiter's `shuttle` feature swaps its mutexes for
 //! shuttle's in every crate of the build, which would break every non-shuttle test of this crate and
-//! the library function the CLI calls. Systematic exploration (loom, shuttle) of the same racy
-//! variant lives with the limiter's own tests (`crates/limiter/tests`). The cost of real threads:
+//! the library function the CLI calls. Systematic exploration (loom, shuttle) of the same split,
+//! the limiter's own `racy-variant`, lives with the limiter's tests (`crates/limiter/tests`). The cost of real threads:
 //! whether and when the race shows is up to the OS scheduler, so the time to kill is not
 //! reproducible (the report says so); the verdict of a round is.
 
