@@ -19,7 +19,7 @@
 //!   nothing inside: the floor of any locked design on this machine. Every `one_key` closure passes
 //!   its whole result to `std::hint::black_box` and returns `()` (criterion 0.5's own `black_box` on
 //!   a returned value reads it byte by byte with `read_volatile`, charging for the result's size).
-//! - `transition`: one key, no synchronization. [`bucketproof_limiter::transition`] against the
+//! - `transition`: one key, no synchronization. [`bucketproof_limiter::internal::transition`] against the
 //!   textbook f64 bucket below (`tokens = min(cap, tokens + dt * rate)`), same config and time step.
 //!   Each hands what a caller gets (ours a [`Decision`], the f64 bucket a `bool` and the remaining
 //!   balance) whole to `std::hint::black_box` and returns `()`, as in `one_key` and for the same

@@ -265,7 +265,7 @@ mod tests {
     use super::*;
     use crate::{ManualClock, Rate, Wait};
 
-    const SECOND: Nanos = 1_000_000_000;
+    const SECOND: Nanos = crate::NANOS_PER_SECOND;
 
     fn config(capacity: u64, rate: &str) -> Config {
         Config::new(capacity, rate.parse().unwrap()).unwrap()

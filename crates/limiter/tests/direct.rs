@@ -29,7 +29,7 @@ fn below(state: &mut u64, n: u64) -> u64 {
     ((next(state) as u128 * n as u128) >> 64) as u64
 }
 
-const SECOND: u64 = 1_000_000_000;
+const SECOND: u64 = bucketproof_limiter::NANOS_PER_SECOND;
 
 /// Small configs, and two whose balances do not fit the keyed limiter's 62-bit packed balance: one
 /// whose balance crosses `2^62` units both ways (capacity 5e18 units; a large cost takes it below, a

@@ -8,7 +8,7 @@ use bucketproof_limiter::{
     AcquireError, Config, EvictionPolicy, Limiter, ManualClock, Rate, Request, Wait,
 };
 
-const SECOND: u64 = 1_000_000_000;
+const SECOND: u64 = bucketproof_limiter::NANOS_PER_SECOND;
 
 fn config(capacity: u64, rate: &str) -> Config {
     Config::new(capacity, rate.parse().unwrap()).unwrap()

@@ -29,7 +29,7 @@ use common::direct::{DirectOp, DirectRecorder, DirectRet, admitted, check_direct
 use common::history::{Op, Recorder, Ret, Setup, check_execution};
 use loom::sync::Arc;
 
-const SECOND: u64 = 1_000_000_000;
+const SECOND: u64 = bucketproof_limiter::NANOS_PER_SECOND;
 /// Preemptions explored per execution (design.md section 8: 2-3).
 const PREEMPTION_BOUND: usize = 3;
 

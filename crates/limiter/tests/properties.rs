@@ -11,7 +11,7 @@ static RETRY_CASES: AtomicUsize = AtomicUsize::new(0);
 static ROLLBACK_RETRY_CASES: AtomicUsize = AtomicUsize::new(0);
 static LOSSY_RECONFIGURE_CASES: AtomicUsize = AtomicUsize::new(0);
 
-const SECOND: u64 = 1_000_000_000;
+const SECOND: u64 = bucketproof_limiter::NANOS_PER_SECOND;
 
 fn rate_from(numer: u64, denom: u64) -> Option<Rate> {
     Rate::new(numer, denom % MAX_RATE_DENOMINATOR + 1).ok()

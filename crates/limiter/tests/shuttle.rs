@@ -37,7 +37,7 @@ use shuttle::rand::{Rng, thread_rng};
 use shuttle::scheduler::{PctScheduler, RandomScheduler, Scheduler};
 use shuttle::{Config as ShuttleConfig, Runner};
 
-const SECOND: u64 = 1_000_000_000;
+const SECOND: u64 = bucketproof_limiter::NANOS_PER_SECOND;
 const THREADS: usize = 4;
 const OPS_PER_THREAD: usize = 30;
 const KEYS: u64 = 5;
