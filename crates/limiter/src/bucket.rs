@@ -550,6 +550,17 @@ mod tests {
     }
 
     #[test]
+    fn a_checked_state_holds_at_most_the_capacity() {
+        let config = config(2, "1/s");
+        let full = BucketState::new(&config, config.capacity_units(), 7).unwrap();
+        assert_eq!(full, BucketState::full(&config, 7));
+        assert_eq!(
+            BucketState::new(&config, config.capacity_units() + 1, 7),
+            None
+        );
+    }
+
+    #[test]
     fn snapshot_matches_what_a_transition_would_see() {
         let config = config(5, "2/s");
         let mut state = BucketState::full(&config, 0);

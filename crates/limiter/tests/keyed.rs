@@ -22,6 +22,40 @@ fn each_key_starts_full_and_keys_do_not_share_tokens() {
     assert!(limiter.acquire_at(&2, 2, 0).unwrap().is_allowed());
 }
 
+/// `would_allow_at` answers what `acquire_at` would, and changes nothing: not the balance, not
+/// whether the key exists.
+#[test]
+fn would_allow_answers_as_an_acquire_would_and_changes_nothing() {
+    let limiter: Limiter<u64> = Limiter::new(config(3, "1/s"));
+    assert!(limiter.would_allow_at(&1, 3, 0));
+    assert!(!limiter.would_allow_at(&1, 4, 0), "above the capacity");
+    assert!(limiter.is_empty(), "a question creates no key");
+    limiter.acquire_at(&1, 3, 0).unwrap();
+    for (cost, now) in [
+        (1, 0),
+        (1, SECOND - 1),
+        (1, SECOND),
+        (2, SECOND),
+        (2, 2 * SECOND),
+    ] {
+        let before = limiter.inspect(&1);
+        let asked = limiter.would_allow_at(&1, cost, now);
+        assert_eq!(
+            limiter.inspect(&1),
+            before,
+            "a question charges and refills nothing"
+        );
+        // The acquire it predicts, on a twin in the same state (an acquire here would charge).
+        let twin: Limiter<u64> = Limiter::new(config(3, "1/s"));
+        twin.acquire_at(&1, 3, 0).unwrap();
+        assert_eq!(
+            asked,
+            twin.acquire_at(&1, cost, now).unwrap().is_allowed(),
+            "cost {cost} at {now}"
+        );
+    }
+}
+
 #[test]
 fn a_duplicate_request_id_charges_once_and_returns_the_first_decision() {
     let limiter: Limiter<&str> = Limiter::builder(config(3, "1/s"))

@@ -818,3 +818,47 @@ fn is_unavailable(e: &RedisError) -> bool {
         )
         || e.code() == Some("BUSY")
 }
+
+#[cfg(test)]
+mod tests {
+    use bucketproof_limiter::Rate;
+
+    use super::*;
+
+    fn field(text: &str) -> Option<String> {
+        Some(text.to_string())
+    }
+
+    /// The one decoder that peek and reconfigure share: no bucket, Redis's own number formatting,
+    /// the cursor's two limbs, and every unreadable field refused by name.
+    #[test]
+    fn the_stored_bucket_decodes_once_for_peek_and_reconfigure() {
+        let config = Config::new(2, Rate::per_second(1)).unwrap();
+        assert_eq!(
+            stored_state(&config, &None, &field("1"), &field("0")),
+            Ok(None)
+        );
+        let state = stored_state(&config, &field("1e+9"), &field("3"), &field("5"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (state.balance(), state.last_refill()),
+            (1_000_000_000, 3 * NANOS_PER_SECOND + 5)
+        );
+        let full = config.capacity_units().to_string();
+        assert!(stored_state(&config, &field(&full), &field("0"), &field("0")).is_ok());
+        let above = (config.capacity_units() + 1).to_string();
+        for (b, s, n, why) in [
+            (above.as_str(), "0", "0", "stored balance above capacity"),
+            ("x", "0", "0", "stored number unreadable"),
+            ("1.5", "0", "0", "stored number not an exact integer"),
+            ("1", "0", "1000000000", "cursor outside u64 ns"),
+        ] {
+            assert_eq!(
+                stored_state(&config, &field(b), &field(s), &field(n)),
+                Err(why),
+                "{b} {s} {n}"
+            );
+        }
+    }
+}
