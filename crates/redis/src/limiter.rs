@@ -204,8 +204,8 @@ impl RedisBuilder {
         self
     }
 
-    /// Request-id records: live `window` long, at most `per_key` per key. Default 60 s, 8 (as the
-    /// in-memory limiter).
+    /// Request-id records: live `window` long, at most `per_key` per key. Default: the in-memory
+    /// limiter's, [`defaults::DEDUPE_WINDOW`] and [`defaults::DEDUPE_PER_KEY`].
     pub fn dedupe(mut self, window: Duration, per_key: usize) -> Self {
         self.dedupe_window = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
         self.dedupe_per_key = per_key;

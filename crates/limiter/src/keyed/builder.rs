@@ -54,7 +54,8 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
         self
     }
 
-    /// Bound on live keys and what to do at it. Default: 1,048,576 keys, [`EvictionPolicy::EvictFull`].
+    /// Bound on live keys and what to do at it. Default: [`defaults::MAX_KEYS`]
+    /// keys, [`EvictionPolicy::EvictFull`].
     pub fn max_keys(mut self, max_keys: usize, policy: EvictionPolicy) -> Self {
         self.max_keys = max_keys.max(1);
         self.policy = policy;
@@ -63,13 +64,14 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
 
     /// Entries the amortized sweep inspects each time an acquire inserts a new key into a shard (the
     /// only time the shard's memory grows), stepping over at most 8 table slots per entry; 0 disables
-    /// it. Default 2.
+    /// it. Default: [`defaults::SWEEP_PER_OP`].
     pub fn sweep_per_op(mut self, entries: usize) -> Self {
         self.sweep_per_op = entries;
         self
     }
 
-    /// Request-id records: kept `window` long and at most `per_key` per key. Default 60 s, 8.
+    /// Request-id records: kept `window` long and at most `per_key` per key. Default:
+    /// [`defaults::DEDUPE_WINDOW`], [`defaults::DEDUPE_PER_KEY`].
     pub fn dedupe(mut self, window: Duration, per_key: usize) -> Self {
         self.dedupe_window = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
         self.dedupe_per_key = per_key;
