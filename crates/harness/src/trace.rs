@@ -7,7 +7,7 @@
 //! Owns the trace vocabulary and its serialized form. Promises: a trace is plain data (no clock, no
 //! randomness, no references into a subject), so serializing and reading it back gives the same run.
 
-use bucketproof_limiter::{Config, EvictionPolicy, Rate};
+use bucketproof_limiter::{Config, EvictionPolicy, Rate, defaults};
 use bucketproof_model::ModelConfig;
 use serde::{Deserialize, Serialize};
 
@@ -100,16 +100,16 @@ impl From<PolicySpec> for EvictionPolicy {
 }
 
 fn default_max_keys() -> usize {
-    1 << 20
+    defaults::MAX_KEYS
 }
 fn default_sweep_per_op() -> usize {
-    2
+    defaults::SWEEP_PER_OP
 }
 fn default_dedupe_window_ns() -> u64 {
-    60_000_000_000
+    defaults::DEDUPE_WINDOW
 }
 fn default_dedupe_per_key() -> usize {
-    8
+    defaults::DEDUPE_PER_KEY
 }
 
 /// Everything a subject needs to be built for a trace.

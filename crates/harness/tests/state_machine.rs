@@ -16,7 +16,8 @@ use bucketproof_harness::scenario::duration::{SECOND, YEAR};
 use bucketproof_harness::subjects::CoreSubject;
 use bucketproof_harness::subjects::core::observe;
 use bucketproof_harness::{ConfigSpec, Observed, Op, PolicySpec, Setup, Subject, SubjectError};
-use bucketproof_limiter::{BucketState, Config, transition};
+use bucketproof_limiter::internal::{Attempt, state_from_parts, transition};
+use bucketproof_limiter::{BucketState, Config};
 use bucketproof_model::Rational;
 use bucketproof_model::{Model, ModelWait};
 use proptest::prelude::*;
@@ -298,28 +299,26 @@ impl Subject for Broken {
             .buckets
             .entry(key)
             .or_insert_with(|| BucketState::full(&self.config, now));
-        let (mut next, mut decision) =
-            transition(&self.config, state, now, cost).map_err(|_| SubjectError::InvalidCost)?;
+        let (mut next, mut decision) = transition(&self.config, state, Attempt { cost, now })
+            .map_err(|_| SubjectError::InvalidCost)?;
         match self.bug {
-            Bug::StrictAllow if decision.is_allowed() && next.balance == 0 => {
+            Bug::StrictAllow if decision.is_allowed() && next.balance() == 0 => {
                 // `balance > cost` denies the exact fit: decide again one unit short, charge nothing.
                 let refilled = state.refilled(&self.config, now);
-                let one_short = BucketState {
-                    balance: refilled.balance - 1,
-                    ..refilled
-                };
-                decision = transition(&self.config, one_short, now, cost)
+                let one_short = state_from_parts(refilled.balance() - 1, refilled.last_refill());
+                decision = transition(&self.config, one_short, Attempt { cost, now })
                     .map_err(|_| SubjectError::InvalidCost)?
                     .1;
                 next = refilled;
             }
             Bug::ChargesDenials if !decision.is_allowed() => {
-                next.balance = next
-                    .balance
+                let charged = next
+                    .balance()
                     .saturating_sub(cost as u128 * self.config.units_per_token());
+                next = state_from_parts(charged, next.last_refill());
             }
-            Bug::CursorFollowsRollback if now < state.last_refill => {
-                next.last_refill = now;
+            Bug::CursorFollowsRollback if now < state.last_refill() => {
+                next = state_from_parts(next.balance(), now);
             }
             _ => {}
         }

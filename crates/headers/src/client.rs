@@ -2,7 +2,7 @@
 //!
 //! [`Pacer`] is a pure state machine over a caller-supplied monotonic time in nanoseconds (no clock is
 //! read here, so simulations and tests are deterministic). Feed it every response with
-//! [`Pacer::observe`]; ask [`Pacer::ready_at`] before each request. Its rules, from draft-11 Section 7:
+//! [`Pacer::observe`]; ask [`Pacer::ready_for`] before each request. Its rules, from draft-11 Section 7:
 //!
 //! - `Retry-After` takes precedence over the fields (delay-seconds, or an HTTP-date measured against
 //!   the response's own `Date`, so no wall clock is needed); the effective window is then ignored;
@@ -34,10 +34,9 @@ use rand_core::{RngCore, SeedableRng};
 use crate::field::{QuotaPolicy, RateLimit, RateLimitPolicy, ServiceLimit};
 use crate::profile::Profile;
 
-/// Nanoseconds on the caller's monotonic clock.
-pub type Nanos = u64;
-
-const NANOS_PER_SECOND: u64 = 1_000_000_000;
+use bucketproof_limiter::NANOS_PER_SECOND;
+/// Nanoseconds on the caller's monotonic clock: the limiter's own time type.
+pub use bucketproof_limiter::Nanos;
 
 /// Capped exponential backoff with full jitter: attempt `n` (from 1) waits a uniformly random
 /// duration in `[0, min(cap, base * 2^(n-1))]`.
@@ -296,7 +295,7 @@ impl Pacer {
             retry_after,
             ignored_stale: stale && had_fields,
             binding,
-            next_at: self.ready_at(now, 1),
+            next_at: self.ready_for(1, now),
         }
     }
 
@@ -304,7 +303,7 @@ impl Pacer {
     ///
     /// When `cost` exceeds `r + 1`, the wait beyond `t` is derived from the policy's `q / w`; without
     /// a matching policy it is unknown and not added, and the next response corrects the estimate.
-    pub fn ready_at(&self, now: Nanos, cost: u64) -> Nanos {
+    pub fn ready_for(&self, cost: u64, now: Nanos) -> Nanos {
         let mut at = self.blocked_until.max(now);
         if let Some(budget) = self.budget
             && budget < cost
@@ -334,7 +333,7 @@ impl Pacer {
     }
 
     /// Records that a request costing `cost` was sent at `now`.
-    pub fn on_send(&mut self, now: Nanos, cost: u64) {
+    pub fn record_send(&mut self, cost: u64, now: Nanos) {
         if let Some(end) = self.window_end
             && now >= end
         {
@@ -397,6 +396,7 @@ impl RetryPolicy {
 
 /// Why [`send_paced`] gave up.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PacedError<E> {
     /// The transport failed.
     #[error("transport error: {0}")]
@@ -450,7 +450,7 @@ where
     loop {
         attempt += 1;
         let t = now();
-        let at = pacer.ready_at(t, cost);
+        let at = pacer.ready_for(cost, t);
         if attempt > 1 && !policy.allows(attempt, started, at) {
             return Err(PacedError::GaveUp {
                 attempts: attempt - 1,
@@ -460,7 +460,7 @@ where
         if at > t {
             sleep(at - t).await;
         }
-        pacer.on_send(now(), cost);
+        pacer.record_send(cost, now());
         let (status, headers, body) = send().await.map_err(PacedError::Transport)?;
         let obs = pacer.observe(now(), status, &headers);
         if !obs.throttled {
@@ -469,7 +469,7 @@ where
         if !retryable {
             return Err(PacedError::NotRetryable);
         }
-        let next = pacer.ready_at(now(), cost);
+        let next = pacer.ready_for(cost, now());
         if !policy.allows(attempt + 1, started, next) {
             return Err(PacedError::GaveUp {
                 attempts: attempt,
@@ -527,7 +527,7 @@ mod tests {
         );
         assert_eq!(obs.binding.unwrap().name.as_str(), "sec");
         assert_eq!(p.limits().len(), 2);
-        assert_eq!(p.ready_at(0, 1), 2 * S);
+        assert_eq!(p.ready_for(1, 0), 2 * S);
     }
 
     #[test]

@@ -23,11 +23,11 @@
 
 use crate::field::SF_INTEGER_MAX;
 
-const NANOS_PER_SECOND: u128 = 1_000_000_000;
+use bucketproof_limiter::NANOS_PER_SECOND;
 
 /// Whole seconds for a wait in nanoseconds, rounded up: `1 ns -> 1 s`, `1 s -> 1 s`, `0 -> 0`.
 pub const fn ceil_secs(ns: u64) -> u64 {
-    ns.div_ceil(NANOS_PER_SECOND as u64)
+    ns.div_ceil(NANOS_PER_SECOND)
 }
 
 /// `RateLimit-Policy` `w` for a bucket of `capacity` tokens refilled at `numer/denom` tokens per
@@ -62,7 +62,11 @@ pub fn next_token_nanos(units: u128, units_per_token: u128, numer: u64, denom: u
     let missing = units_per_token - units % units_per_token;
     // Tokens per ns = numer / (denom * 1e9), so the wait is missing/upt * denom*1e9 / numer ns.
     // Nested ceilings are exact: ceil(ceil(x / a) / b) == ceil(x / (a * b)) for positive integers.
-    let scaled = mul_div_ceil(missing, denom as u128 * NANOS_PER_SECOND, units_per_token)?;
+    let scaled = mul_div_ceil(
+        missing,
+        denom as u128 * NANOS_PER_SECOND as u128,
+        units_per_token,
+    )?;
     let ns = scaled.div_ceil(numer as u128);
     u64::try_from(ns).ok()
 }
@@ -178,7 +182,7 @@ fn div_256_by_128(hi: u128, lo: u128, d: u128) -> (u128, u128, u128) {
 mod tests {
     use super::*;
 
-    const G: u128 = 1_000_000_000; // units per token for a rate with denominator 1
+    const G: u128 = NANOS_PER_SECOND as u128; // units per token for a rate with denominator 1
 
     #[test]
     fn ceil_secs_never_rounds_a_positive_wait_to_zero() {

@@ -28,7 +28,7 @@ use crate::layer::Advertiser;
 use crate::source::Outcome;
 
 const MS: Nanos = 1_000_000;
-const S: Nanos = 1_000_000_000;
+const S: Nanos = bucketproof_limiter::NANOS_PER_SECOND;
 /// Virtual time starts here (any origin works; not 0 so "before the start" stays representable).
 const ORIGIN: Nanos = S;
 
@@ -124,6 +124,7 @@ struct ClientState {
 
 /// Why a simulation could not run.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SimError {
     /// The scenario's bucket is not a valid limiter config.
     #[error("invalid limiter config: {0}")]
@@ -185,7 +186,7 @@ pub fn run(scenario: &Scenario, population: Population) -> Result<Metrics, SimEr
             }
             Event::TrySend => {
                 let at = match population {
-                    Population::Pacing => st.pacer.ready_at(now, scenario.cost),
+                    Population::Pacing => st.pacer.ready_for(scenario.cost, now),
                     Population::Naive => now,
                 };
                 let next_attempt = st.attempts + 1;
@@ -204,7 +205,7 @@ pub fn run(scenario: &Scenario, population: Population) -> Result<Metrics, SimEr
                 }
                 st.attempts = next_attempt;
                 m.attempts += 1;
-                st.pacer.on_send(now, scenario.cost);
+                st.pacer.record_send(scenario.cost, now);
                 let key = if scenario.shared_bucket { 0 } else { c };
                 let config = limiter.config_for(&key);
                 let response = match limiter.acquire_at(&key, scenario.cost, now) {

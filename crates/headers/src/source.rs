@@ -67,6 +67,8 @@ impl From<AcquireError> for SourceError {
             AcquireError::KeyLimitReached { max_keys, .. } => {
                 SourceError::KeyLimitReached { max_keys }
             }
+            // A refusal this version does not know: still the store's error, never a denial.
+            other => SourceError::Store(other.to_string()),
         }
     }
 }

@@ -78,6 +78,7 @@ fn drive(
         PacedError::NotRetryable => "not retryable".to_owned(),
         PacedError::GaveUp { attempts, .. } => format!("gave up after {attempts}"),
         PacedError::Transport(e) => e.to_owned(),
+        other => other.to_string(),
     });
     (result, sent_at.into_inner())
 }

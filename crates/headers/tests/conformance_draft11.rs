@@ -427,7 +427,7 @@ fn s7_malformed_fields_must_be_ignored() {
         &headers(&[("ratelimit", r#""a";r=0;t=50, "b";r=-1"#)]),
     );
     assert!(obs.binding.is_none());
-    assert_eq!(p.ready_at(0, 1), 0, "an ignored field imposes no wait");
+    assert_eq!(p.ready_for(1, 0), 0, "an ignored field imposes no wait");
     assert!(p.limits().is_empty());
 }
 
@@ -439,12 +439,12 @@ fn s7_client_should_not_exceed_available_quota_within_the_effective_window() {
         StatusCode::OK,
         &headers(&[("ratelimit", r#""a";r=2;t=10"#)]),
     );
-    assert_eq!(p.ready_at(0, 1), 0);
-    p.on_send(0, 1);
-    assert_eq!(p.ready_at(0, 1), 0);
-    p.on_send(0, 1);
+    assert_eq!(p.ready_for(1, 0), 0);
+    p.record_send(1, 0);
+    assert_eq!(p.ready_for(1, 0), 0);
+    p.record_send(1, 0);
     assert_eq!(
-        p.ready_at(0, 1),
+        p.ready_for(1, 0),
         10 * S,
         "budget spent: wait for the window"
     );
@@ -458,7 +458,7 @@ fn s7_retry_after_must_take_precedence_over_the_effective_window() {
         StatusCode::OK,
         &headers(&[("ratelimit", r#""a";r=0;t=50"#), ("retry-after", "3")]),
     );
-    assert_eq!(p.ready_at(0, 1), 3 * S);
+    assert_eq!(p.ready_for(1, 0), 3 * S);
     // An HTTP-date Retry-After is measured against the response's Date, not our clock.
     let mut p = pacer();
     p.observe(
@@ -470,7 +470,7 @@ fn s7_retry_after_must_take_precedence_over_the_effective_window() {
             ("ratelimit", r#""default";r=0;t=50"#),
         ]),
     );
-    assert_eq!(p.ready_at(0, 1), 5 * S);
+    assert_eq!(p.ready_for(1, 0), 5 * S);
 }
 
 #[test]
@@ -490,7 +490,7 @@ fn s7_with_several_windows_pace_on_the_first_to_run_out_and_keep_all() {
     assert_eq!(obs.binding.unwrap().name.as_str(), "day");
     assert_eq!(p.limits().len(), 2);
     assert_eq!(p.policies().len(), 2);
-    assert_eq!(p.ready_at(0, 1), 600 * S, "capped at max_wait (10 min)");
+    assert_eq!(p.ready_for(1, 0), 600 * S, "capped at max_wait (10 min)");
 }
 
 #[test]
@@ -563,14 +563,14 @@ fn s7_3_fields_on_cached_responses_are_ignored() {
         &headers(&[("ratelimit", r#""a";r=0;t=60"#), ("age", "12")]),
     );
     assert!(obs.ignored_stale);
-    assert_eq!(p.ready_at(0, 1), 0);
+    assert_eq!(p.ready_for(1, 0), 0);
     let obs = p.observe(
         0,
         StatusCode::OK,
         &headers(&[("ratelimit", r#""a";r=0;t=60"#), ("age", "0")]),
     );
     assert!(!obs.ignored_stale);
-    assert_eq!(p.ready_at(0, 1), 60 * S);
+    assert_eq!(p.ready_for(1, 0), 60 * S);
 }
 
 #[test]
@@ -581,7 +581,7 @@ fn s8_3_available_quota_is_not_a_guarantee_a_429_after_a_healthy_hint_is_handled
         StatusCode::OK,
         &headers(&[("ratelimit", r#""a";r=50;t=60"#)]),
     );
-    assert_eq!(p.ready_at(0, 1), 0);
+    assert_eq!(p.ready_for(1, 0), 0);
     // Server throttles anyway, still claiming quota and giving no Retry-After.
     let obs = p.observe(
         S,
@@ -590,7 +590,7 @@ fn s8_3_available_quota_is_not_a_guarantee_a_429_after_a_healthy_hint_is_handled
     );
     assert!(obs.throttled);
     assert!(
-        p.ready_at(S, 1) > S,
+        p.ready_for(1, S) > S,
         "the client backs off instead of trusting r=50"
     );
     assert_eq!(p.failures(), 1);
@@ -604,7 +604,7 @@ fn s8_5_1_client_caps_unreasonable_waits() {
         StatusCode::TOO_MANY_REQUESTS,
         &headers(&[("retry-after", "1000000")]),
     );
-    let at = p.ready_at(0, 1);
+    let at = p.ready_for(1, 0);
     assert!(at <= 600 * S + PacerConfig::default().backoff.cap, "{at}");
 }
 
@@ -616,5 +616,5 @@ fn s7_fields_in_trailers_are_never_read() {
     strip_from_trailers(P, &mut trailers);
     let mut p = pacer();
     p.observe(0, StatusCode::OK, &trailers);
-    assert_eq!(p.ready_at(0, 1), 0);
+    assert_eq!(p.ready_for(1, 0), 0);
 }

@@ -19,7 +19,7 @@
 //!   nothing inside: the floor of any locked design on this machine. Every `one_key` closure passes
 //!   its whole result to `std::hint::black_box` and returns `()` (criterion 0.5's own `black_box` on
 //!   a returned value reads it byte by byte with `read_volatile`, charging for the result's size).
-//! - `transition`: one key, no synchronization. [`bucketproof_limiter::transition`] against the
+//! - `transition`: one key, no synchronization. [`bucketproof_limiter::internal::transition`] against the
 //!   textbook f64 bucket below (`tokens = min(cap, tokens + dt * rate)`), same config and time step.
 //!   Each hands what a caller gets (ours a [`Decision`], the f64 bucket a `bool` and the remaining
 //!   balance) whole to `std::hint::black_box` and returns `()`, as in `one_key` and for the same
@@ -44,8 +44,9 @@ use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bucketproof_limiter::internal::{Attempt, transition};
 use bucketproof_limiter::{
-    BucketState, Config, Decision, DirectLimiter, Limiter, ManualClock, Rate, Request, transition,
+    BucketState, Config, Decision, DirectLimiter, Limiter, ManualClock, Rate, Request,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::clock::FakeRelativeClock;
@@ -233,13 +234,17 @@ fn pure_transition(c: &mut Criterion) {
     let mut group = c.benchmark_group("transition");
 
     let config = one_key_config();
+    let attempt = |now| Attempt {
+        cost: black_box(1),
+        now,
+    };
     let mut state = BucketState::full(&config, 1_000_000_000);
     let mut now = 1_000_000_000u64;
     group.bench_function("ours_transition", |b| {
         b.iter(|| {
             now += STEP_NS;
             let (next, decision): (BucketState, Decision) =
-                transition(black_box(&config), state, now, black_box(1)).unwrap();
+                transition(black_box(&config), state, attempt(now)).unwrap();
             state = next;
             let _ = black_box(decision);
         })
@@ -250,8 +255,7 @@ fn pure_transition(c: &mut Criterion) {
     group.bench_function("ours_transition_allowed_only", |b| {
         b.iter(|| {
             now += STEP_NS;
-            let (next, decision) =
-                transition(black_box(&config), state, now, black_box(1)).unwrap();
+            let (next, decision) = transition(black_box(&config), state, attempt(now)).unwrap();
             state = next;
             let _ = black_box(decision.is_allowed());
         })

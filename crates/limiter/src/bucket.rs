@@ -1,8 +1,10 @@
 //! The single-bucket transition: the only place where the refill and decision arithmetic lives.
 //!
-//! Every front end (the keyed [`crate::Limiter`], the Redis script's tests, the harness) goes through
-//! [`transition`], [`BucketState::refilled`] and [`BucketState::reconfigured`]. They are pure functions of
-//! `(config, state, now, cost)`: no clock, no lock, no allocation.
+//! Every front end (the keyed [`crate::Limiter`], the [`crate::DirectLimiter`], the Redis script's
+//! tests, the harness) goes through [`transition`], [`BucketState::refilled`] and
+//! [`BucketState::reconfigured`]. They are pure functions of `(config, state, attempt)`: no clock, no
+//! lock, no allocation. [`transition`] and [`snapshot`] are not public API: they reach other crates
+//! only through [`crate::internal`], for the project's own oracles, mutants and Redis tests.
 //!
 //! Promises, checked by assertions here and by the harness against the reference model:
 //! - `0 <= balance <= capacity_units` after every step, and `last_refill` never moves back;
@@ -13,18 +15,51 @@
 
 use std::fmt;
 
-use crate::{AcquireError, Config, Nanos, Rate, Tokens, Wait};
+use crate::{AcquireError, Config, NANOS_PER_SECOND, Nanos, Rate, Tokens, Wait};
 
 /// The whole per-key state: the balance in units and the refill cursor.
+///
+/// The fields are private because they carry invariants: a state built by this crate (or by
+/// [`BucketState::new`]) has a balance of at most its config's capacity, and every operation here
+/// keeps it so and never moves the cursor back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BucketState {
     /// Balance in units of `1 / config.units_per_token()` token, `<= config.capacity_units()`.
-    pub balance: u128,
+    balance: u128,
     /// The time up to which refill has been credited. Never moves back.
-    pub last_refill: Nanos,
+    last_refill: Nanos,
 }
 
 impl BucketState {
+    /// A state holding `balance` units with its cursor at `last_refill`, or `None` if the balance is
+    /// above `config`'s capacity (a state no operation of this crate produces).
+    pub fn new(config: &Config, balance: u128, last_refill: Nanos) -> Option<BucketState> {
+        (balance <= config.capacity_units()).then_some(BucketState {
+            balance,
+            last_refill,
+        })
+    }
+
+    /// Any balance and cursor, unchecked: for [`crate::internal::state_from_parts`] only.
+    pub(crate) const fn from_parts(balance: u128, last_refill: Nanos) -> BucketState {
+        BucketState {
+            balance,
+            last_refill,
+        }
+    }
+
+    /// The balance in units of `1 / config.units_per_token()` token.
+    #[inline]
+    pub const fn balance(&self) -> u128 {
+        self.balance
+    }
+
+    /// The time up to which refill has been credited.
+    #[inline]
+    pub const fn last_refill(&self) -> Nanos {
+        self.last_refill
+    }
+
     /// A bucket seen for the first time: full, with its cursor at `now`.
     pub fn full(config: &Config, now: Nanos) -> BucketState {
         BucketState {
@@ -120,6 +155,9 @@ pub struct Decision {
     allowed: bool,
 }
 
+// The size promised above: a decision is returned by value from every acquire.
+const _: () = assert!(size_of::<Decision>() == 72 && align_of::<Decision>() == 8);
+
 impl Decision {
     /// True if the request was admitted and charged.
     #[inline]
@@ -150,7 +188,7 @@ impl Decision {
     pub fn config(&self) -> Config {
         // Copied out of a valid config by `transition`: the rate is reduced and in bounds, the
         // capacity >= 1, and `units_per_token = q * 10^9` exactly.
-        let denom = self.units_per_token / 1_000_000_000;
+        let denom = self.units_per_token / NANOS_PER_SECOND;
         Config::from_valid(self.capacity, Rate::from_reduced(self.units_per_ns, denom))
     }
 
@@ -190,7 +228,20 @@ impl fmt::Debug for Decision {
     }
 }
 
-/// One acquire of `cost` whole tokens at `now` on `state`: the spec's transition, and the only copy.
+/// What one acquire asks for: `cost` whole tokens at `now`.
+///
+/// A struct rather than two `u64` arguments, so that a call cannot swap the cost and the time and
+/// still type-check: every call site names both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attempt {
+    /// Whole tokens to take, `1..=capacity` to be valid.
+    pub cost: u64,
+    /// The time to decide at.
+    pub now: Nanos,
+}
+
+/// One acquire of `attempt.cost` whole tokens at `attempt.now` on `state`: the spec's transition,
+/// and the only copy.
 ///
 /// Returns the next state (refilled, and charged if allowed) and the decision. An invalid cost is an
 /// error and the caller must keep its old state.
@@ -198,9 +249,9 @@ impl fmt::Debug for Decision {
 pub fn transition(
     config: &Config,
     state: BucketState,
-    now: Nanos,
-    cost: u64,
+    attempt: Attempt,
 ) -> Result<(BucketState, Decision), AcquireError> {
+    let Attempt { cost, now } = attempt;
     let cost_units = config.cost_units(cost).ok_or(AcquireError::InvalidCost {
         cost,
         capacity: config.capacity(),
@@ -225,7 +276,8 @@ pub fn transition(
     Ok((next, decision))
 }
 
-/// What [`transition`] would see at `now`, without charging or writing anything.
+/// What [`transition`] would see at `now`, without charging or writing anything (what a peek
+/// returns).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     /// The refilled balance.
@@ -234,7 +286,7 @@ pub struct Snapshot {
     pub reset_after: Wait,
 }
 
-/// Read-only view of `state` at `now`.
+/// Read-only view of `state` at `now` (not public API: see [`crate::internal`]).
 pub fn snapshot(config: &Config, state: BucketState, now: Nanos) -> Snapshot {
     let refilled = state.refilled(config, now);
     Snapshot {
@@ -260,14 +312,14 @@ mod tests {
     use super::*;
     use crate::Rate;
 
-    const SECOND: Nanos = 1_000_000_000;
+    const SECOND: Nanos = NANOS_PER_SECOND;
 
     fn config(capacity: u64, rate: &str) -> Config {
         Config::new(capacity, rate.parse().unwrap()).unwrap()
     }
 
-    fn acquire(config: &Config, state: &mut BucketState, now: Nanos, cost: u64) -> Decision {
-        let (next, decision) = transition(config, *state, now, cost).unwrap();
+    fn take(config: &Config, state: &mut BucketState, cost: u64, now: Nanos) -> Decision {
+        let (next, decision) = transition(config, *state, Attempt { cost, now }).unwrap();
         *state = next;
         decision
     }
@@ -277,11 +329,11 @@ mod tests {
         let config = config(5, "1/s");
         let mut state = BucketState::full(&config, 0);
         for expected_left in (0..5).rev() {
-            let decision = acquire(&config, &mut state, 0, 1);
+            let decision = take(&config, &mut state, 1, 0);
             assert!(decision.is_allowed());
             assert_eq!(decision.remaining().whole(), expected_left);
         }
-        assert!(!acquire(&config, &mut state, 0, 1).is_allowed());
+        assert!(!take(&config, &mut state, 1, 0).is_allowed());
     }
 
     #[test]
@@ -294,8 +346,8 @@ mod tests {
         ] {
             let config = config(capacity, rate);
             let mut state = BucketState::full(&config, 0);
-            assert_eq!(acquire(&config, &mut state, 0, 1).config(), config);
-            assert_eq!(acquire(&config, &mut state, 0, capacity).config(), config);
+            assert_eq!(take(&config, &mut state, 1, 0).config(), config);
+            assert_eq!(take(&config, &mut state, capacity, 0).config(), config);
         }
     }
 
@@ -303,8 +355,8 @@ mod tests {
     fn cost_equal_to_capacity_is_allowed_once() {
         let config = config(10, "1/s");
         let mut state = BucketState::full(&config, 0);
-        assert!(acquire(&config, &mut state, 0, 10).is_allowed());
-        let denied = acquire(&config, &mut state, 0, 10);
+        assert!(take(&config, &mut state, 10, 0).is_allowed());
+        let denied = take(&config, &mut state, 10, 0);
         assert!(!denied.is_allowed());
         assert_eq!(denied.retry_after(), Some(Wait::After(10 * SECOND)));
     }
@@ -313,9 +365,9 @@ mod tests {
     fn repeated_denials_consume_nothing_and_report_the_same_balance() {
         let config = config(2, "1/s");
         let mut state = BucketState::full(&config, 0);
-        acquire(&config, &mut state, 0, 2);
+        take(&config, &mut state, 2, 0);
         for _ in 0..3 {
-            let denied = acquire(&config, &mut state, SECOND / 2, 1);
+            let denied = take(&config, &mut state, 1, SECOND / 2);
             assert!(!denied.is_allowed());
             assert_eq!(
                 denied.remaining().as_ratio(),
@@ -329,15 +381,15 @@ mod tests {
     fn refill_is_exact_at_a_third_of_a_token_per_second() {
         let config = config(1, "1/3s");
         let mut state = BucketState::full(&config, 0);
-        assert!(acquire(&config, &mut state, 0, 1).is_allowed());
+        assert!(take(&config, &mut state, 1, 0).is_allowed());
         let mut early = state;
-        let denied = acquire(&config, &mut early, 3 * SECOND - 1, 1);
+        let denied = take(&config, &mut early, 1, 3 * SECOND - 1);
         assert!(
             !denied.is_allowed(),
             "1 ns before the boundary is too early"
         );
         assert_eq!(denied.retry_after(), Some(Wait::After(1)));
-        assert!(acquire(&config, &mut state, 3 * SECOND, 1).is_allowed());
+        assert!(take(&config, &mut state, 1, 3 * SECOND).is_allowed());
     }
 
     #[test]
@@ -345,21 +397,35 @@ mod tests {
         for rate in ["7/3s", "1/h", "3000000/s", "7000000/s", "5/min"] {
             let config = config(3, rate);
             let mut state = BucketState::full(&config, 100);
-            acquire(&config, &mut state, 100, 3);
-            let denied = acquire(&config, &mut state, 101, 2);
+            take(&config, &mut state, 3, 100);
+            let denied = take(&config, &mut state, 2, 101);
             let wait = denied.retry_after().unwrap().nanos().unwrap();
             assert!(
-                !transition(&config, state, 101 + wait - 1, 2)
-                    .unwrap()
-                    .1
-                    .is_allowed(),
+                !transition(
+                    &config,
+                    state,
+                    Attempt {
+                        cost: 2,
+                        now: 101 + wait - 1
+                    }
+                )
+                .unwrap()
+                .1
+                .is_allowed(),
                 "{rate}"
             );
             assert!(
-                transition(&config, state, 101 + wait, 2)
-                    .unwrap()
-                    .1
-                    .is_allowed(),
+                transition(
+                    &config,
+                    state,
+                    Attempt {
+                        cost: 2,
+                        now: 101 + wait
+                    }
+                )
+                .unwrap()
+                .1
+                .is_allowed(),
                 "{rate}"
             );
         }
@@ -370,25 +436,25 @@ mod tests {
         let config = config(3, "1000/s");
         let mut state = BucketState::full(&config, 42);
         for _ in 0..3 {
-            assert!(acquire(&config, &mut state, 42, 1).is_allowed());
+            assert!(take(&config, &mut state, 1, 42).is_allowed());
         }
-        assert!(!acquire(&config, &mut state, 42, 1).is_allowed());
+        assert!(!take(&config, &mut state, 1, 42).is_allowed());
     }
 
     #[test]
     fn a_clock_rollback_credits_nothing_and_never_moves_the_cursor_back() {
         let config = config(4, "1/s");
         let mut state = BucketState::full(&config, 10 * SECOND);
-        acquire(&config, &mut state, 10 * SECOND, 4);
-        let denied = acquire(&config, &mut state, 5 * SECOND, 1);
+        take(&config, &mut state, 4, 10 * SECOND);
+        let denied = take(&config, &mut state, 1, 5 * SECOND);
         assert!(!denied.is_allowed());
         assert_eq!(state.last_refill, 10 * SECOND);
         assert_eq!(state.balance, 0);
         // Retry-after is measured from the caller's (lagging) clock: lag plus the refill time.
         assert_eq!(denied.retry_after(), Some(Wait::After(6 * SECOND)));
         // Back at the cursor: still nothing; one second later: one token.
-        assert!(!acquire(&config, &mut state, 10 * SECOND, 1).is_allowed());
-        assert!(acquire(&config, &mut state, 11 * SECOND, 1).is_allowed());
+        assert!(!take(&config, &mut state, 1, 10 * SECOND).is_allowed());
+        assert!(take(&config, &mut state, 1, 11 * SECOND).is_allowed());
     }
 
     #[test]
@@ -396,7 +462,7 @@ mod tests {
     fn the_longest_idle_gap_clamps_to_capacity_without_overflow() {
         let config = config(u64::MAX, &format!("{}/{}s", u64::MAX, 1u64 << 32));
         let mut state = BucketState::full(&config, 0);
-        acquire(&config, &mut state, 0, u64::MAX);
+        take(&config, &mut state, u64::MAX, 0);
         let five_hundred_years = 500 * 365 * 86_400 * SECOND;
         state = state.refilled(&config, five_hundred_years);
         assert!(state.is_full(&config));
@@ -409,8 +475,8 @@ mod tests {
     fn waits_past_the_end_of_the_clock_are_never() {
         let config = config(1, "1/h");
         let mut state = BucketState::full(&config, u64::MAX - 10);
-        acquire(&config, &mut state, u64::MAX - 10, 1);
-        let denied = acquire(&config, &mut state, u64::MAX - 5, 1);
+        take(&config, &mut state, 1, u64::MAX - 10);
+        let denied = take(&config, &mut state, 1, u64::MAX - 5);
         assert_eq!(denied.retry_after(), Some(Wait::Never));
         assert_eq!(denied.reset_after(), Wait::Never);
     }
@@ -419,10 +485,10 @@ mod tests {
     fn zero_rate_never_refills_and_says_never() {
         let config = Config::new(2, Rate::ZERO).unwrap();
         let mut state = BucketState::full(&config, 0);
-        let allowed = acquire(&config, &mut state, 0, 1);
+        let allowed = take(&config, &mut state, 1, 0);
         assert_eq!(allowed.reset_after(), Wait::Never);
-        acquire(&config, &mut state, 0, 1);
-        let denied = acquire(&config, &mut state, u64::MAX, 1);
+        take(&config, &mut state, 1, 0);
+        let denied = take(&config, &mut state, 1, u64::MAX);
         assert_eq!(denied.retry_after(), Some(Wait::Never));
     }
 
@@ -432,7 +498,7 @@ mod tests {
         let state = BucketState::full(&config, 0);
         for cost in [0, 4, u64::MAX] {
             assert_eq!(
-                transition(&config, state, 5, cost).unwrap_err(),
+                transition(&config, state, Attempt { cost, now: 5 }).unwrap_err(),
                 AcquireError::InvalidCost { cost, capacity: 3 }
             );
         }
@@ -443,7 +509,7 @@ mod tests {
         let old = config(10, "1/3s"); // grid 1/(3e9)
         let new = config(4, "1/2s"); // grid 1/(2e9)
         let mut state = BucketState::full(&old, 0);
-        acquire(&old, &mut state, 0, 9);
+        take(&old, &mut state, 9, 0);
         // 1 token + 1 ns of 1/3 token/s = 1 + 1/(3e9) tokens; on the 1/(2e9) grid that floors to 1 token.
         let moved = state.reconfigured(&old, &new, 1);
         assert_eq!(moved.balance, new.units_per_token());
@@ -465,13 +531,13 @@ mod tests {
             last_refill: 0,
         };
         let four = BucketState::full(&config, 0);
-        let (_, one_of_three) = transition(&config, three, 0, 1).unwrap();
-        let (_, two_of_four) = transition(&config, four, 0, 2).unwrap();
+        let (_, one_of_three) = transition(&config, three, Attempt { cost: 1, now: 0 }).unwrap();
+        let (_, two_of_four) = transition(&config, four, Attempt { cost: 2, now: 0 }).unwrap();
         assert_eq!(one_of_three, two_of_four);
         // A denial keeps its missing units; Debug prints the same fields as before.
         let mut state = BucketState::full(&config, 0);
-        acquire(&config, &mut state, 0, 4);
-        let denied = acquire(&config, &mut state, SECOND / 2, 1);
+        take(&config, &mut state, 4, 0);
+        let denied = take(&config, &mut state, 1, SECOND / 2);
         assert_eq!(denied.retry_after(), Some(Wait::After(SECOND / 2)));
         assert_eq!(denied.reset_after(), Wait::After(3 * SECOND + SECOND / 2));
         assert_eq!(
@@ -480,14 +546,25 @@ mod tests {
              1000000000 }, capacity_units: 4000000000, short_units: 500000000, units_per_ns: 1, \
              lag: 0, now: 500000000 }"
         );
-        assert_ne!(denied, acquire(&config, &mut state, SECOND / 2, 2));
+        assert_ne!(denied, take(&config, &mut state, 2, SECOND / 2));
+    }
+
+    #[test]
+    fn a_checked_state_holds_at_most_the_capacity() {
+        let config = config(2, "1/s");
+        let full = BucketState::new(&config, config.capacity_units(), 7).unwrap();
+        assert_eq!(full, BucketState::full(&config, 7));
+        assert_eq!(
+            BucketState::new(&config, config.capacity_units() + 1, 7),
+            None
+        );
     }
 
     #[test]
     fn snapshot_matches_what_a_transition_would_see() {
         let config = config(5, "2/s");
         let mut state = BucketState::full(&config, 0);
-        acquire(&config, &mut state, 0, 5);
+        take(&config, &mut state, 5, 0);
         let view = snapshot(&config, state, SECOND);
         assert_eq!(view.remaining.whole(), 2);
         assert_eq!(view.reset_after, Wait::After(SECOND + SECOND / 2));

@@ -1,8 +1,6 @@
 //! A bucket's configuration: capacity and rate, validated once, with the unit grid precomputed.
 
-use crate::{ConfigError, Rate};
-
-const NANOS_PER_SECOND: u128 = 1_000_000_000;
+use crate::{ConfigError, NANOS_PER_SECOND, Rate};
 
 /// Capacity (the burst, in whole tokens) and refill rate of one bucket.
 ///
@@ -28,7 +26,7 @@ impl Config {
     /// The config of a capacity already known to be `>= 1` and a valid rate (one taken apart from a
     /// `Config`, as a [`crate::Decision`] does).
     pub(crate) const fn from_valid(capacity: u64, rate: Rate) -> Config {
-        let units_per_token = rate.denom() as u128 * NANOS_PER_SECOND;
+        let units_per_token = rate.denom() as u128 * NANOS_PER_SECOND as u128;
         Config {
             capacity,
             rate,

@@ -5,7 +5,7 @@
 //! of governor's direct limiter, with the exact arithmetic of the rest of the crate.
 //!
 //! **What it promises:**
-//! - Every decision is made by the one [`crate::bucket::transition`] (peeks by [`crate::snapshot`],
+//! - Every decision is made by the one transition (`bucket.rs`) (peeks by `snapshot`,
 //!   reconfiguration by [`BucketState::reconfigured`]): the same decisions, to the unit and to the
 //!   nanosecond, as one key of the keyed [`crate::Limiter`] given the same calls (checked by a seeded
 //!   test that runs both side by side, rollbacks, invalid costs and reconfigurations included).
@@ -34,7 +34,7 @@
 use std::fmt;
 use std::sync::atomic::Ordering;
 
-use crate::bucket::{Snapshot, snapshot, transition};
+use crate::bucket::{Attempt, Snapshot, snapshot, transition};
 use crate::sync::{AtomicBool, UnsafeCell, spin_loop, yield_now};
 use crate::{AcquireError, BucketState, Clock, Config, Decision, MonotonicClock, Nanos};
 
@@ -116,13 +116,13 @@ impl<C: Clock> DirectLimiter<C> {
     }
 
     /// Takes `cost` tokens at `now`: allowed (and charged) or denied (nothing charged), exactly as
-    /// [`crate::transition`] decides. An invalid cost (`0` or above the capacity) is an error and
+    /// the one transition decides. An invalid cost (`0` or above the capacity) is an error and
     /// changes nothing.
     #[inline]
     pub fn acquire_at(&self, cost: u64, now: Nanos) -> Result<Decision, AcquireError> {
         let held = self.lock();
         let slot = self.load(&held);
-        let (next, decision) = transition(&slot.config, slot.state, now, cost)?;
+        let (next, decision) = transition(&slot.config, slot.state, Attempt { cost, now })?;
         self.store(&held, |stored| stored.state = next);
         Ok(decision)
     }
@@ -265,7 +265,7 @@ mod tests {
     use super::*;
     use crate::{ManualClock, Rate, Wait};
 
-    const SECOND: Nanos = 1_000_000_000;
+    const SECOND: Nanos = crate::NANOS_PER_SECOND;
 
     fn config(capacity: u64, rate: &str) -> Config {
         Config::new(capacity, rate.parse().unwrap()).unwrap()
@@ -282,7 +282,7 @@ mod tests {
             assert_eq!(decision.remaining().whole(), left);
         }
         assert!(!limiter.acquire_at(1, 7).unwrap().is_allowed());
-        assert_eq!(limiter.inspect().0.last_refill, 7);
+        assert_eq!(limiter.inspect().0.last_refill(), 7);
     }
 
     #[test]
@@ -299,9 +299,9 @@ mod tests {
                 "{rate}: 1 ns early must fail"
             );
             assert_eq!(
-                limiter.inspect().0.balance,
-                before.0.balance + {
-                    let refill = (wait - 1 + 101 - before.0.last_refill) as u128;
+                limiter.inspect().0.balance(),
+                before.0.balance() + {
+                    let refill = (wait - 1 + 101 - before.0.last_refill()) as u128;
                     refill * before.1.units_per_nanosecond() as u128
                 }
             );
@@ -320,11 +320,11 @@ mod tests {
         assert!(!denied.is_allowed());
         assert_eq!(denied.retry_after(), Some(Wait::After(6 * SECOND)));
         let (state, _) = limiter.inspect();
-        assert_eq!((state.balance, state.last_refill), (0, 10 * SECOND));
+        assert_eq!((state.balance(), state.last_refill()), (0, 10 * SECOND));
         assert_eq!(limiter.peek_at(0).remaining.whole(), 0);
         assert!(!limiter.acquire_at(1, 10 * SECOND).unwrap().is_allowed());
         assert!(limiter.acquire_at(1, 11 * SECOND).unwrap().is_allowed());
-        assert_eq!(limiter.inspect().0.last_refill, 11 * SECOND);
+        assert_eq!(limiter.inspect().0.last_refill(), 11 * SECOND);
     }
 
     #[test]
@@ -352,7 +352,7 @@ mod tests {
             }
         }
         limiter.reconfigure_at(config(1, "1/h"), 0);
-        assert_eq!(limiter.inspect().0.last_refill, u64::MAX);
+        assert_eq!(limiter.inspect().0.last_refill(), u64::MAX);
         let denied = limiter.acquire_at(1, u64::MAX).unwrap();
         assert!(denied.is_allowed() || denied.retry_after() == Some(Wait::Never));
     }

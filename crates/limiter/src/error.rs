@@ -3,6 +3,7 @@
 
 /// A configuration (rate or capacity) that the limiter refuses, with what was wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// `capacity` must be at least one token.
     #[error("capacity must be at least 1 token, got 0")]
@@ -38,6 +39,7 @@ pub enum ConfigError {
 
 /// Why an acquire was refused as invalid (not denied). State is untouched.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum AcquireError {
     /// `cost == 0` or `cost > capacity`: no amount of waiting would make it valid.
     #[error("invalid cost {cost}: must be between 1 and the capacity {capacity}")]

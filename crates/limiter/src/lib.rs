@@ -24,17 +24,22 @@
 //! Map of the crate (see ARCHITECTURE.md at the repository root for the invariants):
 //! - [`rate`] and [`config`]: validated, reduced rates and capacities;
 //! - [`units`]: exact [`Tokens`] and [`Wait`];
-//! - [`bucket`]: the single transition every front end uses;
+//! - `bucket`: [`BucketState`], [`Decision`] and the single transition every front end uses;
 //! - [`keyed`]: the sharded keyed [`Limiter`] with its memory bound, expiry and request ids;
 //! - [`direct`]: [`DirectLimiter`], one bucket behind a spin lock (the one-key case, no map);
 //! - [`clock`]: [`Clock`], [`MonotonicClock`], [`ManualClock`];
+//! - [`defaults`]: the default settings, named once;
 //! - `sync`: the std / loom / shuttle switch for every lock, atomic and cell;
-//! - `table`: a shard's storage (dense slots plus a hash index), used by [`keyed`].
+//! - `table`: a shard's storage, one open-addressing table (linear probing, backward-shift deletion)
+//!   whose slots hold a key and its packed bucket inline, used by [`keyed`];
+//! - `internal`: the transition itself, for the project's own oracles, mutants and Redis tests (not
+//!   public API).
 #![warn(missing_docs)]
 
-pub mod bucket;
+mod bucket;
 pub mod clock;
 pub mod config;
+pub mod defaults;
 pub mod direct;
 mod error;
 mod hashing;
@@ -44,7 +49,7 @@ mod sync;
 mod table;
 pub mod units;
 
-pub use bucket::{BucketState, Decision, Snapshot, snapshot, transition};
+pub use bucket::{BucketState, Decision, Snapshot};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::Config;
 pub use direct::DirectLimiter;
@@ -55,6 +60,29 @@ pub use units::{Tokens, Wait};
 
 /// Time in nanoseconds since a clock's origin.
 pub type Nanos = u64;
+
+/// Nanoseconds in one second: the factor between a rate per second and the unit grid.
+pub const NANOS_PER_SECOND: Nanos = 1_000_000_000;
+
+/// The engine's pure functions, for the project's own oracles, mutants and Redis tests.
+///
+/// Not public API: nothing here is covered by semver, and a product should use [`Limiter`] or
+/// [`DirectLimiter`], which keep every invariant. [`transition`](internal::transition) is the one
+/// copy of the decision arithmetic; the Redis crate's tests and the harness use it as the oracle,
+/// and the mutants are small deviations around it. [`state_from_parts`](internal::state_from_parts)
+/// builds a state without checking its balance against a config, for mutants that must hold states
+/// no correct limiter produces.
+#[doc(hidden)]
+pub mod internal {
+    pub use crate::bucket::{Attempt, snapshot, transition};
+    use crate::{BucketState, Nanos};
+
+    /// A state with any `balance` and cursor, unchecked (see [`BucketState::new`] for the checked
+    /// constructor). The transition clamps to capacity on every refill, so it is total on such states.
+    pub const fn state_from_parts(balance: u128, last_refill: Nanos) -> BucketState {
+        BucketState::from_parts(balance, last_refill)
+    }
+}
 
 /// The README's example runs as a doctest, so the front page cannot rot.
 #[cfg(doctest)]

@@ -9,14 +9,13 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::NANOS_PER_SECOND;
 use crate::error::ConfigError;
 
 /// The largest denominator a [`Rate`] may have once reduced: `2^32`.
 ///
 /// It keeps `capacity * q * 10^9` below `2^126`, so every balance fits a `u128` with room to add.
 pub const MAX_RATE_DENOMINATOR: u64 = 1 << 32;
-
-const NANOS_PER_SECOND: u128 = 1_000_000_000;
 
 /// Tokens per second as a reduced fraction `numer / denom`.
 ///
@@ -59,7 +58,7 @@ impl Rate {
         if period_ns == 0 {
             return Err(ConfigError::ZeroRatePeriod);
         }
-        Self::from_u128(n as u128 * NANOS_PER_SECOND, period_ns)
+        Self::from_u128(n as u128 * NANOS_PER_SECOND as u128, period_ns)
     }
 
     fn from_u128(numer: u128, denom: u128) -> Result<Rate, ConfigError> {
@@ -146,17 +145,17 @@ impl FromStr for Rate {
             "ns" => 1,
             "us" | "µs" => 1_000,
             "ms" => 1_000_000,
-            "s" | "sec" => NANOS_PER_SECOND,
-            "m" | "min" => 60 * NANOS_PER_SECOND,
-            "h" => 3_600 * NANOS_PER_SECOND,
-            "d" => 86_400 * NANOS_PER_SECOND,
+            "s" | "sec" => NANOS_PER_SECOND as u128,
+            "m" | "min" => 60 * NANOS_PER_SECOND as u128,
+            "h" => 3_600 * NANOS_PER_SECOND as u128,
+            "d" => 86_400 * NANOS_PER_SECOND as u128,
             _ => return Err(bad("unknown unit; use ns, us, ms, s, min, h or d")),
         };
         let period_ns = count
             .checked_mul(unit_ns)
             .filter(|&ns| ns > 0)
             .ok_or_else(|| bad("the period must be positive and below 2^128 ns"))?;
-        Rate::from_u128(tokens as u128 * NANOS_PER_SECOND, period_ns)
+        Rate::from_u128(tokens as u128 * NANOS_PER_SECOND as u128, period_ns)
     }
 }
 

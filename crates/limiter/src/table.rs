@@ -21,7 +21,7 @@
 //! Positions: a caller uses a position only inside the critical section that found or inserted it.
 //! An insert may grow the table (every position changes). A removal shifts later entries of its run
 //! back, possibly into the removed position itself, and moves nothing else: a cursor walking over
-//! `0..slots()` that looks at a position again after removing there visits every entry (`keyed.rs`,
+//! `0..slots()` that looks at a position again after removing there visits every entry (`keyed/eviction.rs`,
 //! `walk_from_cursor`). Nothing stores a hash: a resize or a shift re-hashes the keys it moves, which
 //! for the fixed-size keys a limiter sees is cheaper than the memory a stored hash would cost.
 //!
@@ -52,6 +52,12 @@ impl<K, V: Vacancy> Slot<K, V> {
         key: MaybeUninit::uninit(),
         value: V::VACANT,
     };
+}
+
+/// The bytes one slot takes for key `K` and value `V`: for the size assertions of the types stored
+/// here (the slot type itself stays private).
+pub(crate) const fn slot_size<K, V: Vacancy>() -> usize {
+    size_of::<Slot<K, V>>()
 }
 
 /// Grow when an insert would make the table fuller than `MAX_LOAD_NUM / MAX_LOAD_DEN`.
@@ -397,7 +403,7 @@ mod tests {
     }
 
     /// A walk over the positions that looks at a position again after removing there (what
-    /// `keyed.rs` does) sees every entry, although removals move entries back.
+    /// `keyed/eviction.rs` does) sees every entry, although removals move entries back.
     #[test]
     fn a_walk_that_revisits_after_a_removal_sees_every_entry() {
         let mut map = Map::with_hasher(hasher());

@@ -29,7 +29,7 @@ fn below(state: &mut u64, n: u64) -> u64 {
     ((next(state) as u128 * n as u128) >> 64) as u64
 }
 
-const SECOND: u64 = 1_000_000_000;
+const SECOND: u64 = bucketproof_limiter::NANOS_PER_SECOND;
 
 /// Small configs, and two whose balances do not fit the keyed limiter's 62-bit packed balance: one
 /// whose balance crosses `2^62` units both ways (capacity 5e18 units; a large cost takes it below, a
@@ -100,7 +100,7 @@ fn decides_exactly_like_one_key_of_the_keyed_limiter() {
             }
             if let Some(state) = keyed.inspect(&KEY) {
                 assert_eq!(direct.inspect(), state, "{context}");
-                if state.0.balance >= 1 << 62 {
+                if state.0.balance() >= 1 << 62 {
                     wide_states += 1;
                 } else if state.1.capacity_units() >= 1 << 62 {
                     narrow_states_of_wide_configs += 1;
@@ -175,6 +175,6 @@ fn two_threads_never_oversell() {
         curve / units
     );
     let (state, _) = limiter.inspect();
-    assert!(state.balance <= config.capacity_units());
-    assert_eq!(state.last_refill, t_max);
+    assert!(state.balance() <= config.capacity_units());
+    assert_eq!(state.last_refill(), t_max);
 }

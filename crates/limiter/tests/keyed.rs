@@ -8,7 +8,7 @@ use bucketproof_limiter::{
     AcquireError, Config, EvictionPolicy, Limiter, ManualClock, Rate, Request, Wait,
 };
 
-const SECOND: u64 = 1_000_000_000;
+const SECOND: u64 = bucketproof_limiter::NANOS_PER_SECOND;
 
 fn config(capacity: u64, rate: &str) -> Config {
     Config::new(capacity, rate.parse().unwrap()).unwrap()
@@ -20,6 +20,40 @@ fn each_key_starts_full_and_keys_do_not_share_tokens() {
     assert!(limiter.acquire_at(&1, 2, 0).unwrap().is_allowed());
     assert!(!limiter.acquire_at(&1, 1, 0).unwrap().is_allowed());
     assert!(limiter.acquire_at(&2, 2, 0).unwrap().is_allowed());
+}
+
+/// `would_allow_at` answers what `acquire_at` would, and changes nothing: not the balance, not
+/// whether the key exists.
+#[test]
+fn would_allow_answers_as_an_acquire_would_and_changes_nothing() {
+    let limiter: Limiter<u64> = Limiter::new(config(3, "1/s"));
+    assert!(limiter.would_allow_at(&1, 3, 0));
+    assert!(!limiter.would_allow_at(&1, 4, 0), "above the capacity");
+    assert!(limiter.is_empty(), "a question creates no key");
+    limiter.acquire_at(&1, 3, 0).unwrap();
+    for (cost, now) in [
+        (1, 0),
+        (1, SECOND - 1),
+        (1, SECOND),
+        (2, SECOND),
+        (2, 2 * SECOND),
+    ] {
+        let before = limiter.inspect(&1);
+        let asked = limiter.would_allow_at(&1, cost, now);
+        assert_eq!(
+            limiter.inspect(&1),
+            before,
+            "a question charges and refills nothing"
+        );
+        // The acquire it predicts, on a twin in the same state (an acquire here would charge).
+        let twin: Limiter<u64> = Limiter::new(config(3, "1/s"));
+        twin.acquire_at(&1, 3, 0).unwrap();
+        assert_eq!(
+            asked,
+            twin.acquire_at(&1, cost, now).unwrap().is_allowed(),
+            "cost {cost} at {now}"
+        );
+    }
 }
 
 #[test]
@@ -138,6 +172,26 @@ fn lossless_eviction_changes_no_decision() {
         rejected > 0,
         "the bound was never reached: the test would prove less than it says"
     );
+}
+
+/// The enforced bound rounds `max_keys` up to a multiple of the shard count; at the top of `usize`
+/// that rounding saturates instead of overflowing (a panic in debug builds, a bound of 0 in release).
+#[test]
+fn an_unbounded_max_keys_saturates_the_key_bound() {
+    for shards in [1, 3, 4, 64] {
+        let limiter: Limiter<u64> = Limiter::builder(config(5, "1/s"))
+            .shards(shards)
+            .max_keys(usize::MAX, EvictionPolicy::RejectNewKeys)
+            .build();
+        assert_eq!(limiter.key_bound(), usize::MAX, "{shards} shards");
+        assert!(limiter.acquire_at(&1, 1, 0).unwrap().is_allowed());
+    }
+    let limiter: Limiter<u64> = Limiter::builder(config(5, "1/s"))
+        .shards(4)
+        .max_keys(usize::MAX - 5, EvictionPolicy::EvictFull)
+        .build();
+    // Rounded up to a multiple of 4 that still fits.
+    assert_eq!(limiter.key_bound(), usize::MAX - 3);
 }
 
 #[test]
@@ -301,7 +355,7 @@ fn a_rollback_after_expiry_does_not_credit_time_twice() {
     assert!(!denied.is_allowed());
     assert_eq!(denied.retry_after(), Some(Wait::After(SECOND / 2)));
     assert_eq!(
-        limiter.inspect(&0).unwrap().0.last_refill,
+        limiter.inspect(&0).unwrap().0.last_refill(),
         10 * SECOND + SECOND / 2
     );
 }

@@ -10,25 +10,24 @@
 
 mod common;
 
-use bucketproof_limiter::{
-    Acquired, BucketState, Config, Decision, EvictionPolicy, Limiter, Rate, transition,
-};
+use bucketproof_limiter::internal::{Attempt, transition};
+use bucketproof_limiter::{Acquired, BucketState, Config, Decision, EvictionPolicy, Limiter, Rate};
 use common::history::{Call, Op, Recorder, Ret, Setup, check_execution};
 use common::linearizability::check;
 
-const SECOND: u64 = 1_000_000_000;
+const SECOND: u64 = bucketproof_limiter::NANOS_PER_SECOND;
 
 fn config(capacity: u64, per_second: u64) -> Config {
     Config::new(capacity, Rate::per_second(per_second)).unwrap()
 }
 
-/// The decisions of `steps` (now, cost) applied in order to a fresh bucket created at the first `now`.
-fn decisions(config: &Config, steps: &[(u64, u64)]) -> Vec<Decision> {
-    let mut state = BucketState::full(config, steps[0].0);
+/// The decisions of `steps` applied in order to a fresh bucket created at the first `now`.
+fn decisions(config: &Config, steps: &[Attempt]) -> Vec<Decision> {
+    let mut state = BucketState::full(config, steps[0].now);
     steps
         .iter()
-        .map(|&(now, cost)| {
-            let (next, decision) = transition(config, state, now, cost).unwrap();
+        .map(|&attempt| {
+            let (next, decision) = transition(config, state, attempt).unwrap();
             state = next;
             decision
         })
@@ -111,7 +110,10 @@ fn a_sequential_history_of_the_real_limiter_is_accepted() {
 fn an_overlap_explained_only_by_the_later_invoked_op_going_first_is_accepted() {
     let config = config(3, 1);
     // Thread 1 invokes second but takes effect first: cost 1 then cost 2 leaves 0.
-    let d = decisions(&config, &[(0, 1), (0, 2)]);
+    let d = decisions(
+        &config,
+        &[Attempt { cost: 1, now: 0 }, Attempt { cost: 2, now: 0 }],
+    );
     let ops = vec![
         acquired(0, (0, 3), 0, 2, d[1], false),
         acquired(1, (1, 2), 0, 1, d[0], true),
@@ -124,7 +126,7 @@ fn the_racy_double_spend_is_rejected() {
     // What `acquire_racy_at` does when both threads read before either writes: both take the only
     // token of a fresh bucket and both report 0 left.
     let config = config(1, 1);
-    let d = decisions(&config, &[(0, 1)]);
+    let d = decisions(&config, &[Attempt { cost: 1, now: 0 }]);
     let overlapping = vec![racy(0, (0, 2), 0, d[0]), racy(1, (1, 3), 0, d[0])];
     let why = check(&Setup::new(config), &overlapping).unwrap_err();
     assert!(why.contains("key 7"), "{why}");
@@ -140,7 +142,10 @@ fn the_racy_double_spend_is_rejected() {
 #[test]
 fn an_order_that_contradicts_real_time_is_rejected() {
     let config = config(3, 1);
-    let d = decisions(&config, &[(0, 1), (0, 2)]);
+    let d = decisions(
+        &config,
+        &[Attempt { cost: 1, now: 0 }, Attempt { cost: 2, now: 0 }],
+    );
     // Same decisions as the accepted overlap, but thread 0's op returned before thread 1's was invoked.
     let ops = vec![
         acquired(0, (0, 1), 0, 2, d[1], false),
@@ -152,9 +157,9 @@ fn an_order_that_contradicts_real_time_is_rejected() {
 #[test]
 fn a_recreated_bucket_is_accepted_only_if_it_was_evictable() {
     let config = config(2, 1);
-    let first = decisions(&config, &[(0, 1)])[0];
+    let first = decisions(&config, &[Attempt { cost: 1, now: 0 }])[0];
     // A fresh bucket's decision at `now` (what the limiter returns after dropping the key).
-    let fresh_at = |now: u64| decisions(&config, &[(now, 1)])[0];
+    let fresh_at = |now: u64| decisions(&config, &[Attempt { cost: 1, now }])[0];
     let history = |now: u64| {
         vec![
             acquired(0, (0, 1), 0, 1, first, true),

@@ -29,7 +29,7 @@ use common::direct::{DirectOp, DirectRecorder, DirectRet, admitted, check_direct
 use common::history::{Op, Recorder, Ret, Setup, check_execution};
 use loom::sync::Arc;
 
-const SECOND: u64 = 1_000_000_000;
+const SECOND: u64 = bucketproof_limiter::NANOS_PER_SECOND;
 /// Preemptions explored per execution (design.md section 8: 2-3).
 const PREEMPTION_BOUND: usize = 3;
 
@@ -510,10 +510,10 @@ fn direct_two_threads_at_one_instant_sell_at_most_capacity_and_leave_the_exact_b
                     "admitted {admitted} > capacity {}",
                     config.capacity()
                 ))
-            } else if state.balance != expected {
+            } else if state.balance() != expected {
                 Err(format!(
                     "final balance {} units, expected capacity - admitted = {expected}",
-                    state.balance
+                    state.balance()
                 ))
             } else {
                 Ok(())

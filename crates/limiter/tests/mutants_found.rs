@@ -5,12 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bucketproof_limiter::internal::{Attempt, transition};
 use bucketproof_limiter::{
     BucketState, Clock, Config, EvictionPolicy, Limiter, ManualClock, MonotonicClock, Rate,
-    Request, Wait, transition,
+    Request, Wait,
 };
 
-const SECOND: u64 = 1_000_000_000;
+const SECOND: u64 = bucketproof_limiter::NANOS_PER_SECOND;
 
 /// A bucket of `u64::MAX` tokens at 1 token/s: its balance is ~1.8e28 units, far above `2^64`, so
 /// every place that splits a `u128` balance into two `u64` halves must put the high half back.
@@ -25,29 +26,38 @@ fn huge() -> Config {
 fn a_decision_keeps_a_balance_above_two_to_the_64_units() {
     let config = huge();
     let state = BucketState::full(&config, 0);
-    let (next, decision) = transition(&config, state, 0, 1).expect("a valid cost");
+    let (next, decision) =
+        transition(&config, state, Attempt { cost: 1, now: 0 }).expect("a valid cost");
     assert!(
-        next.balance > u64::MAX as u128,
+        next.balance() > u64::MAX as u128,
         "the test needs a wide balance"
     );
-    assert_eq!(decision.remaining().units(), next.balance);
+    assert_eq!(decision.remaining().units(), next.balance());
     assert_eq!(decision.remaining().whole(), u64::MAX - 1);
     // One token short of full at 1 token/s: full again in exactly one second.
     assert_eq!(decision.reset_after(), Wait::After(SECOND));
-    let (_, denied) = transition(&config, next, 0, u64::MAX).expect("a valid cost");
+    let (_, denied) = transition(
+        &config,
+        next,
+        Attempt {
+            cost: u64::MAX,
+            now: 0,
+        },
+    )
+    .expect("a valid cost");
     assert!(!denied.is_allowed());
-    assert_eq!(denied.remaining().units(), next.balance);
+    assert_eq!(denied.remaining().units(), next.balance());
     assert_eq!(denied.retry_after(), Some(Wait::After(SECOND)));
 }
 
-/// Kills `keyed.rs` `replace >> with << in PackedBucket::pack` and `replace << with >> in
+/// Kills `keyed/shard.rs` `replace >> with << in PackedBucket::pack` and `replace << with >> in
 /// PackedBucket::unpack`: the keyed limiter stores a balance above `2^64` units and reads it back.
 #[test]
 fn the_keyed_limiter_stores_a_balance_above_two_to_the_64_units() {
     let limiter: Limiter<u64> = Limiter::builder(huge()).shards(1).build();
     let first = limiter.acquire_at(&7, 1, 0).expect("a valid cost");
     let (state, _) = limiter.inspect(&7).expect("the key is held");
-    assert_eq!(state.balance, first.remaining().units());
+    assert_eq!(state.balance(), first.remaining().units());
     let second = limiter.acquire_at(&7, 1, 0).expect("a valid cost");
     assert!(second.is_allowed());
     assert_eq!(second.remaining().whole(), u64::MAX - 2);
@@ -153,7 +163,7 @@ fn bounded(max_keys: usize, policy: EvictionPolicy) -> Limiter<u64> {
         .build()
 }
 
-/// Kills `keyed.rs` `replace || with && in Shard<K>::make_room` (RejectNewKeys would evict) and
+/// Kills `keyed/eviction.rs` `replace || with && in Shard<K>::make_room` (RejectNewKeys would evict) and
 /// `replace == with != in Shard<K>::make_room` (EvictFull would reject).
 #[test]
 fn reject_new_keys_rejects_at_the_bound_and_evict_full_makes_room() {
@@ -176,7 +186,7 @@ fn reject_new_keys_rejects_at_the_bound_and_evict_full_makes_room() {
     }
 }
 
-/// Kills `keyed.rs` `replace % with / in Shard<K>::make_room` and `replace + with * in
+/// Kills `keyed/eviction.rs` `replace % with / in Shard<K>::make_room` and `replace + with * in
 /// Shard<K>::make_room` (the room scan stuck at one position): the full bucket is found wherever it
 /// sits, and the non-full one is kept.
 #[test]
@@ -198,7 +208,7 @@ fn evict_full_finds_the_full_bucket_in_any_position() {
     }
 }
 
-/// Kills `keyed.rs` `replace % with / in Shard<K>::make_room` on the scan cursor: with more keys than
+/// Kills `keyed/eviction.rs` `replace % with / in Shard<K>::make_room` on the scan cursor: with more keys than
 /// one scan covers, successive new keys scan on, so a full bucket anywhere is found within
 /// `ceil(keys / 32)` attempts.
 #[test]
@@ -215,7 +225,7 @@ fn the_room_scan_rotates_through_a_table_larger_than_one_scan() {
     assert!(limiter.inspect(&(keys - 1)).is_none());
 }
 
-/// Kills `keyed.rs` `replace < with > / ==` and `replace && with ||` in `Shard<K>::make_room`:
+/// Kills `keyed/eviction.rs` `replace < with > / ==` and `replace && with ||` in `Shard<K>::make_room`:
 /// EvictLeastRecent drops the bucket with the oldest refill cursor, never a pinned (reconfigured) one.
 #[test]
 fn evict_least_recent_drops_the_oldest_unpinned_bucket() {
@@ -243,7 +253,7 @@ fn evict_least_recent_drops_the_oldest_unpinned_bucket() {
     assert!(limiter.inspect(&1).is_none());
 }
 
-/// Kills `keyed.rs` `replace += with *= in Shard<K>::sweep_some` (both: the lossless-eviction
+/// Kills `keyed/eviction.rs` `replace += with *= in Shard<K>::sweep_some` (both: the lossless-eviction
 /// counter, and the sweep cursor stuck on one entry): as new keys arrive, the amortized sweep visits
 /// the whole table and drops every bucket that is full again, and counts each.
 #[test]
@@ -267,7 +277,7 @@ fn the_amortized_sweep_reaches_every_full_bucket_and_counts_it() {
     assert_eq!(limiter.stats().evicted_lossless, 5);
 }
 
-/// Kills `keyed.rs` `replace && with || in Shard<K>::make_room` (every bucket with extras treated
+/// Kills `keyed/eviction.rs` `replace && with || in Shard<K>::make_room` (every bucket with extras treated
 /// as pinned): only an override pins a bucket; a live request-id record does not protect the least
 /// recent bucket from a lossy eviction.
 #[test]

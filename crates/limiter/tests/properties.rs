@@ -1,7 +1,8 @@
 //! Quickcheck properties of the pure pieces: rates, refill, waits, reconfiguration. Each property's name
 //! states it; each counts that its interesting case was reached, so it cannot pass vacuously.
 
-use bucketproof_limiter::{BucketState, Config, MAX_RATE_DENOMINATOR, Rate, Wait, transition};
+use bucketproof_limiter::internal::{Attempt, transition};
+use bucketproof_limiter::{BucketState, Config, MAX_RATE_DENOMINATOR, Rate, Wait};
 use quickcheck::{QuickCheck, TestResult};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
@@ -10,7 +11,7 @@ static RETRY_CASES: AtomicUsize = AtomicUsize::new(0);
 static ROLLBACK_RETRY_CASES: AtomicUsize = AtomicUsize::new(0);
 static LOSSY_RECONFIGURE_CASES: AtomicUsize = AtomicUsize::new(0);
 
-const SECOND: u64 = 1_000_000_000;
+const SECOND: u64 = bucketproof_limiter::NANOS_PER_SECOND;
 
 fn rate_from(numer: u64, denom: u64) -> Option<Rate> {
     Rate::new(numer, denom % MAX_RATE_DENOMINATOR + 1).ok()
@@ -26,10 +27,8 @@ fn config_from(capacity: u64, numer: u64, denom: u64) -> Option<Config> {
 
 /// A state reachable from `config`: some balance on the grid at or below capacity.
 fn state_from(config: &Config, balance_seed: u128, last: u64) -> BucketState {
-    BucketState {
-        balance: balance_seed % (config.capacity_units() + 1),
-        last_refill: last,
-    }
+    BucketState::new(config, balance_seed % (config.capacity_units() + 1), last)
+        .expect("at or below capacity")
 }
 
 /// Property: a rate printed and parsed back is the same rate, and `k*p / k*q` reduces to `p/q`.
@@ -96,15 +95,20 @@ fn retry_after_is_the_ceiling() {
             return TestResult::discard();
         };
         let state = state_from(&config, balance, last % (u64::MAX / 2));
-        let now = state.last_refill.saturating_sub(back as u64 % 3); // sometimes a rollback
+        let now = state.last_refill().saturating_sub(back as u64 % 3); // sometimes a rollback
         let cost = cost % config.capacity() + 1;
-        let (_, decision) = transition(&config, state, now, cost).unwrap();
+        let (_, decision) = transition(&config, state, Attempt { cost, now }).unwrap();
         let Some(Wait::After(wait)) = decision.retry_after() else {
             return TestResult::discard();
         };
-        let allowed_at = |t| transition(&config, state, t, cost).unwrap().1.is_allowed();
+        let allowed_at = |t| {
+            transition(&config, state, Attempt { cost, now: t })
+                .unwrap()
+                .1
+                .is_allowed()
+        };
         RETRY_CASES.fetch_add(1, Relaxed);
-        if now < state.last_refill {
+        if now < state.last_refill() {
             ROLLBACK_RETRY_CASES.fetch_add(1, Relaxed);
         }
         TestResult::from_bool(wait > 0 && allowed_at(now + wait) && !allowed_at(now + wait - 1))
@@ -152,19 +156,19 @@ fn reconfiguration_never_creates_tokens() {
         let moved = state.reconfigured(&old, &new, now);
         // Compare balance_new / upt_new <= balance_old / upt_old by cross-multiplying (fits u128 for
         // these sizes: balances < 2^54, grids < 2^44).
-        let new_tokens_x = moved.balance * old.units_per_token();
-        let old_tokens_x = refilled.balance * new.units_per_token();
-        let below_capacity = moved.balance <= new.capacity_units();
-        if old_tokens_x > new_tokens_x && moved.balance < new.capacity_units() {
+        let new_tokens_x = moved.balance() * old.units_per_token();
+        let old_tokens_x = refilled.balance() * new.units_per_token();
+        let below_capacity = moved.balance() <= new.capacity_units();
+        if old_tokens_x > new_tokens_x && moved.balance() < new.capacity_units() {
             LOSSY_RECONFIGURE_CASES.fetch_add(1, Relaxed);
         }
-        let loses_under_one_unit = moved.balance == new.capacity_units()
+        let loses_under_one_unit = moved.balance() == new.capacity_units()
             || old_tokens_x - new_tokens_x < old.units_per_token();
         TestResult::from_bool(
             new_tokens_x <= old_tokens_x
                 && below_capacity
                 && loses_under_one_unit
-                && moved.last_refill == refilled.last_refill,
+                && moved.last_refill() == refilled.last_refill(),
         )
     }
     QuickCheck::new()

@@ -37,7 +37,7 @@ use shuttle::rand::{Rng, thread_rng};
 use shuttle::scheduler::{PctScheduler, RandomScheduler, Scheduler};
 use shuttle::{Config as ShuttleConfig, Runner};
 
-const SECOND: u64 = 1_000_000_000;
+const SECOND: u64 = bucketproof_limiter::NANOS_PER_SECOND;
 const THREADS: usize = 4;
 const OPS_PER_THREAD: usize = 30;
 const KEYS: u64 = 5;
@@ -408,7 +408,7 @@ fn direct_scenario(moving: bool, reached: Arc<DirectReached>) -> impl Fn() + Sen
             let admitted = admitted(&ops);
             assert!(admitted <= config.capacity(), "admitted {admitted}");
             assert_eq!(
-                state.balance,
+                state.balance(),
                 config.capacity_units() - admitted as u128 * config.units_per_token(),
                 "final balance != capacity - admitted"
             );

@@ -17,6 +17,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use bucketproof_harness::{Amount, ConfigSpec, Inspected, Observed, Setup, Subject, SubjectError};
+use bucketproof_limiter::internal::state_from_parts;
 use bucketproof_limiter::{BucketState, Config, Nanos, Wait};
 
 /// The steps of one acquire that a mutant may get wrong. Every default is the exact rule; a mutant
@@ -168,7 +169,7 @@ impl<M: Mistake> Keyed<M> {
         let idle_too_long = self
             .mistake
             .idle_ttl()
-            .is_some_and(|ttl| now.saturating_sub(bucket.last_refill) > ttl);
+            .is_some_and(|ttl| now.saturating_sub(bucket.last_refill()) > ttl);
         (!idle_too_long).then_some(bucket)
     }
 
@@ -187,18 +188,19 @@ impl<M: Mistake> Keyed<M> {
         &self,
         config: &Config,
         state: BucketState,
-        now: Nanos,
         cost_units: u128,
+        now: Nanos,
     ) -> (BucketState, bool, Option<Wait>) {
-        let mut next = self.mistake.refill(config, state, now);
-        let allowed = self.mistake.allows(next.balance, cost_units);
-        let lag = next.last_refill.saturating_sub(now);
+        let refilled = self.mistake.refill(config, state, now);
+        let allowed = self.mistake.allows(refilled.balance(), cost_units);
+        let lag = refilled.last_refill().saturating_sub(now);
         let p = config.units_per_nanosecond();
         let retry_after = (!allowed).then(|| {
-            let short = cost_units.saturating_sub(next.balance);
+            let short = cost_units.saturating_sub(refilled.balance());
             self.mistake.retry_after(short, p, lag, now)
         });
-        next.balance = self.mistake.charge(next.balance, cost_units, allowed);
+        let balance = self.mistake.charge(refilled.balance(), cost_units, allowed);
+        let next = state_from_parts(balance, refilled.last_refill());
         (next, allowed, retry_after)
     }
 }
@@ -243,13 +245,13 @@ impl<M: Mistake> Subject for Keyed<M> {
         }
         let created = held.is_none();
         let state = held.unwrap_or_else(|| BucketState::full(&config, now));
-        let (next, allowed, retry_after) = self.decide(&config, state, now, cost_units);
-        let lag = next.last_refill.saturating_sub(now);
-        let short_of_full = config.capacity_units().saturating_sub(next.balance);
+        let (next, allowed, retry_after) = self.decide(&config, state, cost_units, now);
+        let lag = next.last_refill().saturating_sub(now);
+        let short_of_full = config.capacity_units().saturating_sub(next.balance());
         let observed = Observed {
             allowed,
             remaining: Amount::Exact {
-                numer: next.balance,
+                numer: next.balance(),
                 denom: config.units_per_token(),
             },
             retry_after,
@@ -312,7 +314,7 @@ impl<M: Mistake> Subject for Keyed<M> {
                 };
                 let config = entry.config.unwrap_or(self.default);
                 entry.config.is_none()
-                    && self.mistake.refill(&config, live, now).balance >= config.capacity_units()
+                    && self.mistake.refill(&config, live, now).balance() >= config.capacity_units()
                     && !entry.records.iter().any(|r| is_live(r.at, window, now))
             })
             .map(|(key, _)| *key)
@@ -331,7 +333,7 @@ impl<M: Mistake> Subject for Keyed<M> {
         let state = self
             .bucket_at(key, now)
             .unwrap_or_else(|| BucketState::full(&config, now));
-        Some(self.decide(&config, state, now, cost_units).1)
+        Some(self.decide(&config, state, cost_units, now).1)
     }
 
     fn inspect(&mut self, key: u64) -> Option<Inspected> {
@@ -339,10 +341,10 @@ impl<M: Mistake> Subject for Keyed<M> {
         let bucket = self.entries.get(&key)?.bucket?;
         Some(Inspected {
             tokens: Amount::Exact {
-                numer: bucket.balance,
+                numer: bucket.balance(),
                 denom: config.units_per_token(),
             },
-            last_refill: bucket.last_refill,
+            last_refill: bucket.last_refill(),
             capacity: config.capacity(),
         })
     }
@@ -356,7 +358,8 @@ impl<M: Mistake> Subject for Keyed<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bucketproof_limiter::{Rate, transition};
+    use bucketproof_limiter::Rate;
+    use bucketproof_limiter::internal::{Attempt, transition};
 
     /// With no hook overridden, one step of the wrapper is the limiter's `transition`, value for
     /// value, over awkward rates, rollbacks, boundaries and the end of the clock.
@@ -379,9 +382,9 @@ mod tests {
             .enumerate()
             {
                 let cost = 1 + (i as u64 % 3);
-                let (next, decision) = transition(&config, state, now, cost).unwrap();
+                let (next, decision) = transition(&config, state, Attempt { cost, now }).unwrap();
                 let cost_units = Exact.cost_units(&config, cost).unwrap();
-                let (mine, allowed, retry) = keyed.decide(&config, state, now, cost_units);
+                let (mine, allowed, retry) = keyed.decide(&config, state, cost_units, now);
                 assert_eq!(mine, next, "{rate} step {i}");
                 assert_eq!(allowed, decision.is_allowed(), "{rate} step {i}");
                 assert_eq!(retry, decision.retry_after(), "{rate} step {i}");

@@ -8,8 +8,9 @@
 //!
 //! - [`keyed`]: the one keyed wrapper all sequential mutants share, with the exact transition split
 //!   into hooks ([`keyed::Mistake`]); each mutant overrides one hook ([`mistakes`]);
-//! - [`race`]: mutant 6, the read-modify-write split in two critical sections (the limiter's
-//!   `racy-variant`), killed by two real threads and the arrival-curve oracle;
+//! - [`race`]: mutant 6, the read-modify-write split in two critical sections (this crate's own
+//!   wrapper around the limiter's transition), killed by two real threads and the arrival-curve
+//!   oracle;
 //! - mutant 13 is the harness's own `float-textbook` subject, reused as is;
 //! - [`traces`]: deterministic trace families (rollbacks, boundaries, idle, reconfigure, request ids,
 //!   key bounds, invalid costs);

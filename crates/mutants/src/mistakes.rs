@@ -2,6 +2,7 @@
 //! transition. The doc comment of each says what the mistake is and where it was seen; the
 //! catalogue ([`crate::catalogue`]) repeats that in one line for the report.
 
+use bucketproof_limiter::internal::state_from_parts;
 use bucketproof_limiter::{BucketState, Config, Nanos, Wait};
 
 use crate::keyed::{Mistake, wait_from};
@@ -10,8 +11,8 @@ use crate::keyed::{Mistake, wait_from};
 /// earned since the cursor (`u64 * u64` fits `u128`). The mutants that get the clamp or the rounding
 /// wrong start from here.
 fn credit(config: &Config, state: BucketState, now: Nanos) -> (Nanos, u128) {
-    let refill_to = now.max(state.last_refill);
-    let elapsed = refill_to - state.last_refill;
+    let refill_to = now.max(state.last_refill());
+    let elapsed = refill_to - state.last_refill();
     (
         refill_to,
         elapsed as u128 * config.units_per_nanosecond() as u128,
@@ -30,17 +31,14 @@ pub struct WallClockElapsed;
 impl Mistake for WallClockElapsed {
     fn refill(&self, config: &Config, state: BucketState, now: Nanos) -> BucketState {
         let p = config.units_per_nanosecond() as u128;
-        let balance = if now >= state.last_refill {
-            let credit = (now - state.last_refill) as u128 * p;
-            state.balance.saturating_add(credit)
+        let balance = if now >= state.last_refill() {
+            let credit = (now - state.last_refill()) as u128 * p;
+            state.balance().saturating_add(credit)
         } else {
-            let debit = (state.last_refill - now) as u128 * p;
-            state.balance.saturating_sub(debit)
+            let debit = (state.last_refill() - now) as u128 * p;
+            state.balance().saturating_sub(debit)
         };
-        BucketState {
-            balance: balance.min(config.capacity_units()),
-            last_refill: now,
-        }
+        state_from_parts(balance.min(config.capacity_units()), now)
     }
 }
 
@@ -55,10 +53,7 @@ pub struct BackwardsCursor;
 
 impl Mistake for BackwardsCursor {
     fn refill(&self, config: &Config, state: BucketState, now: Nanos) -> BucketState {
-        BucketState {
-            last_refill: now,
-            ..state.refilled(config, now)
-        }
+        state_from_parts(state.refilled(config, now).balance(), now)
     }
 }
 
@@ -73,10 +68,7 @@ pub struct NoCapacityClamp;
 impl Mistake for NoCapacityClamp {
     fn refill(&self, config: &Config, state: BucketState, now: Nanos) -> BucketState {
         let (refill_to, credit) = credit(config, state, now);
-        BucketState {
-            balance: state.balance.saturating_add(credit),
-            last_refill: refill_to,
-        }
+        state_from_parts(state.balance().saturating_add(credit), refill_to)
     }
 }
 
@@ -141,13 +133,11 @@ impl Mistake for WholeTokenRefill {
     fn refill(&self, config: &Config, state: BucketState, now: Nanos) -> BucketState {
         let (refill_to, credit) = credit(config, state, now);
         let whole = credit - credit % config.units_per_token();
-        BucketState {
-            balance: state
-                .balance
-                .saturating_add(whole)
-                .min(config.capacity_units()),
-            last_refill: refill_to,
-        }
+        let balance = state
+            .balance()
+            .saturating_add(whole)
+            .min(config.capacity_units());
+        state_from_parts(balance, refill_to)
     }
 }
 
@@ -216,6 +206,6 @@ impl Mistake for RetroactiveReconfig {
         _now: Nanos,
     ) -> BucketState {
         // Converting at the old cursor refills nothing: the elapsed interval is left for the new rate.
-        state.reconfigured(old, new, state.last_refill)
+        state.reconfigured(old, new, state.last_refill())
     }
 }

@@ -1,11 +1,16 @@
 //! Mutant 6: the read-modify-write split across two critical sections, and the real-thread check
 //! that kills it.
 //!
-//! The mutant is the limiter's own `Limiter::acquire_racy_at` (feature `racy-variant`): the same
-//! transition, but the state is read under the shard lock, the lock is released, and the new state is
-//! written under a second lock, so two callers can both spend the same tokens. Run one call at a time
-//! it is indistinguishable from the real limiter ([`RacySubject`] passes every sequential trace), so
-//! the trace runner cannot kill it; a concurrent run can.
+//! The mutant is [`RacyKeyed`], a small keyed wrapper of this crate around the limiter's one
+//! transition: the state is read under the map's lock, the lock is released, the transition runs, and
+//! the new state is written under a second lock, so two callers can both spend the same tokens. It
+//! lives here, not in the limiter, so that no crate of the shipped binary turns on the limiter's
+//! `racy-variant` feature (which only its own loom and shuttle tests use). Run one call at a time
+//! the split is indistinguishable from one critical section (a test below checks it against the
+//! real limiter, decision for decision), so the trace runner cannot kill it; a concurrent run can.
+//! [`RacySubject`] is that sequential view under the mutant's name: one call at a time the split
+//! has nothing to race with, so it answers as the core subject, and it passes every sequential
+//! trace and scenario.
 //!
 //! [`hunt_race`] is that run. Two real threads, started together by a barrier, each make 256
 //! acquires of cost 1 on a fresh key of capacity 256 with no refill (rate 0), at interleaved per-op
@@ -22,8 +27,8 @@
 //!
 //! Why real threads and not shuttle here: the limiter's `shuttle` feature swaps its mutexes for
 //! shuttle's in every crate of the build, which would break every non-shuttle test of this crate and
-//! the library function the CLI calls. Systematic exploration (loom, shuttle) of the same racy
-//! variant lives with the limiter's own tests (`crates/limiter/tests`). The cost of real threads:
+//! the library function the CLI calls. Systematic exploration (loom, shuttle) of the same split,
+//! the limiter's own `racy-variant`, lives with the limiter's tests (`crates/limiter/tests`). The cost of real threads:
 //! whether and when the race shows is up to the OS scheduler, so the time to kill is not
 //! reproducible (the report says so); the verdict of a round is.
 
@@ -34,12 +39,53 @@ use std::time::{Duration, Instant};
 use bucketproof_harness::oracle::arrival::{ArrivalCurve, CurveConfig};
 use bucketproof_harness::oracle::{OracleKind, Violation};
 use bucketproof_harness::subjects::CoreSubject;
-use bucketproof_harness::subjects::core::{observe, subject_error};
 use bucketproof_harness::{ConfigSpec, Inspected, Observed, Setup, Subject, SubjectError};
-use bucketproof_limiter::{AcquireError, Config, Decision, Limiter, Nanos, Rate};
+use std::collections::HashMap;
+use std::sync::{MutexGuard, PoisonError};
 
-/// The racy variant behind the [`Subject`] trait: every acquire goes through
-/// `Limiter::acquire_racy_at`; everything else is the core subject's.
+use bucketproof_limiter::internal::{Attempt, transition};
+use bucketproof_limiter::{AcquireError, BucketState, Config, Decision, Limiter, Nanos, Rate};
+
+/// The racy keyed wrapper: one bucket per `u64` key under one lock, every key with the same config,
+/// and an acquire that reads and writes in two critical sections (see the module docs).
+pub struct RacyKeyed {
+    config: Config,
+    buckets: Mutex<HashMap<u64, BucketState>>,
+}
+
+impl RacyKeyed {
+    /// An empty map whose keys all use `config`.
+    pub fn new(config: Config) -> RacyKeyed {
+        RacyKeyed {
+            config,
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn buckets(&self) -> MutexGuard<'_, HashMap<u64, BucketState>> {
+        // A panic elsewhere cannot leave a half-written state: every write is one insert.
+        self.buckets.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The mistake: read `key`'s state (full at `now` if new) in one critical section, decide
+    /// outside any, and write the result in a second, so a concurrent call between the two reads
+    /// the same state and spends the same tokens.
+    pub fn acquire_split(&self, key: u64, cost: u64, now: Nanos) -> Result<Decision, AcquireError> {
+        let read = self.buckets().get(&key).copied();
+        let state = read.unwrap_or_else(|| BucketState::full(&self.config, now));
+        let (next, decision) = transition(&self.config, state, Attempt { cost, now })?;
+        self.buckets().insert(key, next);
+        Ok(decision)
+    }
+
+    /// Drops `key`'s bucket. True if it had one.
+    pub fn forget(&self, key: u64) -> bool {
+        self.buckets().remove(&key).is_some()
+    }
+}
+
+/// The racy variant behind the [`Subject`] trait, for sequential traces: one call at a time the
+/// split read-modify-write has nothing to race with, so every call is the core subject's.
 pub struct RacySubject {
     core: CoreSubject,
 }
@@ -69,12 +115,7 @@ impl Subject for RacySubject {
             // The racy path has no request-id records.
             return Err(SubjectError::Unsupported("request ids on the racy path"));
         }
-        let limiter = self.core.limiter();
-        let created = limiter.inspect(&key).is_none();
-        let decision = limiter
-            .acquire_racy_at(&key, cost, now)
-            .map_err(subject_error)?;
-        Ok(observe(&decision, created, false))
+        self.core.acquire(key, now, cost, None)
     }
 
     fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
@@ -102,27 +143,49 @@ impl Subject for RacySubject {
     }
 }
 
+/// What a race hunt's threads share: the real limiter (the control) and the racy wrapper, both
+/// fresh for the hunt, with the same config.
+pub struct RaceTarget {
+    limiter: Limiter<u64>,
+    racy: RacyKeyed,
+}
+
+impl RaceTarget {
+    fn new(config: Config) -> RaceTarget {
+        RaceTarget {
+            limiter: Limiter::builder(config).shards(1).build(),
+            racy: RacyKeyed::new(config),
+        }
+    }
+
+    /// Drops `key` from both, between rounds.
+    fn forget(&self, key: u64) {
+        self.limiter.forget(&key);
+        self.racy.forget(key);
+    }
+}
+
 /// One acquire as the race check calls it: the racy variant, or the real limiter as a control.
-pub type AcquireFn = fn(&Limiter<u64>, &u64, u64, Nanos) -> Result<Decision, AcquireError>;
+pub type AcquireFn = fn(&RaceTarget, u64, u64, Nanos) -> Result<Decision, AcquireError>;
 
 /// The racy variant as an [`AcquireFn`].
 pub fn racy_acquire(
-    limiter: &Limiter<u64>,
-    key: &u64,
+    target: &RaceTarget,
+    key: u64,
     cost: u64,
     now: Nanos,
 ) -> Result<Decision, AcquireError> {
-    limiter.acquire_racy_at(key, cost, now)
+    target.racy.acquire_split(key, cost, now)
 }
 
 /// The real limiter's acquire as an [`AcquireFn`] (the control: it must never breach).
 pub fn exact_acquire(
-    limiter: &Limiter<u64>,
-    key: &u64,
+    target: &RaceTarget,
+    key: u64,
     cost: u64,
     now: Nanos,
 ) -> Result<Decision, AcquireError> {
-    limiter.acquire_at(key, cost, now)
+    target.limiter.acquire_at(&key, cost, now)
 }
 
 /// What a race hunt found.
@@ -137,7 +200,7 @@ pub struct RaceOutcome {
     pub ops: usize,
 }
 
-const T0: Nanos = 1_000_000_000;
+const T0: Nanos = bucketproof_limiter::NANOS_PER_SECOND;
 const THREADS: usize = 2;
 
 /// Tokens per round, and acquires per thread per round.
@@ -153,7 +216,7 @@ pub fn hunt_race(acquire: AcquireFn, budget: Duration, max_rounds: u64) -> RaceO
             ops: 0,
         };
     };
-    let limiter: Limiter<u64> = Limiter::builder(config).shards(1).build();
+    let target = RaceTarget::new(config);
     let curve_config = CurveConfig {
         capacity: CAPACITY,
         rate_numer: 0,
@@ -172,8 +235,8 @@ pub fn hunt_race(acquire: AcquireFn, budget: Duration, max_rounds: u64) -> RaceO
     let mut witness_ops = 0;
     std::thread::scope(|scope| {
         for thread in 0..THREADS {
-            let (limiter, barrier, stop, round_key, answers) =
-                (&limiter, &barrier, &stop, &round_key, &answers);
+            let (target, barrier, stop, round_key, answers) =
+                (&target, &barrier, &stop, &round_key, &answers);
             scope.spawn(move || {
                 let mut admitted = Vec::with_capacity(CAPACITY as usize);
                 loop {
@@ -187,7 +250,7 @@ pub fn hunt_race(acquire: AcquireFn, budget: Duration, max_rounds: u64) -> RaceO
                         // Per-op times, interleaved between the threads; no refill, so any order of
                         // the two threads' calls admits exactly `CAPACITY` in total.
                         let now = T0 + 2 * op + thread as Nanos;
-                        if let Ok(decision) = acquire(limiter, &key, 1, now)
+                        if let Ok(decision) = acquire(target, key, 1, now)
                             && decision.is_allowed()
                         {
                             admitted.push((now, decision.remaining().units()));
@@ -212,7 +275,7 @@ pub fn hunt_race(acquire: AcquireFn, budget: Duration, max_rounds: u64) -> RaceO
                     all.extend_from_slice(&slot);
                 }
             }
-            limiter.forget(&key);
+            target.forget(key);
             all.sort_unstable();
             let mut curve = ArrivalCurve::default();
             curve.restart(key, T0, curve_config);
@@ -245,5 +308,35 @@ pub fn hunt_race(acquire: AcquireFn, budget: Duration, max_rounds: u64) -> RaceO
         ops: if violation.is_some() { witness_ops } else { 0 },
         violation,
         rounds,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One call at a time the split read-modify-write is one critical section: over rollbacks,
+    /// refills, denials and invalid costs on a few keys, every answer equals the real limiter's (with
+    /// no sweep, so no eviction horizon moves a fresh cursor).
+    #[test]
+    fn one_call_at_a_time_the_racy_wrapper_decides_as_the_real_limiter() {
+        let config = Config::new(3, "7/3s".parse::<Rate>().unwrap()).unwrap();
+        let racy = RacyKeyed::new(config);
+        let limiter: Limiter<u64> = Limiter::builder(config).sweep_per_op(0).build();
+        let mut now: Nanos = T0;
+        for step in 0..2_000u64 {
+            let key = step % 3;
+            let cost = step % 5; // 0 and 4 are invalid
+            now = if step % 7 == 0 {
+                now.saturating_sub(T0 / 3) // a rollback
+            } else {
+                now + (step * 104_729) % (T0 / 2)
+            };
+            assert_eq!(
+                racy.acquire_split(key, cost, now),
+                limiter.acquire_at(&key, cost, now),
+                "step {step}"
+            );
+        }
     }
 }

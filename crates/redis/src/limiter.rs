@@ -20,9 +20,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use bucketproof_limiter::internal::{Attempt, snapshot, transition};
 use bucketproof_limiter::{
-    AcquireError, Acquired, BucketState, Config, Decision, Nanos, Peek, Request, RequestId,
-    snapshot, transition,
+    AcquireError, Acquired, BucketState, Config, Decision, NANOS_PER_SECOND, Nanos, Peek, Request,
+    RequestId, defaults,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, RedisError, Script};
@@ -79,6 +80,7 @@ impl Outcome {
 
 /// Why an acquire has no decision.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RedisAcquireError {
     /// The request is invalid (cost 0 or above capacity); nothing was sent, nothing changed.
     #[error(transparent)]
@@ -105,6 +107,7 @@ pub enum RedisAcquireError {
 
 /// Why a limiter could not be built.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BuildError {
     /// The config is outside the range the script computes exactly.
     #[error(transparent)]
@@ -201,8 +204,8 @@ impl RedisBuilder {
         self
     }
 
-    /// Request-id records: live `window` long, at most `per_key` per key. Default 60 s, 8 (as the
-    /// in-memory limiter).
+    /// Request-id records: live `window` long, at most `per_key` per key. Default: the in-memory
+    /// limiter's, [`defaults::DEDUPE_WINDOW`] and [`defaults::DEDUPE_PER_KEY`].
     pub fn dedupe(mut self, window: Duration, per_key: usize) -> Self {
         self.dedupe_window = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
         self.dedupe_per_key = per_key;
@@ -323,8 +326,8 @@ impl RedisLimiter {
         RedisBuilder {
             config,
             prefix: "bp:".to_string(),
-            dedupe_window: 60_000_000_000,
-            dedupe_per_key: 8,
+            dedupe_window: defaults::DEDUPE_WINDOW,
+            dedupe_per_key: defaults::DEDUPE_PER_KEY,
             injected_ttl_floor: Duration::from_secs(3600),
             unavailable: Unavailable::FailClosed,
             attempts: 3,
@@ -489,18 +492,8 @@ impl RedisLimiter {
             reply: Vec::new(),
             reason,
         };
-        // Exact integers below 2^53, written by Redis's own number formatting (maybe "1e+15").
         let int = |x: &Option<String>| -> Result<Option<u128>, ReplyError> {
-            match x {
-                None => Ok(None),
-                Some(text) => {
-                    let v: f64 = text.parse().map_err(|_| bad("stored number unreadable"))?;
-                    if v.fract() != 0.0 || !(0.0..=crate::EXACT_LIMIT as f64).contains(&v) {
-                        return Err(bad("stored number not an exact integer"));
-                    }
-                    Ok(Some(v as u128))
-                }
-            }
+            x.as_deref().map(stored_int).transpose().map_err(bad)
         };
         let [now_s, now_n, b, ls, ln, g, o] = &raw[..] else {
             return Err(bad("peek reply is not 7 values").into());
@@ -518,28 +511,17 @@ impl RedisLimiter {
             int(now_n)?.unwrap_or(0) as i64,
         )
         .ok_or(bad("now outside u64 ns"))?;
-        let (state, present) = match (int(b)?, int(ls)?, int(ln)?) {
-            (Some(balance), Some(s), Some(n)) => {
+        let (state, present) = match stored_state(&config, b, ls, ln).map_err(bad)? {
+            Some(state) => {
                 if o.is_none() && g.as_deref() != Some(self.fingerprint.as_str()) {
                     return Err(RedisAcquireError::ConfigMismatch(format!(
                         "stored config {g:?} differs from {}",
                         self.fingerprint
                     )));
                 }
-                let last_refill =
-                    crate::script::join(s as i64, n as i64).ok_or(bad("cursor outside u64 ns"))?;
-                if balance > config.capacity_units() {
-                    return Err(bad("stored balance above capacity").into());
-                }
-                (
-                    BucketState {
-                        balance,
-                        last_refill,
-                    },
-                    true,
-                )
+                (state, true)
             }
-            _ => (BucketState::full(&config, now), false),
+            None => (BucketState::full(&config, now), false),
         };
         let view = snapshot(&config, state, now);
         Ok(Peek {
@@ -586,7 +568,7 @@ impl RedisLimiter {
                         .query_async(&mut conn)
                         .await
                         .map_err(ReconfigureError::Redis)?;
-                    s.saturating_mul(1_000_000_000)
+                    s.saturating_mul(NANOS_PER_SECOND)
                         .saturating_add(us.saturating_mul(1000))
                 }
             };
@@ -605,28 +587,12 @@ impl RedisLimiter {
                     (0, self.settings.config)
                 }
             };
-            let state = match (b, s, n) {
-                (Some(b), Some(s), Some(n)) => {
-                    let exact = |x: &str| -> Option<u128> {
-                        let v: f64 = x.parse().ok()?;
-                        (v.fract() == 0.0 && (0.0..=crate::EXACT_LIMIT as f64).contains(&v))
-                            .then_some(v as u128)
-                    };
-                    let corrupt = ReconfigureError::Corrupt("bucket");
-                    let (b, s, n) = (exact(&b), exact(&s), exact(&n));
-                    let (Some(b), Some(s), Some(n)) = (b, s, n) else {
-                        return Err(corrupt);
-                    };
-                    BucketState {
-                        balance: b,
-                        last_refill: crate::script::join(s as i64, n as i64).ok_or(corrupt)?,
-                    }
-                }
-                _ => BucketState::full(&old, now),
-            };
+            let state = stored_state(&old, &b, &s, &n)
+                .map_err(|_| ReconfigureError::Corrupt("bucket"))?
+                .unwrap_or_else(|| BucketState::full(&old, now));
             let next = state.reconfigured(&old, &new, now);
             let version = version + 1;
-            let (ls, ln) = limbs(next.last_refill);
+            let (ls, ln) = limbs(next.last_refill());
             let descriptor = format!(
                 "{version}:{}:{}:{}",
                 new.capacity(),
@@ -638,7 +604,7 @@ impl RedisLimiter {
                 .cmd("HSET")
                 .arg(&key)
                 .arg("b")
-                .arg(next.balance.to_string())
+                .arg(next.balance().to_string())
                 .arg("s")
                 .arg(ls)
                 .arg("n")
@@ -698,7 +664,12 @@ impl RedisLimiter {
         let now = request.now.unwrap_or_else(|| self.local_now());
         // Without Redis the key's override (if any) is unknown: validate against the default config.
         let config = self.settings.config;
-        transition(&config, BucketState::full(&config, now), now, request.cost)?;
+        let attempt = Attempt {
+            cost: request.cost,
+            now,
+        };
+        // Validates the cost, and is what fail-open answers: a fresh bucket's decision.
+        let (_, fresh_decision) = transition(&config, BucketState::full(&config, now), attempt)?;
         let fallback = |decision: Decision, source| Outcome {
             acquired: Acquired {
                 decision,
@@ -714,30 +685,26 @@ impl RedisLimiter {
                 Err(RedisAcquireError::Unavailable { attempts, last })
             }
             Unavailable::FailOpen => {
-                let config = self.settings.config;
-                let (_, decision) =
-                    transition(&config, BucketState::full(&config, now), now, request.cost)?;
                 bump(&self.counters.fail_open);
-                Ok(fallback(decision, Source::FailOpen))
+                Ok(fallback(fresh_decision, Source::FailOpen))
             }
             Unavailable::LocalBudget { budget } => {
                 let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
                 let state = local.unwrap_or_else(|| BucketState::full(&budget, now));
                 let (next, decision) = if request.cost <= budget.capacity() {
-                    transition(&budget, state, now, request.cost)?
+                    transition(&budget, state, attempt)?
                 } else {
                     // Valid for the real config but larger than the whole local budget: a flagged
                     // denial that can never succeed locally (shown as a full-budget request on an
                     // empty bucket), and nothing is charged.
                     let refilled = state.refilled(&budget, now);
-                    let empty = BucketState {
-                        balance: 0,
-                        ..refilled
+                    let empty = BucketState::new(&budget, 0, refilled.last_refill())
+                        .expect("an empty balance is within every capacity");
+                    let whole_budget = Attempt {
+                        cost: budget.capacity(),
+                        now,
                     };
-                    (
-                        refilled,
-                        transition(&budget, empty, now, budget.capacity())?.1,
-                    )
+                    (refilled, transition(&budget, empty, whole_budget)?.1)
                 };
                 *local = Some(next);
                 if decision.is_allowed() {
@@ -764,6 +731,35 @@ type StoredFields = (
     Option<String>,
 );
 
+/// A number as Redis stores it: an exact integer below 2^53, written by Redis's own number
+/// formatting (maybe "1e+15").
+fn stored_int(text: &str) -> Result<u128, &'static str> {
+    let v: f64 = text.parse().map_err(|_| "stored number unreadable")?;
+    if v.fract() != 0.0 || !(0.0..=crate::EXACT_LIMIT as f64).contains(&v) {
+        return Err("stored number not an exact integer");
+    }
+    Ok(v as u128)
+}
+
+/// The one decoder of a stored bucket: the hash fields `b` (balance in units), `s` and `n` (the
+/// cursor's seconds and nanoseconds) under `config`. `Ok(None)` when the key holds no bucket; an
+/// error names what is unreadable (a number, the cursor, or a balance above the capacity).
+fn stored_state(
+    config: &Config,
+    b: &Option<String>,
+    s: &Option<String>,
+    n: &Option<String>,
+) -> Result<Option<BucketState>, &'static str> {
+    let (Some(b), Some(s), Some(n)) = (b, s, n) else {
+        return Ok(None);
+    };
+    let (balance, s, n) = (stored_int(b)?, stored_int(s)?, stored_int(n)?);
+    let last_refill = crate::script::join(s as i64, n as i64).ok_or("cursor outside u64 ns")?;
+    BucketState::new(config, balance, last_refill)
+        .map(Some)
+        .ok_or("stored balance above capacity")
+}
+
 /// The override descriptor `"version:capacity:p:q"` as (version, config).
 fn parse_override(text: &str) -> Option<(u64, Config)> {
     let mut parts = text.split(':').map(|x| x.parse::<u64>().ok());
@@ -782,6 +778,7 @@ fn parse_override(text: &str) -> Option<(u64, Config)> {
 
 /// Why a reconfigure did not happen. Nothing was changed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ReconfigureError {
     /// The new config is outside the exact range.
     #[error(transparent)]
@@ -820,4 +817,48 @@ fn is_unavailable(e: &RedisError) -> bool {
             )
         )
         || e.code() == Some("BUSY")
+}
+
+#[cfg(test)]
+mod tests {
+    use bucketproof_limiter::Rate;
+
+    use super::*;
+
+    fn field(text: &str) -> Option<String> {
+        Some(text.to_string())
+    }
+
+    /// The one decoder that peek and reconfigure share: no bucket, Redis's own number formatting,
+    /// the cursor's two limbs, and every unreadable field refused by name.
+    #[test]
+    fn the_stored_bucket_decodes_once_for_peek_and_reconfigure() {
+        let config = Config::new(2, Rate::per_second(1)).unwrap();
+        assert_eq!(
+            stored_state(&config, &None, &field("1"), &field("0")),
+            Ok(None)
+        );
+        let state = stored_state(&config, &field("1e+9"), &field("3"), &field("5"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (state.balance(), state.last_refill()),
+            (1_000_000_000, 3 * NANOS_PER_SECOND + 5)
+        );
+        let full = config.capacity_units().to_string();
+        assert!(stored_state(&config, &field(&full), &field("0"), &field("0")).is_ok());
+        let above = (config.capacity_units() + 1).to_string();
+        for (b, s, n, why) in [
+            (above.as_str(), "0", "0", "stored balance above capacity"),
+            ("x", "0", "0", "stored number unreadable"),
+            ("1.5", "0", "0", "stored number not an exact integer"),
+            ("1", "0", "1000000000", "cursor outside u64 ns"),
+        ] {
+            assert_eq!(
+                stored_state(&config, &field(b), &field(s), &field(n)),
+                Err(why),
+                "{b} {s} {n}"
+            );
+        }
+    }
 }

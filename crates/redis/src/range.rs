@@ -15,7 +15,7 @@
 //! For an integer rate (`q = 1`) that is a capacity up to 9,007,196 tokens; for `q = 1000`, up to 9,007;
 //! for one token a day (`q = 86400`), up to 104; a denominator above 9,007,196 fits no capacity at all.
 
-use bucketproof_limiter::Config;
+use bucketproof_limiter::{Config, NANOS_PER_SECOND};
 
 /// 2^53: the largest integer below which every integer is an exact double.
 pub const EXACT_LIMIT: u128 = 1 << 53;
@@ -26,6 +26,7 @@ pub const TIME_HEADROOM: u128 = 3_000_000_000;
 
 /// A config the script cannot run exactly.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RangeError {
     /// `capacity_units + max(p, 3e9)` exceeds 2^53.
     #[error(
@@ -66,7 +67,7 @@ pub fn check_exact(config: &Config) -> Result<(), RangeError> {
 
 /// The largest capacity accepted for `rate`, or `None` if even capacity 1 is out of range.
 pub fn max_capacity(rate: bucketproof_limiter::Rate) -> Option<u64> {
-    let unit = rate.denom() as u128 * 1_000_000_000;
+    let unit = rate.denom() as u128 * NANOS_PER_SECOND as u128;
     let room = EXACT_LIMIT.checked_sub((rate.numer() as u128).max(TIME_HEADROOM))?;
     let cap = room / unit;
     (cap >= 1).then_some(cap as u64)

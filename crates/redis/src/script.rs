@@ -7,13 +7,12 @@
 //! without duplicating any arithmetic. The script's own `reset`/`retry` quotients are then compared with
 //! the rebuilt decision, so a disagreement between Lua and Rust is an error, never a silent rounding.
 
-use bucketproof_limiter::{BucketState, Config, Decision, Nanos, Rate, Wait, transition};
+use bucketproof_limiter::internal::{Attempt, transition};
+use bucketproof_limiter::{BucketState, Config, Decision, NANOS_PER_SECOND, Nanos, Rate, Wait};
 use redis::Script;
 
 /// The Lua source: read, replay check, refill, decide, write, record, TTL.
 pub const SOURCE: &str = include_str!("bucket.lua");
-
-const E9: u64 = 1_000_000_000;
 
 /// The loaded-once script object (`EVALSHA`, reloaded by the `redis` crate on `NOSCRIPT`).
 pub fn script() -> Script {
@@ -22,15 +21,17 @@ pub fn script() -> Script {
 
 /// An instant split into the limbs the script uses: whole seconds and nanoseconds below 10^9.
 pub fn limbs(ns: Nanos) -> (u64, u64) {
-    (ns / E9, ns % E9)
+    (ns / NANOS_PER_SECOND, ns % NANOS_PER_SECOND)
 }
 
 /// The instant `seconds * 10^9 + nanos`, or `None` beyond `u64::MAX`.
 pub fn join(seconds: i64, nanos: i64) -> Option<Nanos> {
-    if seconds < 0 || !(0..E9 as i64).contains(&nanos) {
+    if seconds < 0 || !(0..NANOS_PER_SECOND as i64).contains(&nanos) {
         return None;
     }
-    (seconds as u64).checked_mul(E9)?.checked_add(nanos as u64)
+    (seconds as u64)
+        .checked_mul(NANOS_PER_SECOND)?
+        .checked_add(nanos as u64)
 }
 
 /// The fingerprint stored with a bucket: a stored bucket is never read on another unit grid.
@@ -171,12 +172,17 @@ impl Reply {
             balance
         };
         // Cursor at t >= now: the transition refills nothing and decides on `before` exactly.
-        let state = BucketState {
-            balance: before,
-            last_refill: self.t,
-        };
-        let (_, decision) = transition(config, state, self.now, cost)
-            .map_err(|_| bad("cost invalid for config"))?;
+        let state = BucketState::new(config, before, self.t)
+            .ok_or_else(|| bad("balance plus cost above capacity"))?;
+        let (_, decision) = transition(
+            config,
+            state,
+            Attempt {
+                cost,
+                now: self.now,
+            },
+        )
+        .map_err(|_| bad("cost invalid for config"))?;
         if decision.is_allowed() != self.allowed || decision.remaining().units() != balance {
             return Err(bad("script decision inconsistent with its balance"));
         }
@@ -243,13 +249,21 @@ mod tests {
 
     #[test]
     fn limbs_round_trip_at_the_ends_of_the_clock() {
-        for ns in [0, 1, E9 - 1, E9, 1 << 53, u64::MAX - 1, u64::MAX] {
+        for ns in [
+            0,
+            1,
+            NANOS_PER_SECOND - 1,
+            NANOS_PER_SECOND,
+            1 << 53,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
             let (s, n) = limbs(ns);
             assert_eq!(join(s as i64, n as i64), Some(ns));
         }
         assert_eq!(join(18_446_744_073, 709_551_616), None, "one past u64::MAX");
         assert_eq!(join(-1, 0), None);
-        assert_eq!(join(0, E9 as i64), None);
+        assert_eq!(join(0, NANOS_PER_SECOND as i64), None);
     }
 
     #[test]

@@ -15,7 +15,8 @@ mod common;
 
 use std::sync::Arc;
 
-use bucketproof_limiter::{BucketState, Config, Nanos, Rate, transition};
+use bucketproof_limiter::internal::{Attempt, state_from_parts, transition};
+use bucketproof_limiter::{BucketState, Config, NANOS_PER_SECOND, Nanos, Rate};
 use bucketproof_redis::{RedisLimiter, Source};
 use common::{below, cleanup, heavy, redis_url, unique_prefix};
 use rand::SeedableRng;
@@ -54,7 +55,7 @@ impl NonAtomic {
     async fn acquire(&mut self, user: &str, cost: u64) -> redis::RedisResult<Seen> {
         let key = format!("{}{{{user}}}", self.prefix);
         let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut self.conn).await?;
-        let now = secs * 1_000_000_000 + micros * 1000;
+        let now = secs * NANOS_PER_SECOND + micros * 1000;
         let (b, last, k): (Option<String>, Option<u64>, Option<u64>) = redis::cmd("HMGET")
             .arg(&key)
             .arg("b")
@@ -63,20 +64,18 @@ impl NonAtomic {
             .query_async(&mut self.conn)
             .await?;
         let state = match (b, last) {
-            (Some(b), Some(last)) => BucketState {
-                balance: b.parse().unwrap_or(0),
-                last_refill: last,
-            },
+            (Some(b), Some(last)) => state_from_parts(b.parse().unwrap_or(0), last),
             _ => BucketState::full(&self.config, now),
         };
-        let (next, decision) = transition(&self.config, state, now, cost).expect("valid cost");
+        let (next, decision) =
+            transition(&self.config, state, Attempt { cost, now }).expect("valid cost");
         let seq = k.unwrap_or(0) + 1;
         let _: () = redis::cmd("HSET")
             .arg(&key)
             .arg("b")
-            .arg(next.balance.to_string())
+            .arg(next.balance().to_string())
             .arg("t")
-            .arg(next.last_refill)
+            .arg(next.last_refill())
             .arg("k")
             .arg(seq)
             .query_async(&mut self.conn)
@@ -169,13 +168,21 @@ fn accounting_violations(
                     ));
                     break;
                 }
-                credited += config.capacity_units() - previous.balance;
+                credited += config.capacity_units() - previous.balance();
             }
             let mut current = BucketState::full(config, first.now);
             for s in &ops {
                 let refilled = current.refilled(config, s.now);
-                credited += refilled.balance - current.balance;
-                let (next, decision) = transition(config, current, s.now, s.cost).unwrap();
+                credited += refilled.balance() - current.balance();
+                let (next, decision) = transition(
+                    config,
+                    current,
+                    Attempt {
+                        cost: s.cost,
+                        now: s.now,
+                    },
+                )
+                .unwrap();
                 if decision.is_allowed() != s.allowed
                     || decision.remaining().units() != s.remaining_units
                 {
@@ -199,7 +206,7 @@ fn accounting_violations(
             Some(b) => *b == expected_final,
             None => true,
         };
-        if !stored_ok || state.balance != expected_final {
+        if !stored_ok || state.balance() != expected_final {
             out.push(format!(
                 "key {key}: stored balance {stored:?}, accounting says {expected_final}"
             ));

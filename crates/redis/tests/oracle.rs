@@ -11,9 +11,10 @@ mod common;
 use std::collections::HashMap;
 use std::time::Duration;
 
+use bucketproof_limiter::internal::{Attempt, snapshot, transition};
 use bucketproof_limiter::{
-    AcquireError, BucketState, Config, Limiter, ManualClock, Nanos, Rate, Request, Wait, snapshot,
-    transition,
+    AcquireError, BucketState, Config, Limiter, ManualClock, NANOS_PER_SECOND, Nanos, Rate,
+    Request, Wait,
 };
 use bucketproof_redis::{
     BuildError, RangeError, RedisAcquireError, RedisLimiter, Source, max_capacity,
@@ -22,7 +23,7 @@ use common::{below, chance, cleanup, heavy, redis_url, unique_prefix};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-const SECOND: Nanos = 1_000_000_000;
+const SECOND: Nanos = NANOS_PER_SECOND;
 const HUNDRED_YEARS: Nanos = 100 * 365 * 86_400 * SECOND;
 
 /// Configs across the accepted range, its edges included.
@@ -122,7 +123,7 @@ async fn decisions_equal_the_exact_core_on_random_traces() {
                 assert_eq!(peek.present, model.contains_key(key));
                 peeks += 1;
             }
-            let expected = transition(&config, state, now, cost);
+            let expected = transition(&config, state, Attempt { cost, now });
             let got = limiter.acquire_at(key, cost, now).await;
             let ctx =
                 || format!("config #{index} {config:?} op {op} key {key} now {now} cost {cost}");
@@ -140,8 +141,8 @@ async fn decisions_equal_the_exact_core_on_random_traces() {
                     assert_eq!(outcome.decision(), decision, "{}", ctx());
                     assert_eq!(outcome.decision().retry_after(), decision.retry_after());
                     assert_eq!(outcome.decision().reset_after(), decision.reset_after());
-                    if state.refilled(&config, now).balance == config.capacity_units()
-                        && state.balance < config.capacity_units()
+                    if state.refilled(&config, now).balance() == config.capacity_units()
+                        && state.balance() < config.capacity_units()
                     {
                         saturated += 1;
                     }
@@ -150,7 +151,7 @@ async fn decisions_equal_the_exact_core_on_random_traces() {
                         _ => None,
                     };
                     if decision.is_allowed()
-                        && state.refilled(&config, now).balance
+                        && state.refilled(&config, now).balance()
                             == cost as u128 * config.units_per_token()
                     {
                         exact_fits += 1; // admitted with exactly nothing to spare
@@ -182,10 +183,10 @@ async fn decisions_equal_the_exact_core_on_random_traces() {
                 );
                 v as u128
             };
-            assert_eq!(exact(&b), state.balance, "stored balance of {key}");
+            assert_eq!(exact(&b), state.balance(), "stored balance of {key}");
             assert_eq!(
-                exact(&s) * 1_000_000_000 + exact(&n),
-                state.last_refill as u128
+                exact(&s) * NANOS_PER_SECOND as u128 + exact(&n),
+                state.last_refill() as u128
             );
         }
         cleanup(&url, &prefix).await;

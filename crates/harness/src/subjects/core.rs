@@ -73,6 +73,8 @@ pub fn subject_error(error: AcquireError) -> SubjectError {
     match error {
         AcquireError::InvalidCost { .. } => SubjectError::InvalidCost,
         AcquireError::KeyLimitReached { .. } => SubjectError::KeyLimitReached,
+        // A refusal this harness does not know yet: reported as the subject's error, never a denial.
+        other => SubjectError::Store(other.to_string()),
     }
 }
 
@@ -114,8 +116,7 @@ impl Subject for CoreSubject {
     }
 
     fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
-        let peek = self.limiter.peek_at(&key, now);
-        Some(peek.remaining.units() >= cost as u128 * peek.remaining.units_per_token())
+        Some(self.limiter.would_allow_at(&key, cost, now))
     }
 
     fn can_inspect(&self) -> bool {
@@ -126,10 +127,10 @@ impl Subject for CoreSubject {
         let (state, config) = self.limiter.inspect(&key)?;
         Some(Inspected {
             tokens: Amount::Exact {
-                numer: state.balance,
+                numer: state.balance(),
                 denom: config.units_per_token(),
             },
-            last_refill: state.last_refill,
+            last_refill: state.last_refill(),
             capacity: config.capacity(),
         })
     }

@@ -12,7 +12,8 @@
 
 use std::sync::Mutex;
 
-use bucketproof_limiter::{AcquireError, BucketState, Config, Decision, Nanos, transition};
+use bucketproof_limiter::internal::{Attempt, state_from_parts, transition};
+use bucketproof_limiter::{AcquireError, BucketState, Config, Decision, Nanos};
 use hashbrown::HashTable;
 
 pub struct DirectProto {
@@ -31,7 +32,7 @@ impl DirectProto {
     #[inline]
     pub fn acquire_at(&self, cost: u64, now: Nanos) -> Result<Decision, AcquireError> {
         let mut state = self.state.lock().unwrap();
-        let (next, decision) = transition(&self.config, *state, now, cost)?;
+        let (next, decision) = transition(&self.config, *state, Attempt { cost, now })?;
         *state = next;
         Ok(decision)
     }
@@ -79,25 +80,21 @@ impl FlatKeyedProto {
         };
         let mut table = self.shards[index].0.lock().unwrap();
         if let Some(slot) = table.find_mut(hash, |slot| slot.0 == key) {
-            let state = BucketState {
-                balance: slot.1[0] as u128 | (slot.1[1] as u128) << 64,
-                last_refill: slot.2,
-            };
-            let (next, decision) = transition(&self.config, state, now, cost)?;
-            slot.1 = [next.balance as u64, (next.balance >> 64) as u64];
-            slot.2 = next.last_refill;
+            let state = state_from_parts(slot.1[0] as u128 | (slot.1[1] as u128) << 64, slot.2);
+            let (next, decision) = transition(&self.config, state, Attempt { cost, now })?;
+            slot.1 = [next.balance() as u64, (next.balance() >> 64) as u64];
+            slot.2 = next.last_refill();
             return Ok(decision);
         }
         let (next, decision) = transition(
             &self.config,
             BucketState::full(&self.config, now),
-            now,
-            cost,
+            Attempt { cost, now },
         )?;
         let slot = (
             key,
-            [next.balance as u64, (next.balance >> 64) as u64],
-            next.last_refill,
+            [next.balance() as u64, (next.balance() >> 64) as u64],
+            next.last_refill(),
         );
         let hasher = &self.hasher;
         table.insert_unique(hash, slot, |slot| hasher.hash_one(slot.0));

@@ -16,9 +16,9 @@ use std::collections::HashSet;
 use std::fmt;
 
 use super::history::LogicalClock;
+use bucketproof_limiter::internal::{Attempt, snapshot, transition};
 use bucketproof_limiter::{
-    AcquireError, BucketState, Clock, Config, Decision, DirectLimiter, Nanos, Snapshot, snapshot,
-    transition,
+    AcquireError, BucketState, Clock, Config, Decision, DirectLimiter, Nanos, Snapshot,
 };
 
 /// What a call returned.
@@ -156,14 +156,14 @@ pub fn check_direct<C: Clock>(
                 curve
             ));
         }
-        if final_state.last_refill != t_max {
+        if final_state.last_refill() != t_max {
             problems.push(format!(
                 "cursor at {} after a call at {t_max}",
-                final_state.last_refill
+                final_state.last_refill()
             ));
         }
     }
-    if final_state.balance > config.capacity_units() {
+    if final_state.balance() > config.capacity_units() {
         problems.push("final balance above capacity".to_string());
     }
     // Atomicity.
@@ -234,7 +234,7 @@ fn linearize(
         }
         let next = match (op.cost, &op.ret) {
             (Some(cost), DirectRet::Acquired(observed)) => {
-                match transition(config, state, op.now, cost) {
+                match transition(config, state, Attempt { cost, now: op.now }) {
                     Ok((next, decision)) if observed == &Ok(decision) => next,
                     Err(error) if observed == &Err(error.clone()) => state,
                     _ => continue,

@@ -1,0 +1,190 @@
+//! Making room and dropping what no decision can miss: the key bound's policy and the sweep.
+//!
+//! What it owns: [`EvictionPolicy`], the evictability rule, the amortized sweep, the full sweep's
+//! walk and the room scan at the key bound. What it promises:
+//! - only *evictable* buckets are dropped without loss: refilled to capacity at `now`, no override,
+//!   no live request-id record (a fresh bucket would be the same), and every eviction raises the
+//!   shard's horizon so a fresh bucket never starts before a dropped cursor;
+//! - the room scan inspects at most `ROOM_SCAN` entries over at most `ROOM_SCAN_SLOTS` slots, so an
+//!   attacker cannot turn a request into a full scan; only [`EvictionPolicy::EvictLeastRecent`]
+//!   drops a non-evictable bucket (counted as lossy);
+//! - a walk over every slot visits every entry, even when a removal moves a later entry of its probe
+//!   run into the slot just looked at.
+
+use std::hash::Hash;
+use std::ops::ControlFlow;
+
+use super::Settings;
+use super::shard::{PackedBucket, Shard};
+use crate::{AcquireError, Nanos};
+
+/// What happens when a new key arrives and its shard already holds its share of `max_keys`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum EvictionPolicy {
+    /// Fail closed: the new key gets [`AcquireError::KeyLimitReached`]. Only the amortized lossless
+    /// sweep frees room.
+    RejectNewKeys,
+    /// Look for an evictable (full) bucket among a few entries and drop it; otherwise reject.
+    /// Never changes a decision.
+    #[default]
+    EvictFull,
+    /// Drop an evictable bucket if one is found among a few entries, otherwise the sampled bucket with
+    /// the oldest `last_refill`. Lossy: the victim comes back full (a burst). Counted in
+    /// [`Stats::evicted_lossy`](super::Stats::evicted_lossy).
+    EvictLeastRecent,
+}
+
+/// How many entries a new key may inspect to make room at the bound. Bounded, so an attacker filling
+/// the table with non-full buckets cannot turn every request into a full scan.
+const ROOM_SCAN: usize = 32;
+
+/// How many table slots (occupied or not) that scan may step over. A shard's table at its bound is
+/// about 70-85% full (`table` grows by a fifth at 85%), so 4 slots per wanted entry find all 32.
+const ROOM_SCAN_SLOTS: usize = 4 * ROOM_SCAN;
+
+impl<K: Hash + Eq + Clone> Shard<K> {
+    /// Evictable at `now`: dropping it changes no later decision at `now >= last_refill`.
+    pub(super) fn is_evictable(
+        &self,
+        key: &K,
+        bucket: PackedBucket,
+        now: Nanos,
+        settings: &Settings<K>,
+    ) -> bool {
+        if bucket.has_extra()
+            && self
+                .extra(key)
+                .is_some_and(|extra| extra.pins(now, settings.dedupe_window))
+        {
+            return false;
+        }
+        let config = self.config_of(key, bucket, settings);
+        self.state_of(key, bucket)
+            .refilled(&config, now)
+            .is_full(&config)
+    }
+
+    pub(super) fn make_room(
+        &mut self,
+        now: Nanos,
+        settings: &Settings<K>,
+    ) -> Result<(), AcquireError> {
+        let reject = |shard: &mut Self| {
+            shard.stats.rejected_keys += 1;
+            Err(AcquireError::KeyLimitReached {
+                max_keys: settings.max_keys,
+                live_keys: shard.entries.len(),
+            })
+        };
+        if settings.policy == EvictionPolicy::RejectNewKeys || self.entries.is_empty() {
+            return reject(self);
+        }
+        let mut oldest: Option<(usize, Nanos)> = None;
+        let mut made_room = false;
+        // At most ROOM_SCAN entries over at most ROOM_SCAN_SLOTS slots: bounded whatever the table holds.
+        self.walk_from_cursor(ROOM_SCAN, ROOM_SCAN_SLOTS, |shard, here| {
+            let Some((key, bucket)) = shard.entries.get(here) else {
+                return ControlFlow::Continue(());
+            };
+            let bucket = *bucket;
+            if shard.is_evictable(key, bucket, now, settings) {
+                shard.evict(here);
+                shard.stats.evicted_lossless += 1;
+                made_room = true;
+                return ControlFlow::Break(());
+            }
+            let pinned = bucket.has_extra()
+                && shard
+                    .extra(key)
+                    .is_some_and(|extra| extra.config_override.is_some());
+            let last_refill = bucket.last_refill;
+            if !pinned && oldest.is_none_or(|(_, oldest_time)| last_refill < oldest_time) {
+                oldest = Some((here, last_refill));
+            }
+            ControlFlow::Continue(())
+        });
+        if made_room {
+            return Ok(());
+        }
+        match (settings.policy, oldest) {
+            (EvictionPolicy::EvictLeastRecent, Some((victim, _))) => {
+                self.evict(victim);
+                self.stats.evicted_lossy += 1;
+                Ok(())
+            }
+            _ => reject(self),
+        }
+    }
+
+    /// Inspects up to `budget` entries from the cursor, stepping over at most `max_slots` slots (and
+    /// at most the whole table), and drops the evictable ones. Returns how many.
+    pub(super) fn sweep_some(
+        &mut self,
+        now: Nanos,
+        budget: usize,
+        max_slots: usize,
+        settings: &Settings<K>,
+    ) -> usize {
+        let mut dropped = 0;
+        self.walk_from_cursor(budget, max_slots, |shard, here| {
+            if let Some((key, bucket)) = shard.entries.get(here)
+                && shard.is_evictable(key, *bucket, now, settings)
+            {
+                shard.evict(here);
+                shard.stats.evicted_lossless += 1;
+                dropped += 1;
+            }
+            ControlFlow::Continue(())
+        });
+        dropped
+    }
+
+    /// The one bounded walk the amortized sweep and the room scan share: visits up to `budget`
+    /// occupied slots from the sweep cursor, stepping over at most `max_slots` slots (and at most the
+    /// whole table), and leaves the cursor after the last slot stepped over. `visit` may evict the slot
+    /// it is given; `Break` ends the walk there. A removal can move a later entry of the same probe run
+    /// into the removed slot (`table`), so after one the walk looks at that slot again: a walk over
+    /// every slot visits every entry.
+    pub(super) fn walk_from_cursor(
+        &mut self,
+        budget: usize,
+        max_slots: usize,
+        mut visit: impl FnMut(&mut Self, usize) -> ControlFlow<()>,
+    ) {
+        let slots = self.entries.slots();
+        if slots == 0 || budget == 0 {
+            return;
+        }
+        let mut inspected = 0;
+        let mut stepped = 0;
+        let mut pos = self.sweep_cursor % slots;
+        while stepped < max_slots.min(slots) && inspected < budget {
+            if self.entries.get(pos).is_none() {
+                pos = (pos + 1) % slots;
+                stepped += 1;
+                continue;
+            }
+            inspected += 1;
+            let live_before = self.entries.len();
+            if visit(self, pos).is_break() {
+                // Stepping over this slot leaves a moved-in entry for the next walk, like any other.
+                pos = (pos + 1) % slots;
+                break;
+            }
+            let refilled = self.entries.len() < live_before && self.entries.get(pos).is_some();
+            if !refilled {
+                pos = (pos + 1) % slots;
+                stepped += 1;
+            }
+        }
+        self.sweep_cursor = pos;
+    }
+
+    /// Drops an entry by eviction (not by `forget`): its cursor raises the horizon.
+    pub(super) fn evict(&mut self, pos: usize) {
+        if let Some((_, bucket)) = self.entries.get(pos) {
+            self.evicted_horizon = self.evicted_horizon.max(bucket.last_refill);
+        }
+        self.remove(pos);
+    }
+}

@@ -1,0 +1,334 @@
+//! The keyed limiter: one exact bucket per key, in sharded maps, with a memory bound.
+//!
+//! This file is the public front end: [`Limiter`] and the types its calls take and return. The
+//! engine behind it is private: `shard` (a shard's table, its packed buckets and side map, and the
+//! one decision), `eviction` (the key bound's policy and the sweeps), `records` (request-id
+//! records), `builder` (settings and defaults). What the keyed limiter promises:
+//! - every decision is the crate's one transition on the key's state under the shard lock: read,
+//!   refill, decide, write, in one critical section (checked by loom and shuttle in `tests/`);
+//! - unrelated keys rarely share a lock: keys are spread over shards by a randomly seeded hasher, so
+//!   an attacker cannot aim at one shard;
+//! - memory is bounded: at most `max_keys` (rounded up to a multiple of the shard count) live keys;
+//!   what happens at the bound is the explicit [`EvictionPolicy`];
+//! - expiry is lossless: a bucket is dropped by the amortized sweep only when it is *evictable*
+//!   (refilled to capacity, no override, no live request-id record), which a fresh bucket would be too;
+//!   and a fresh bucket's cursor starts no earlier than the latest cursor the shard ever evicted, so a
+//!   clock that runs backwards after an expiry cannot be credited the same interval twice;
+//! - an error changes nothing; a replayed request id charges nothing;
+//! - the amortized sweep runs when a shard inserts a new key (the only time its memory grows), not
+//!   on every call: a call on a known key does no work for other keys.
+
+mod builder;
+mod eviction;
+#[cfg(feature = "racy-variant")]
+mod racy;
+mod records;
+mod shard;
+#[cfg(test)]
+mod tests;
+
+use std::hash::{BuildHasher, Hash};
+
+pub use builder::Builder;
+use builder::Settings;
+pub use eviction::EvictionPolicy;
+pub use records::RequestId;
+use shard::Shard;
+
+use crate::bucket::{Attempt, BucketState, Decision, snapshot};
+use crate::hashing::KeyHasher;
+use crate::sync::{Mutex, lock};
+use crate::{AcquireError, Clock, Config, MonotonicClock, Nanos, Tokens, Wait};
+
+/// One acquire, with the optional parts spelled out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Whole tokens to take, `1..=capacity`.
+    pub cost: u64,
+    /// The time to decide at; `None` reads the limiter's clock.
+    pub now: Option<Nanos>,
+    /// Makes a retried call idempotent within the dedupe window.
+    pub request_id: Option<RequestId>,
+}
+
+impl Request {
+    /// A request for `cost` tokens, at the clock's time, without a request id.
+    pub fn cost(cost: u64) -> Request {
+        Request {
+            cost,
+            now: None,
+            request_id: None,
+        }
+    }
+
+    /// Decide at `now` instead of reading the clock.
+    pub fn at(mut self, now: Nanos) -> Request {
+        self.now = Some(now);
+        self
+    }
+
+    /// Carry a request id.
+    pub fn id(mut self, request_id: impl Into<RequestId>) -> Request {
+        self.request_id = Some(request_id.into());
+        self
+    }
+}
+
+/// An acquire's decision plus what the limiter did to get it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Acquired {
+    /// The decision (for a replay: the first decision for that request id).
+    pub decision: Decision,
+    /// The bucket did not exist before this call (first sight, or expired and dropped).
+    pub created: bool,
+    /// The request id was known: nothing was charged, `decision` is the recorded one.
+    pub replayed: bool,
+}
+
+/// A read-only look at one key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peek {
+    /// The balance the key would have at `now`.
+    pub remaining: Tokens,
+    /// Time from `now` until the bucket is full.
+    pub reset_after: Wait,
+    /// False if the key has no state (it would start full).
+    pub present: bool,
+    /// The key's config.
+    pub config: Config,
+}
+
+/// Counters since construction, summed over shards. Reading them locks each shard briefly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Acquires admitted.
+    pub allowed: u64,
+    /// Acquires denied.
+    pub denied: u64,
+    /// Acquires refused as invalid (and key-limit rejections).
+    pub errors: u64,
+    /// Acquires answered from a request-id record.
+    pub replayed: u64,
+    /// Keys currently holding state.
+    pub live_keys: u64,
+    /// Buckets dropped while evictable: no decision can tell.
+    pub evicted_lossless: u64,
+    /// Buckets dropped while not full ([`EvictionPolicy::EvictLeastRecent`]).
+    pub evicted_lossy: u64,
+    /// New keys refused at the key bound.
+    pub rejected_keys: u64,
+}
+
+/// A keyed, exact token-bucket limiter. See the crate docs for an example.
+pub struct Limiter<K, C = MonotonicClock> {
+    shards: Box<[Padded<Mutex<Shard<K>>>]>,
+    shard_bits: u32,
+    hasher: KeyHasher,
+    settings: Settings<K>,
+    clock: C,
+}
+
+/// Keeps each shard's lock on its own cache lines, so two cores working on two shards do not fight
+/// over one line.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
+    /// Takes `cost` tokens for `key` at the clock's time.
+    pub fn acquire(&self, key: &K, cost: u64) -> Result<Decision, AcquireError> {
+        self.acquire_at(key, cost, self.clock.now())
+    }
+
+    /// Takes `cost` tokens for `key` at `now`.
+    pub fn acquire_at(&self, key: &K, cost: u64, now: Nanos) -> Result<Decision, AcquireError> {
+        // Inlined with `request_id: None`, so the request-id branches fold away on this path.
+        Ok(self
+            .acquire_inner(key, Attempt { cost, now }, None)?
+            .decision)
+    }
+
+    /// The full form: optional explicit time and request id, and a report of what happened.
+    pub fn acquire_with(&self, key: &K, request: Request) -> Result<Acquired, AcquireError> {
+        let now = request.now.unwrap_or_else(|| self.clock.now());
+        let attempt = Attempt {
+            cost: request.cost,
+            now,
+        };
+        self.acquire_inner(key, attempt, request.request_id)
+    }
+
+    #[inline(always)]
+    fn acquire_inner(
+        &self,
+        key: &K,
+        attempt: Attempt,
+        request_id: Option<RequestId>,
+    ) -> Result<Acquired, AcquireError> {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = lock(self.shard(hash));
+        let result = shard.acquire(hash, key, attempt, request_id, &self.settings);
+        // Sweep only when this call inserted a key: memory grows only then, so sweeping at every
+        // insertion bounds what expired keys can pile up, and calls on known keys pay nothing. Never
+        // after an error: an error changes nothing, not even other keys.
+        if let Ok(Acquired { created: true, .. }) = result {
+            let budget = self.settings.sweep_per_op;
+            shard.sweep_some(
+                attempt.now,
+                budget,
+                budget.saturating_mul(8),
+                &self.settings,
+            );
+        }
+        result
+    }
+
+    /// The key's balance at `now`, read-only: nothing is refilled, charged or created.
+    pub fn peek_at(&self, key: &K, now: Nanos) -> Peek {
+        let hash = self.hasher.hash_one(key);
+        let shard = lock(self.shard(hash));
+        let (config, state, found) = shard.current(hash, key, now, &self.settings);
+        let present = found.is_some();
+        let view = snapshot(&config, state, now);
+        Peek {
+            remaining: view.remaining,
+            reset_after: view.reset_after,
+            present,
+            config,
+        }
+    }
+
+    /// True if an acquire of `cost` for `key` at `now` would be allowed, read-only (a
+    /// [`Limiter::peek_at`]): the balance the key would have at `now` covers `cost` whole tokens.
+    /// A cost above the capacity is never covered; a cost of 0 always is (an acquire would refuse it
+    /// as invalid, which is [`Limiter::acquire_at`]'s answer to give).
+    pub fn would_allow_at(&self, key: &K, cost: u64, now: Nanos) -> bool {
+        let remaining = self.peek_at(key, now).remaining;
+        remaining.units() >= cost as u128 * remaining.units_per_token()
+    }
+
+    /// Moves `key` to `config` at `now`: refill under the old config, round down to the new unit grid,
+    /// clamp to the new capacity (design.md section 2). Returns the key's new config version (1 for the
+    /// first change). The override stays until [`Limiter::forget`].
+    pub fn reconfigure_at(&self, key: &K, config: Config, now: Nanos) -> Result<u64, AcquireError> {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = lock(self.shard(hash));
+        let (old, state, found) = shard.current(hash, key, now, &self.settings);
+        let pos = match found {
+            Some((_, pos)) => pos,
+            None => shard.insert(hash, key, state, now, &self.settings)?,
+        };
+        let next = state.reconfigured(&old, &config, now);
+        let extra = shard.extra_mut(key, pos);
+        let version = extra.config_override.map_or(0, |(_, version)| version) + 1;
+        extra.config_override = Some((config, version));
+        shard.store(pos, key, next);
+        Ok(version)
+    }
+
+    /// Drops everything about `key` (bucket, override, request ids). True if it had state.
+    pub fn forget(&self, key: &K) -> bool {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = lock(self.shard(hash));
+        match shard.find(hash, key) {
+            Some((_, pos)) => {
+                shard.remove(pos);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Drops every bucket that is evictable at `now`, in every shard. Returns how many.
+    pub fn sweep_at(&self, now: Nanos) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| {
+                let mut shard = lock(&shard.0);
+                let slots = shard.entries.slots();
+                shard.sweep_cursor = 0;
+                // Bounded by the slots, not by the entries: a walk can look at an entry twice (one
+                // that a removal near the end moved back from the start of a wrapped probe run), so
+                // a budget of `len` visits could end it before the last slots.
+                shard.sweep_some(now, usize::MAX, slots, &self.settings)
+            })
+            .sum()
+    }
+
+    /// The key's stored state and config, if it holds any: for invariant checks and debugging.
+    pub fn inspect(&self, key: &K) -> Option<(BucketState, Config)> {
+        let hash = self.hasher.hash_one(key);
+        let shard = lock(self.shard(hash));
+        let (bucket, _) = shard.find(hash, key)?;
+        Some((
+            shard.state_of(key, bucket),
+            shard.config_of(key, bucket, &self.settings),
+        ))
+    }
+
+    /// The config that applies to `key` now (override, resolver or default).
+    pub fn config_for(&self, key: &K) -> Config {
+        let hash = self.hasher.hash_one(key);
+        let shard = lock(self.shard(hash));
+        match shard.find(hash, key) {
+            Some((bucket, _)) => shard.config_of(key, bucket, &self.settings),
+            None => self.settings.resolved_config(key),
+        }
+    }
+
+    /// Live keys across all shards.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| lock(&shard.0).entries.len())
+            .sum()
+    }
+
+    /// True if no key holds state.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counters summed over shards.
+    pub fn stats(&self) -> Stats {
+        self.shards.iter().fold(Stats::default(), |total, shard| {
+            let shard = lock(&shard.0);
+            let s = shard.stats;
+            Stats {
+                allowed: total.allowed + s.allowed,
+                denied: total.denied + s.denied,
+                errors: total.errors + s.errors,
+                replayed: total.replayed + s.replayed,
+                live_keys: total.live_keys + shard.entries.len() as u64,
+                evicted_lossless: total.evicted_lossless + s.evicted_lossless,
+                evicted_lossy: total.evicted_lossy + s.evicted_lossy,
+                rejected_keys: total.rejected_keys + s.rejected_keys,
+            }
+        })
+    }
+
+    /// The clock used by [`Limiter::acquire`].
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    /// The bound on live keys as enforced: `max_keys` rounded up to a multiple of the shard count.
+    pub fn key_bound(&self) -> usize {
+        // Saturates: `max_keys` near `usize::MAX` rounds up past it.
+        self.settings
+            .max_keys_per_shard
+            .saturating_mul(self.shards.len())
+    }
+
+    #[inline]
+    fn shard(&self, hash: u64) -> &Mutex<Shard<K>> {
+        // The table inside a shard takes a key's home from the hash's high bits (`table::FlatMap`);
+        // pick the shard from a remix so that keys of one shard still spread over its whole table.
+        let mixed = (hash ^ hash.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let index = if self.shard_bits == 0 {
+            0
+        } else {
+            (mixed >> (64 - self.shard_bits)) as usize
+        };
+        &self.shards[index].0
+    }
+}

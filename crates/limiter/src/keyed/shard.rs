@@ -1,0 +1,356 @@
+//! A shard: the keys of one lock, their packed buckets, and the side map of their rare extras.
+//!
+//! What it owns: one `table::FlatMap` of `(key, PackedBucket)` slots, the side map of [`Extra`]s
+//! (override configs, request-id records, wide balances), the eviction horizon, the sweep cursor and
+//! the shard's counters. What it promises:
+//! - `Shard::state_of` and `Shard::store` are the only readers and writers of a balance, and keep it
+//!   in exactly one place: the packed bucket below `2^62` units, else the key's extra (flag `WIDE`);
+//! - an entry in the side map exists exactly when its key is live and its bucket flags `HAS_EXTRA`;
+//! - `Shard::acquire` is the one decision of the keyed limiter: read, refill, decide, write, under
+//!   the caller's lock, and an invalid cost changes nothing (not even request ids or room-making).
+//!
+//! Storage (why it looks like this: reports/bench-limiter.md): each shard holds its keys in one
+//! open-addressing table of `(key, PackedBucket)` slots (24 bytes for a `u64` key) kept 70-85% full,
+//! nothing else per key, one dependent random access per lookup. A packed bucket holds the balance in
+//! 62 bits and the cursor; the rarely used per-key extras live in the side map, and spare top bits of
+//! the packed balance say whether a key has one and whether its balance is there, so the common path
+//! never touches it (a pattern of them no live bucket has marks a vacant slot).
+
+use std::collections::HashMap;
+use std::hash::Hash;
+
+use super::records::{Records, RequestId};
+use super::{Acquired, Settings, Stats};
+use crate::bucket::{Attempt, BucketState, transition};
+use crate::hashing::KeyHasher;
+use crate::table::{FlatMap, Vacancy};
+use crate::{AcquireError, Config, Nanos};
+
+pub(super) struct Shard<K> {
+    /// Key and bucket of every live key, nothing else.
+    pub(super) entries: FlatMap<K, PackedBucket, KeyHasher>,
+    /// Override configs, request-id records and wide balances, for the keys whose bucket has
+    /// `HAS_EXTRA` set (and only those: an entry here exists exactly when its key is live and flagged).
+    pub(super) extras: HashMap<K, Extra, KeyHasher>,
+    /// The latest `last_refill` of any bucket this shard dropped by eviction. A new bucket starts with
+    /// its cursor at `max(now, evicted_horizon)`, so a key that was dropped and comes back under a
+    /// clock that ran backwards is never credited the same time twice.
+    pub(super) evicted_horizon: Nanos,
+    /// Where the amortized sweep and the room scan resume (a slot position in `entries`).
+    pub(super) sweep_cursor: usize,
+    pub(super) stats: Stats,
+}
+
+/// A [`BucketState`] in 16 bytes instead of 32 (`u128` is 16-byte aligned), plus two flags.
+///
+/// The balance is kept here when it is below `2^62` (`NARROW_LIMIT`): every config with
+/// `capacity_units < 2^62` (capacity x q x 10^9, e.g. a billion tokens at any rate with q = 1), so for
+/// most configs always. A larger balance is *wide*: the `WIDE` flag is set and the exact `u128` sits in
+/// the key's [`Extra::wide_balance`]. The two top bits carry the flags, so the arithmetic never sees
+/// them: `HAS_EXTRA` ("this key has an entry in the shard's `extras`") and `WIDE` (which implies it).
+/// Only [`Shard::state_of`] and [`Shard::store`] (with its cold half, `store_slow`) read or write the
+/// balance, and they keep the two places consistent: a wide bucket's `Extra` always holds its
+/// balance, and a narrow one's never does.
+#[derive(Clone, Copy)]
+pub(super) struct PackedBucket {
+    /// `HAS_EXTRA | WIDE | balance` (the low 62 bits are the balance when `WIDE` is clear, zero when set).
+    pub(super) flagged_balance: u64,
+    pub(super) last_refill: Nanos,
+}
+
+// The sizes promised above and in `table`: 16 bytes per bucket, 24 per slot with a `u64` key.
+const _: () = assert!(size_of::<PackedBucket>() == 16);
+const _: () = assert!(crate::table::slot_size::<u64, PackedBucket>() == 24);
+
+pub(super) const HAS_EXTRA: u64 = 1 << 63;
+pub(super) const WIDE: u64 = 1 << 62;
+/// Balances below this fit the packed bucket's 62 bits.
+pub(super) const NARROW_LIMIT: u128 = 1 << 62;
+
+impl PackedBucket {
+    #[inline]
+    pub(super) fn has_extra(self) -> bool {
+        self.flagged_balance & HAS_EXTRA != 0
+    }
+
+    #[inline]
+    pub(super) fn is_wide(self) -> bool {
+        self.flagged_balance & WIDE != 0
+    }
+
+    pub(super) fn set_has_extra(&mut self) {
+        self.flagged_balance |= HAS_EXTRA;
+    }
+}
+
+/// `WIDE` without `HAS_EXTRA` is a pattern no live bucket has (a wide balance lives in the extras),
+/// so it marks a vacant slot of the table.
+impl Vacancy for PackedBucket {
+    const VACANT: Self = PackedBucket {
+        flagged_balance: WIDE,
+        last_refill: 0,
+    };
+
+    #[inline(always)]
+    fn is_vacant(&self) -> bool {
+        self.flagged_balance == WIDE
+    }
+}
+
+#[derive(Default)]
+pub(super) struct Extra {
+    /// Set by `reconfigure`: the key's config and how many times it was changed.
+    pub(super) config_override: Option<(Config, u64)>,
+    /// Request-id records, oldest first.
+    pub(super) requests: Records,
+    /// The balance of a bucket flagged `WIDE` (at or above `NARROW_LIMIT`); `None` for a narrow one.
+    pub(super) wide_balance: Option<u128>,
+}
+
+impl Extra {
+    /// Keeps this key's bucket from being evicted at `now`: an override, or a live request-id record.
+    pub(super) fn pins(&self, now: Nanos, window: Nanos) -> bool {
+        self.config_override.is_some() || self.requests.any_live(now, window)
+    }
+}
+
+impl<K: Hash + Eq + Clone> Shard<K> {
+    /// An empty shard whose table and side map hash with `hasher`.
+    pub(super) fn new(hasher: &KeyHasher) -> Shard<K> {
+        Shard {
+            entries: FlatMap::with_hasher(hasher.clone()),
+            extras: HashMap::with_hasher(hasher.clone()),
+            evicted_horizon: 0,
+            sweep_cursor: 0,
+            stats: Stats::default(),
+        }
+    }
+
+    /// A bucket for a key this shard does not hold: full, with its cursor at `now` or at the eviction
+    /// horizon if that is later (see `evicted_horizon`).
+    pub(super) fn fresh(&self, config: &Config, now: Nanos) -> BucketState {
+        BucketState::full(config, now.max(self.evicted_horizon))
+    }
+
+    /// The config and state `key` has at `now` (its own if it is live, else those of a fresh
+    /// bucket), and its bucket and position if it is live. Inlined: it is the first step of every
+    /// decision.
+    #[inline(always)]
+    pub(super) fn current(
+        &self,
+        hash: u64,
+        key: &K,
+        now: Nanos,
+        settings: &Settings<K>,
+    ) -> (Config, BucketState, Option<(PackedBucket, usize)>) {
+        let found = self.find(hash, key);
+        let (config, state) = match found {
+            Some((bucket, _)) => (
+                self.config_of(key, bucket, settings),
+                self.state_of(key, bucket),
+            ),
+            None => {
+                let config = settings.resolved_config(key);
+                (config, self.fresh(&config, now))
+            }
+        };
+        (config, state, found)
+    }
+
+    /// The key's bucket (a copy) and position.
+    #[inline]
+    pub(super) fn find(&self, hash: u64, key: &K) -> Option<(PackedBucket, usize)> {
+        let pos = self.entries.find(hash, key)?;
+        let (_, bucket) = self.entries.get(pos)?;
+        Some((*bucket, pos))
+    }
+
+    /// The config of a live key: its override if it has one, else the resolver's or the default.
+    #[inline]
+    pub(super) fn config_of(
+        &self,
+        key: &K,
+        bucket: PackedBucket,
+        settings: &Settings<K>,
+    ) -> Config {
+        if bucket.has_extra()
+            && let Some((config, _)) = self.extra(key).and_then(|extra| extra.config_override)
+        {
+            return config;
+        }
+        settings.resolved_config(key)
+    }
+
+    pub(super) fn extra(&self, key: &K) -> Option<&Extra> {
+        self.extras.get(key)
+    }
+
+    /// The extras of the live key at `pos`, created (and flagged) on first use.
+    pub(super) fn extra_mut(&mut self, key: &K, pos: usize) -> &mut Extra {
+        if let Some((_, bucket)) = self.entries.get_mut(pos) {
+            bucket.set_has_extra();
+        }
+        self.extras.entry(key.clone()).or_default()
+    }
+
+    /// The state of the live `key`, whose packed bucket is `bucket`: the balance from the bucket, or
+    /// from the key's extras when it is wide.
+    #[inline]
+    pub(super) fn state_of(&self, key: &K, bucket: PackedBucket) -> BucketState {
+        let balance = if bucket.is_wide() {
+            // `store` writes the wide balance before it sets the flag, and only `remove` (which drops
+            // the bucket too) deletes extras: a flagged bucket without one is a broken invariant.
+            self.extra(key)
+                .and_then(|extra| extra.wide_balance)
+                .expect("a wide bucket's balance is in its extras")
+        } else {
+            (bucket.flagged_balance & !(HAS_EXTRA | WIDE)) as u128
+        };
+        BucketState::from_parts(balance, bucket.last_refill)
+    }
+
+    /// Replaces the state of the live key at `pos`, keeping its `HAS_EXTRA` flag: in the bucket when
+    /// the balance fits 62 bits (a wide balance it had is cleared from its extras), else in its extras
+    /// with the bucket flagged `WIDE`. The narrow case is inline (it is every decision's write); the
+    /// rest is out of line.
+    #[inline(always)]
+    pub(super) fn store(&mut self, pos: usize, key: &K, state: BucketState) {
+        if let Some((_, bucket)) = self.entries.get_mut(pos)
+            && !bucket.is_wide()
+            && state.balance() < NARROW_LIMIT
+        {
+            bucket.flagged_balance = (bucket.flagged_balance & HAS_EXTRA) | state.balance() as u64;
+            bucket.last_refill = state.last_refill();
+        } else {
+            self.store_slow(pos, key, state);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn store_slow(&mut self, pos: usize, key: &K, state: BucketState) {
+        let Some((_, bucket)) = self.entries.get_mut(pos) else {
+            return;
+        };
+        bucket.last_refill = state.last_refill();
+        if state.balance() < NARROW_LIMIT {
+            // It was wide: the balance moves back into the bucket, and out of the extras, which go
+            // too when nothing else is in them (so the key's later calls skip the side map).
+            bucket.flagged_balance = (bucket.flagged_balance & HAS_EXTRA) | state.balance() as u64;
+            if let Some(extra) = self.extras.get_mut(key) {
+                extra.wide_balance = None;
+                if extra.config_override.is_none() && extra.requests.is_empty() {
+                    self.extras.remove(key);
+                    bucket.flagged_balance &= !HAS_EXTRA;
+                }
+            }
+        } else {
+            self.extra_mut(key, pos).wide_balance = Some(state.balance());
+            if let Some((_, bucket)) = self.entries.get_mut(pos) {
+                bucket.flagged_balance = HAS_EXTRA | WIDE;
+            }
+        }
+    }
+
+    /// `inline(always)`: with two callers (`acquire_at`, `acquire_with`) the compiler kept it out of
+    /// line in the benchmark binary; inlining it (with `KeyHasher::hash_one`) more than halved the
+    /// 1,000,000-key time per decision (reports/bench-limiter.md).
+    #[inline(always)]
+    pub(super) fn acquire(
+        &mut self,
+        hash: u64,
+        key: &K,
+        attempt: Attempt,
+        request_id: Option<RequestId>,
+        settings: &Settings<K>,
+    ) -> Result<Acquired, AcquireError> {
+        let Attempt { cost, now } = attempt;
+        let (config, state, found) = self.current(hash, key, now, settings);
+        // Validate the cost before consulting request ids or making room: an error changes nothing.
+        if config.cost_units(cost).is_none() {
+            self.stats.errors += 1;
+            return Err(AcquireError::InvalidCost {
+                cost,
+                capacity: config.capacity(),
+            });
+        }
+        if let (Some((bucket, _)), Some(request_id)) = (found, request_id) {
+            let replayed = if bucket.has_extra() {
+                self.extra(key).and_then(|extra| {
+                    extra
+                        .requests
+                        .replay(request_id, now, settings.dedupe_window)
+                })
+            } else {
+                None
+            };
+            if let Some(decision) = replayed {
+                self.stats.replayed += 1;
+                return Ok(Acquired {
+                    decision,
+                    created: false,
+                    replayed: true,
+                });
+            }
+        }
+        let (next, decision) = transition(&config, state, attempt)?;
+        let pos = match found {
+            Some((_, pos)) => pos,
+            None => match self.insert(hash, key, next, now, settings) {
+                Ok(pos) => pos,
+                Err(error) => {
+                    self.stats.errors += 1;
+                    return Err(error);
+                }
+            },
+        };
+        self.store(pos, key, next);
+        if let Some(request_id) = request_id {
+            let per_key = settings.dedupe_per_key;
+            if per_key > 0 {
+                let requests = &mut self.extra_mut(key, pos).requests;
+                requests.record(request_id, now, decision, per_key);
+            }
+        }
+        if decision.is_allowed() {
+            self.stats.allowed += 1;
+        } else {
+            self.stats.denied += 1;
+        }
+        Ok(Acquired {
+            decision,
+            created: found.is_none(),
+            replayed: false,
+        })
+    }
+
+    /// Inserts a new key, making room first if the shard is at its bound. Returns the entry's position.
+    pub(super) fn insert(
+        &mut self,
+        hash: u64,
+        key: &K,
+        state: BucketState,
+        now: Nanos,
+        settings: &Settings<K>,
+    ) -> Result<usize, AcquireError> {
+        if self.entries.len() >= settings.max_keys_per_shard {
+            self.make_room(now, settings)?;
+        }
+        let empty = PackedBucket {
+            flagged_balance: 0,
+            last_refill: state.last_refill(),
+        };
+        let pos = self.entries.insert_new(hash, key.clone(), empty);
+        self.store(pos, key, state);
+        Ok(pos)
+    }
+
+    /// Drops the entry at `pos` and its extras.
+    pub(super) fn remove(&mut self, pos: usize) {
+        if let Some((key, bucket)) = self.entries.remove(pos)
+            && bucket.has_extra()
+        {
+            self.extras.remove(&key);
+        }
+    }
+}

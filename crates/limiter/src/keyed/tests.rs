@@ -1,0 +1,148 @@
+//! White-box tests of the keyed limiter: the packing of balances across `2^62`, the spread of keys
+//! over each shard's table, and the full sweep's walk over a wrapped probe run. Behaviour seen only
+//! through the public API is tested in `tests/keyed.rs`.
+
+use super::shard::PackedBucket;
+use super::*;
+use crate::hashing::KeyHasher;
+use crate::sync::lock;
+use crate::table::FlatMap;
+use crate::{NANOS_PER_SECOND, Nanos, Rate};
+
+/// The side-map entry of `key` and its bucket's two flags: what a test of the packing can see.
+fn packing(limiter: &Limiter<u64>, key: u64) -> (bool, bool, Option<u128>) {
+    let hash = limiter.hasher.hash_one(key);
+    let shard = lock(limiter.shard(hash));
+    let (bucket, _) = shard.find(hash, &key).expect("the key is live");
+    let wide_balance = shard.extra(&key).and_then(|extra| extra.wide_balance);
+    (bucket.has_extra(), bucket.is_wide(), wide_balance)
+}
+
+/// The shard a key goes to and its home slot inside that shard's table are independent: the
+/// keys of each shard spread over its whole table, so a lookup reads no more slots than linear
+/// probing predicts at that load, `(1 + 1 / (1 - load)) / 2` (Knuth), with both hashers.
+#[test]
+fn keys_spread_over_each_shard_table_as_linear_probing_predicts() {
+    let config = Config::new(4, Rate::per_second(1)).unwrap();
+    for seed in [None, Some(3)] {
+        let mut builder = Limiter::builder(config).shards(8);
+        if let Some(seed) = seed {
+            builder = builder.hasher_seed(seed);
+        }
+        let limiter: Limiter<u64> = builder.build();
+        for key in 0..400_000u64 {
+            limiter.acquire_at(&key, 1, 0).unwrap();
+        }
+        for shard in limiter.shards.iter() {
+            let shard = lock(&shard.0);
+            let load = shard.entries.load();
+            let predicted = (1.0 + 1.0 / (1.0 - load)) / 2.0;
+            let measured = shard.entries.mean_probe_length();
+            assert!(
+                measured <= 1.2 * predicted,
+                "seed {seed:?}: {measured:.2} slots per lookup at load {load:.3}, \
+                 predicted {predicted:.2}"
+            );
+        }
+    }
+}
+
+/// A full sweep drops every evictable bucket even when it must look at one entry twice: here a
+/// probe run wraps from the table's last slots to slot 0, the sweep (which starts at slot 0)
+/// keeps the wrapped entry there, then evicts a bucket near the end, which moves that entry back
+/// into the freed slot, where the walk looks at it again. The last slot holds an evictable
+/// bucket; a sweep that allowed only one visit per live entry would stop before it.
+#[test]
+fn a_full_sweep_reaches_the_last_slot_after_looking_at_a_wrapped_entry_twice() {
+    const SECOND: Nanos = NANOS_PER_SECOND;
+    let config = Config::new(2, Rate::per_second(1)).unwrap();
+    let limiter: Limiter<u64> = Limiter::builder(config)
+        .shards(1)
+        .sweep_per_op(0)
+        .hasher_seed(5)
+        .build();
+    let pinned = |key: u64| {
+        limiter.acquire_at(&key, 1, SECOND).unwrap();
+        limiter.reconfigure_at(&key, config, SECOND).unwrap();
+    };
+    for filler in 0..40 {
+        pinned(filler);
+    }
+    let slots = lock(&limiter.shards[0].0).entries.slots();
+    let home = |key: u64| {
+        FlatMap::<u64, PackedBucket, KeyHasher>::home(limiter.hasher.hash_one(key), slots)
+    };
+    let position = |key: u64| {
+        let shard = lock(&limiter.shards[0].0);
+        shard
+            .find(limiter.hasher.hash_one(key), &key)
+            .map(|(_, pos)| pos)
+    };
+    // Clear the wrap region (the last three slots and slot 0) of fillers.
+    let region = [slots - 3, slots - 2, slots - 1, 0];
+    while let Some(filler) = (0..40).find(|&key| position(key).is_some_and(|p| region.contains(&p)))
+    {
+        assert!(limiter.forget(&filler));
+    }
+    let fillers = limiter.len();
+    let with_home = |wanted: usize, skip: usize| {
+        (1_000..)
+            .filter(|&key| home(key) == wanted)
+            .nth(skip)
+            .unwrap()
+    };
+    let (evicted_early, kept, evicted_last) = (
+        with_home(slots - 3, 0),
+        with_home(slots - 2, 0),
+        with_home(slots - 1, 0),
+    );
+    let wrapped = with_home(slots - 3, 1);
+    limiter.acquire_at(&evicted_early, 1, SECOND).unwrap();
+    pinned(kept);
+    limiter.acquire_at(&evicted_last, 1, SECOND).unwrap();
+    pinned(wrapped);
+    assert_eq!(
+        lock(&limiter.shards[0].0).entries.slots(),
+        slots,
+        "the four keys grew the table: the homes above are stale"
+    );
+    assert_eq!(
+        [evicted_early, kept, evicted_last, wrapped].map(position),
+        [Some(slots - 3), Some(slots - 2), Some(slots - 1), Some(0)]
+    );
+    assert_eq!(limiter.sweep_at(10 * SECOND), 2);
+    assert_eq!(
+        [evicted_early, kept, evicted_last, wrapped].map(position),
+        [None, Some(slots - 2), None, Some(slots - 3)]
+    );
+    assert_eq!(limiter.len(), fillers + 2);
+}
+
+/// A balance that leaves the wide range (`>= 2^62` units) moves back into its bucket, and the
+/// key's side-map entry goes with it when nothing else is in it; an override keeps the entry.
+#[test]
+fn a_balance_back_below_2_62_units_moves_into_its_bucket_and_frees_an_empty_side_entry() {
+    // 5e9 tokens x 10^9 units per token = 5e18 units >= 2^62 (about 4.61e18) when full.
+    let wide = Config::new(5_000_000_000, Rate::per_second(1)).unwrap();
+    let limiter: Limiter<u64> = Limiter::builder(wide).hasher_seed(1).build();
+    limiter.acquire_at(&1, 1, 0).unwrap();
+    assert_eq!(
+        packing(&limiter, 1),
+        (true, true, Some(wide.capacity_units() - 1_000_000_000))
+    );
+    // One billion tokens more: 3.99e18 units, narrow again.
+    limiter.acquire_at(&1, 1_000_000_000, 0).unwrap();
+    assert_eq!(packing(&limiter, 1), (false, false, None));
+    let (state, _) = limiter.inspect(&1).unwrap();
+    assert_eq!(
+        state.balance(),
+        wide.capacity_units() - 1_000_000_001 * 1_000_000_000
+    );
+
+    // With an override the entry stays (it holds the override), only the wide balance leaves.
+    limiter.reconfigure_at(&2, wide, 0).unwrap();
+    limiter.acquire_at(&2, 1, 0).unwrap();
+    assert!(packing(&limiter, 2).1, "the overridden key is wide first");
+    limiter.acquire_at(&2, 1_000_000_000, 0).unwrap();
+    assert_eq!(packing(&limiter, 2), (true, false, None));
+}
