@@ -20,7 +20,7 @@ fn go_46579_one_per_hour_bucket_holds_0_99999999999972() {
     let rate = 0.000_277_777_777_777_777_78_f64;
     assert_eq!(rate, 1.0 / 3600.0);
     for version in [GoRateVersion::SecondsCapped, GoRateVersion::SplitCapped] {
-        // The exact state: last = Go's zero time (None).
+        // The Go issue's exact state: last = Go's zero time (None).
         let mut go = GoStyleBucket::from_f64_rate(1, rate)
             .unwrap()
             .with_version(version)

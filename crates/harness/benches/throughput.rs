@@ -1,4 +1,4 @@
-//! Issue 4's throughput figures: differential steps per second (the core limiter against the reference
+//! The harness's throughput figures: differential steps per second (the core limiter against the reference
 //! model, every oracle on), the model alone, and trace generation alone (the floor of any run).
 //!
 //! ```sh

@@ -1,4 +1,4 @@
-//! The float-versus-rational comparison (issue 6): the exact core matches the model in every cell,
+//! The float-versus-rational comparison: the exact core matches the model in every cell,
 //! the float and governor subjects do not, and the committed report is what the code produces now.
 //!
 //! Regenerate the committed report with

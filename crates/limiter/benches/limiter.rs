@@ -1,6 +1,6 @@
 //! Time per decision: bucketproof's exact limiter against governor 0.10 and a textbook f64 bucket.
 //!
-//! Issue 2, "Figures". Every comparison lives in this one criterion binary so that one run gives
+//! Every comparison lives in this one criterion binary so that one run gives
 //! ratios measured under the same machine load:
 //!
 //! - `one_key`: one key, injected time, thread-safe path. [`Limiter::acquire_at`] and

@@ -1,5 +1,5 @@
 //! Resident bytes per key at 1,000,000 keys: bucketproof's `Limiter<u64>` against governor 0.10's keyed
-//! DashMap limiter (issue 2, "Figures"), and the same at other key counts, because a table's bytes per
+//! DashMap limiter, and the same at other key counts, because a table's bytes per
 //! key depend on where its growth steps fall: one size alone could flatter either side.
 //!
 //! A counting `#[global_allocator]` (a thin wrapper around `System`) keeps the number of live heap

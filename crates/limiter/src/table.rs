@@ -1,7 +1,7 @@
 //! A shard's storage: one open-addressing table whose slots hold the key and the value inline, and
 //! nothing else.
 //!
-//! Why hand-written (numbers in reports/bench-limiter.md): issue 2 asks for no more resident bytes
+//! Why hand-written (numbers in reports/bench-limiter.md): the goal is no more resident bytes
 //! per key than governor's keyed limiter, whose slot is 16 bytes of key and GCRA instant plus one
 //! hashbrown control byte. An exact bucket needs two numbers (a balance and a cursor), so our slot is
 //! 24 bytes for a `u64` key. Every power-of-two table (hashbrown, `std`, DashMap) is 44-88% full, 48%

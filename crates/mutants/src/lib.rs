@@ -1,7 +1,7 @@
 //! # bucketproof-mutants: broken token buckets the harness must kill
 //!
 //! A verification harness earns trust by catching real bugs. This crate keeps a catalogue of the
-//! classic token-bucket mistakes (issue 7), each one a [`bucketproof_harness::Subject`] that deviates
+//! classic token-bucket mistakes, each one a [`bucketproof_harness::Subject`] that deviates
 //! from the exact transition in exactly one place, and a kill runner ([`kill`]) that proves the
 //! harness catches every one: which oracle fires, how fast, and how small the shrunk counterexample
 //! is.
@@ -45,7 +45,7 @@ pub enum KillBy {
 /// One entry of the catalogue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Mutant {
-    /// The number in issue 7.
+    /// The mutant's number in the catalogue.
     pub number: u8,
     /// Stable slug; the subject is named `mutant:<slug>`.
     pub slug: &'static str,

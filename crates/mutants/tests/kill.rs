@@ -1,4 +1,4 @@
-//! The mutation self-test (issue 7): every mutant is killed, each by a counterexample of at most
+//! The mutation self-test: every mutant is killed, each by a counterexample of at most
 //! six ops, with a median time to kill under 2 s (asserted in release builds; a debug build only
 //! reports it). And the controls that make a kill mean something: the shared wrapper with no
 //! mistake passes every trace the runner tries, the racy variant passes them sequentially, and the

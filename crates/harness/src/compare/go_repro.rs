@@ -2,7 +2,7 @@
 //!
 //! Owns the named scenarios ([`named_scenario_defs`]) and their run ([`named_scenarios`]). Promises:
 //! each passes on the exact core and fails on the Go-style float bucket its summary names, with the
-//! Go state set as the reporter set it where a fresh Go bucket cannot reach it (each summary
+//! Go state set as the Go issue's reporter set it where a fresh Go bucket cannot reach it (each summary
 //! says which).
 
 use bucketproof_float::{GoRateVersion, GoStyleBucket};
@@ -55,13 +55,13 @@ pub struct NamedScenario {
 /// The two published float failures as traces.
 ///
 /// - `go-46579`: a limiter at 1/3600 per second, burst 1, that Go holds as 0.54990492004805558 tokens
-///   at the zero time (the state; `last = None` is Go's zero `time.Time`). Idle since the
+///   at the zero time (the Go issue's state; `last = None` is Go's zero `time.Time`). Idle since the
 ///   zero time, the exact balance is full, which is also what a fresh exact bucket holds, so the
 ///   trace is one acquire an hour in: the core admits, Go's capped refill round trip
 ///   (`maxElapsed = durationFromTokens(1 - 0.5499...)`, truncated) reaches only
 ///   0.99999999999972 tokens and a 1 ns wait, so Go denies. A fresh Go bucket cannot reach that
 ///   state through `AllowN` with burst 1 (an admission leaves at most 0 tokens), so the state is set
-///   as the reporter set it.
+///   as the Go issue's reporter set it.
 /// - `go-46579-reached`: the same mechanism from a fresh Go limiter through `AllowN` alone, with
 ///   burst 2 so that an admission can leave a fractional balance (a trace found by a search).
 /// - `go-34861`: `NewLimiter(0.7692307692307693, 1).Allow()` on a fresh limiter, Go's arithmetic
@@ -76,7 +76,7 @@ pub fn named_scenario_defs() -> Vec<NamedScenario> {
     };
     let go_46579 = GoStyleBucket::from_f64_rate(1, GO_46579_RATE)
         .and_then(|b| b.with_state(GO_46579_TOKENS, None))
-        .expect("the issue's state is a valid Go bucket");
+        .expect("the Go issue's state is a valid Go bucket");
     let at = |at: u64, cost: u64| Op::Acquire {
         key: 0,
         at,

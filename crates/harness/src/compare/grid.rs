@@ -96,7 +96,7 @@ pub struct CompareOptions {
     pub full: bool,
 }
 
-/// The rates the issue asks for, in order: 1/3600, 10/13 (Go's 0.7692307692307693), 1/3, 5/3, 7,
+/// The default grid's rates, in order: 1/3600, 10/13 (Go's 0.7692307692307693), 1/3, 5/3, 7,
 /// 1000, 3,000,000 and 7,000,000 per second.
 pub const DEFAULT_RATES: &[&str] = &[
     "1/3600s",
