@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::oracle::Violation;
-use crate::runner::{RunOptions, RunReport, Verdict, run_trace};
+use crate::runner::{Failure, RunOptions, RunReport, Verdict, run_trace};
 use crate::scenario::Scenario;
+use crate::shrink::{ShrinkBudget, shrink};
 use crate::subjects::Registry;
 use crate::trace::{Op, Setup, Trace};
 
@@ -95,6 +96,9 @@ pub struct Counterexample {
     pub violation: Violation,
     /// The command that replays this file (relative to the directory `check` ran in).
     pub replay: String,
+    /// Shrinking stopped at its budget: `ops` still fails this way but may not be minimal.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shrink_budget_exhausted: bool,
 }
 
 /// File format version of [`Counterexample`].
@@ -151,8 +155,8 @@ impl RunResult {
 pub struct EngineOptions {
     /// Oracles and sampling for checking runs (the sample key comes from the scenario).
     pub run: RunOptions,
-    /// At most this many trial runs while shrinking one failure.
-    pub shrink_budget: usize,
+    /// The bounds on shrinking one failure.
+    pub shrink_budget: ShrinkBudget,
     /// Directory named in replay commands (e.g. `reports/failures`).
     pub failures_dir: String,
 }
@@ -161,7 +165,7 @@ impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             run: RunOptions::default(),
-            shrink_budget: 4_000,
+            shrink_budget: ShrinkBudget::default(),
             failures_dir: "reports/failures".into(),
         }
     }
@@ -207,6 +211,8 @@ impl<'a> Engine<'a> {
         let started = Instant::now();
         let report = run_trace(&setup, scenario.expand(seed), subject.as_mut(), &options);
         result.elapsed = started.elapsed();
+        // The checking run's subject may hold a million keys: free it before shrinking builds more.
+        drop(subject);
         let report = match report {
             Ok(report) => report,
             Err(error) => {
@@ -270,30 +276,20 @@ impl<'a> Engine<'a> {
             sample_key: None,
             ..self.options.run.clone()
         };
-        let mut budget = self.options.shrink_budget;
-        let mut fails = |candidate: &Trace| {
-            if budget == 0 {
-                return None;
-            }
-            budget -= 1;
-            first_violation(self.registry, subject_name, candidate, &options)
-        };
-        let (mut small, mut small_violation) = crate::shrink::shrink(&trace, violation, &mut fails);
-        // Merging acquires can enable further deletions: alternate until neither helps.
-        while let Some(merged) = merge_acquires(&small, &small_violation, &mut fails) {
-            (small, small_violation) = crate::shrink::shrink(&merged.0, &merged.1, &mut fails);
-        }
-        let (small, small_violation) = round_times(small, small_violation, &mut fails);
+        let shrunk = shrink(trace, violation, &self.options.shrink_budget, |candidate| {
+            first_failure(self.registry, subject_name, candidate, &options)
+        });
         let mut counterexample = Counterexample {
             format: COUNTEREXAMPLE_FORMAT,
             scenario: scenario.name.clone(),
             seed,
             subject: subject_name.to_owned(),
             original_step: step,
-            setup: small.setup,
-            ops: small.ops,
-            violation: small_violation,
+            setup: shrunk.trace.setup,
+            ops: shrunk.trace.ops,
+            violation: shrunk.violation,
             replay: String::new(),
+            shrink_budget_exhausted: shrunk.budget_exhausted,
         };
         counterexample.replay = format!(
             "bucketproof replay {}/{}",
@@ -304,98 +300,13 @@ impl<'a> Engine<'a> {
     }
 }
 
-/// A shrinking step the generic shrinker lacks: two adjacent acquires on the same key become one
-/// whose cost is their sum (at either op's time), e.g. five single-token requests that drain a bucket
-/// become one request for five tokens. Returns the first merge that still fails the same way.
-fn merge_acquires(
-    trace: &Trace,
-    violation: &Violation,
-    fails: &mut impl FnMut(&Trace) -> Option<Violation>,
-) -> Option<(Trace, Violation)> {
-    let signature = violation.signature();
-    for index in 0..trace.ops.len().saturating_sub(1) {
-        let (
-            Op::Acquire {
-                key,
-                at,
-                cost,
-                request_id: None,
-            },
-            Op::Acquire {
-                key: next_key,
-                at: next_at,
-                cost: next_cost,
-                request_id: None,
-            },
-        ) = (&trace.ops[index], &trace.ops[index + 1])
-        else {
-            continue;
-        };
-        if key != next_key {
-            continue;
-        }
-        let Some(total) = cost.checked_add(*next_cost) else {
-            continue;
-        };
-        for time in [*at, *next_at] {
-            let mut candidate = trace.clone();
-            candidate.ops[index] = Op::Acquire {
-                key: *key,
-                at: time,
-                cost: total,
-                request_id: None,
-            };
-            candidate.ops.remove(index + 1);
-            if let Some(found) = fails(&candidate)
-                && found.signature() == signature
-            {
-                return Some((candidate, found));
-            }
-        }
-    }
-    None
-}
-
-/// A last shrinking pass over values: each op's time is rounded down to a whole second, millisecond or
-/// microsecond when the trace still fails the same way, so a counterexample reads `at: 3000000000`
-/// rather than `at: 2899729074` wherever the exact value does not matter.
-fn round_times(
-    mut best: Trace,
-    mut best_violation: Violation,
-    fails: &mut impl FnMut(&Trace) -> Option<Violation>,
-) -> (Trace, Violation) {
-    let signature = best_violation.signature();
-    for index in 0..best.ops.len() {
-        for unit in [1_000_000_000u64, 1_000_000, 1_000] {
-            let mut candidate = best.clone();
-            match &mut candidate.ops[index] {
-                Op::Acquire { at, .. } | Op::Reconfigure { at, .. } | Op::Sweep { at } => {
-                    if *at % unit == 0 {
-                        break; // already round at this unit, hence at the finer ones
-                    }
-                    *at -= *at % unit;
-                }
-                Op::Forget { .. } => break,
-            }
-            if let Some(violation) = fails(&candidate)
-                && violation.signature() == signature
-            {
-                best = candidate;
-                best_violation = violation;
-                break;
-            }
-        }
-    }
-    (best, best_violation)
-}
-
-/// Runs `trace` on a fresh `subject_name` and returns its first violation.
-pub fn first_violation(
+/// Runs `trace` on a fresh `subject_name` and returns its first failure.
+pub fn first_failure(
     registry: &Registry,
     subject_name: &str,
     trace: &Trace,
     options: &RunOptions,
-) -> Option<Violation> {
+) -> Option<Failure> {
     let mut subject = registry.build(subject_name, &trace.setup).ok()?;
     let report = run_trace(
         &trace.setup,
@@ -405,7 +316,7 @@ pub fn first_violation(
     )
     .ok()?;
     match report.verdict {
-        Verdict::Fail(failure) => Some(failure.violation),
+        Verdict::Fail(failure) => Some(failure),
         _ => None,
     }
 }

@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use bucketproof_harness::engine::{Engine, EngineOptions, Status};
 use bucketproof_harness::oracle::Violation;
-use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_harness::runner::{Failure, RunOptions, Verdict, run_trace};
 use bucketproof_harness::scenario::{Scenario, load_all};
-use bucketproof_harness::shrink::shrink;
+use bucketproof_harness::shrink::{ShrinkBudget, shrink};
 use bucketproof_harness::{Registry, SubjectFactory, Trace};
 
 use crate::race::{hunt_race, racy_acquire};
@@ -83,11 +83,11 @@ impl Kill {
 /// returns the first violation. A subject that cannot run the trace to the end (unsupported op)
 /// returns whatever it violated before that point.
 pub fn first_violation(name: &str, trace: &Trace) -> Option<Violation> {
-    failing_step(name, trace).map(|(_, violation)| violation)
+    first_failure(name, trace).map(|failure| failure.violation)
 }
 
-/// The step at which `name` fails `trace`, if it does.
-fn failing_step(name: &str, trace: &Trace) -> Option<(u64, Violation)> {
+/// The step at which `name` fails `trace`, and how, if it does.
+fn first_failure(name: &str, trace: &Trace) -> Option<Failure> {
     let mut subject = MutantSubjects.build(name, &trace.setup)?.ok()?;
     let report = run_trace(
         &trace.setup,
@@ -97,7 +97,7 @@ fn failing_step(name: &str, trace: &Trace) -> Option<(u64, Violation)> {
     )
     .ok()?;
     match report.verdict {
-        Verdict::Fail(failure) => Some((failure.step, failure.violation)),
+        Verdict::Fail(failure) => Some(failure),
         Verdict::Pass | Verdict::Incompatible { .. } => None,
     }
 }
@@ -119,7 +119,10 @@ fn kill_by_traces(mutant: &Mutant, options: &KillOptions) -> Kill {
             for family in Family::ALL {
                 let trace = generate(family, seed, len);
                 attempts += 1;
-                let Some((step, violation)) = failing_step(&name, &trace) else {
+                let Some(Failure {
+                    step, violation, ..
+                }) = first_failure(&name, &trace)
+                else {
                     continue;
                 };
                 let time_to_kill = started.elapsed();
@@ -129,9 +132,10 @@ fn kill_by_traces(mutant: &Mutant, options: &KillOptions) -> Kill {
                     ops: trace.ops[..=step as usize].to_vec(),
                 };
                 let (small, violation) = if options.shrink {
-                    shrink(&cut, &violation, |candidate| {
-                        first_violation(&name, candidate)
-                    })
+                    let shrunk = shrink(cut, &violation, &ShrinkBudget::default(), |candidate| {
+                        first_failure(&name, candidate)
+                    });
+                    (shrunk.trace, shrunk.violation)
                 } else {
                     (cut, violation)
                 };
@@ -207,14 +211,14 @@ pub fn scenario_kills(scenarios: &[Scenario], shrink_budget: usize) -> Vec<Scena
     let counting = Engine::new(
         &registry,
         EngineOptions {
-            shrink_budget: 0,
+            shrink_budget: ShrinkBudget::runs(0),
             ..EngineOptions::default()
         },
     );
     let shrinking = Engine::new(
         &registry,
         EngineOptions {
-            shrink_budget,
+            shrink_budget: ShrinkBudget::runs(shrink_budget),
             ..EngineOptions::default()
         },
     );
