@@ -31,7 +31,7 @@ use rand_chacha::rand_core::{RngCore, SeedableRng};
 use serde::Serialize;
 
 use crate::runner::{RunOptions, RunReport, Verdict, run_trace};
-use crate::subject::{Amount, Inspected, Observed, Subject, SubjectError};
+use crate::subject::{Amount, Inspection, Observed, Subject, SubjectError};
 use crate::subjects::float::FloatSubject;
 use crate::subjects::{CoreSubject, ModelSubject};
 use crate::trace::{ConfigSpec, Op, Setup, Trace};
@@ -710,7 +710,7 @@ impl Subject for Recording<'_> {
     fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
         self.inner.would_allow(key, now, cost)
     }
-    fn inspect(&mut self, key: u64) -> Option<Inspected> {
+    fn inspect(&mut self, key: u64) -> Inspection {
         self.inner.inspect(key)
     }
     fn may_evict(&self) -> bool {

@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::oracle::arrival::{ArrivalCurve, CurveConfig};
 use crate::oracle::differential::{Admission, compare_acquire};
 use crate::oracle::{OracleKind, Violation, invariants};
-use crate::subject::{Subject, SubjectError};
+use crate::subject::{Inspection, Subject, SubjectError};
 use crate::trace::{Op, PolicySpec, Setup};
 
 /// What the event counters need of a key's model state before an acquire: the key's capacity, two
@@ -384,8 +384,14 @@ impl Lockstep<'_> {
             Op::Reconfigure { key, at, config } => {
                 self.note_time(*at);
                 let new = config.to_model().map_err(|e| e.to_string())?;
-                let follows = self.subject.may_evict() && self.subject.can_inspect();
-                let held_before = follows && self.subject.inspect(*key).is_some();
+                // Only a subject that evicts and shows its state can have created the key here.
+                let before = if self.subject.may_evict() {
+                    self.subject.inspect(*key)
+                } else {
+                    Inspection::Unsupported
+                };
+                let follows = before.is_supported();
+                let held_before = before.held().is_some();
                 if let Err(error) = self.subject.reconfigure(*key, config, *at) {
                     return subject_failed(error);
                 }
@@ -460,7 +466,7 @@ impl Lockstep<'_> {
         let inspected_before = if check_invariants {
             self.subject.inspect(key)
         } else {
-            None
+            Inspection::Unsupported
         };
         let got = self.subject.acquire(key, at, cost, request_id);
         let mut violation = None;
@@ -538,12 +544,9 @@ impl Lockstep<'_> {
             // Both errored the same way (or the comparison above says otherwise): errors change nothing.
             if check_invariants {
                 let after = self.subject.inspect(key);
-                if let Some(v) = invariants::check_acquire(
-                    inspected_before.as_ref(),
-                    after.as_ref(),
-                    &got,
-                    false,
-                ) {
+                if let Some(v) =
+                    invariants::check_acquire(inspected_before.held(), after.held(), &got, false)
+                {
                     self.divergence.other_violations += 1;
                     violation = violation.or(Some(v));
                 }
@@ -555,8 +558,8 @@ impl Lockstep<'_> {
         if check_invariants {
             let after = self.subject.inspect(key);
             if let Some(v) = invariants::check_acquire(
-                inspected_before.as_ref(),
-                after.as_ref(),
+                inspected_before.held(),
+                after.held(),
                 &Ok(observed),
                 restarted,
             ) {
@@ -618,6 +621,7 @@ impl Lockstep<'_> {
         let cursor = self
             .subject
             .inspect(key)
+            .held()
             .map_or(at, |state| state.last_refill);
         let held = self.model.state(key).map(|(_, last_refill)| last_refill);
         let mut violation = None;

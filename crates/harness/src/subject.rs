@@ -121,6 +121,39 @@ pub struct Inspected {
     pub capacity: u64,
 }
 
+/// What [`Subject::inspect`] shows of one key.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Inspection {
+    /// The subject cannot show its state.
+    Unsupported,
+    /// The subject holds no state for the key.
+    Absent,
+    /// The key's state.
+    Held(Inspected),
+}
+
+impl Inspection {
+    /// The state, if the subject showed one.
+    pub fn held(&self) -> Option<&Inspected> {
+        match self {
+            Inspection::Held(state) => Some(state),
+            Inspection::Unsupported | Inspection::Absent => None,
+        }
+    }
+
+    /// False for [`Inspection::Unsupported`]: then an absent state says nothing.
+    pub fn is_supported(&self) -> bool {
+        !matches!(self, Inspection::Unsupported)
+    }
+}
+
+/// A subject that can show its state: `None` is [`Inspection::Absent`].
+impl From<Option<Inspected>> for Inspection {
+    fn from(state: Option<Inspected>) -> Inspection {
+        state.map_or(Inspection::Absent, Inspection::Held)
+    }
+}
+
 /// Why a subject refused an operation (as opposed to denying a request).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SubjectError {
@@ -181,14 +214,10 @@ pub trait Subject {
         None
     }
 
-    /// The key's stored state, if the subject can show it (`None` also for an absent key).
-    fn inspect(&mut self, _key: u64) -> Option<Inspected> {
-        None
-    }
-
-    /// True if [`Subject::inspect`] works, so that its `None` means "no state for this key".
-    fn can_inspect(&self) -> bool {
-        false
+    /// The key's stored state, or that the subject holds none, or that it cannot show its state
+    /// (the default; then the invariant oracle and the runner's creation checks have nothing to see).
+    fn inspect(&mut self, _key: u64) -> Inspection {
+        Inspection::Unsupported
     }
 
     /// True if the subject may drop buckets on its own (amortized sweeping, key bound): the differential

@@ -35,7 +35,7 @@ use bucketproof_harness::oracle::arrival::{ArrivalCurve, CurveConfig};
 use bucketproof_harness::oracle::{OracleKind, Violation};
 use bucketproof_harness::subjects::CoreSubject;
 use bucketproof_harness::subjects::core::{observe, subject_error};
-use bucketproof_harness::{ConfigSpec, Inspected, Observed, Setup, Subject, SubjectError};
+use bucketproof_harness::{ConfigSpec, Inspection, Observed, Setup, Subject, SubjectError};
 use bucketproof_limiter::{AcquireError, Config, Decision, Limiter, Nanos, Rate};
 
 /// The racy variant behind the [`Subject`] trait: every acquire goes through
@@ -93,7 +93,7 @@ impl Subject for RacySubject {
         self.core.would_allow(key, now, cost)
     }
 
-    fn inspect(&mut self, key: u64) -> Option<Inspected> {
+    fn inspect(&mut self, key: u64) -> Inspection {
         self.core.inspect(key)
     }
 

@@ -3,7 +3,7 @@
 
 use bucketproof_limiter::{AcquireError, Acquired, Config, Decision, Limiter, Request};
 
-use crate::subject::{Amount, Inspected, Observed, Subject, SubjectError};
+use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
 use crate::trace::{ConfigSpec, Setup};
 
 /// The product under test.
@@ -118,13 +118,9 @@ impl Subject for CoreSubject {
         Some(peek.remaining.units() >= cost as u128 * peek.remaining.units_per_token())
     }
 
-    fn can_inspect(&self) -> bool {
-        true
-    }
-
-    fn inspect(&mut self, key: u64) -> Option<Inspected> {
-        let (state, config) = self.limiter.inspect(&key)?;
-        Some(Inspected {
+    fn inspect(&mut self, key: u64) -> Inspection {
+        let held = self.limiter.inspect(&key);
+        held.map(|(state, config)| Inspected {
             tokens: Amount::Exact {
                 numer: state.balance,
                 denom: config.units_per_token(),
@@ -132,6 +128,7 @@ impl Subject for CoreSubject {
             last_refill: state.last_refill,
             capacity: config.capacity(),
         })
+        .into()
     }
 
     fn may_evict(&self) -> bool {
