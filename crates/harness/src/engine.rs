@@ -195,7 +195,10 @@ impl<'a> Engine<'a> {
             counterexample: None,
             elapsed: Duration::ZERO,
         };
-        let mut subject = match self.registry.build(subject_name, &setup) {
+        let tiers: Vec<[u64; 2]> = scenario.tiers.iter().map(|tier| tier.keys).collect();
+        let built = (self.registry.build(subject_name, &setup))
+            .and_then(|subject| subject.check_pinned(&tiers).map(|()| subject));
+        let mut subject = match built {
             Ok(subject) => subject,
             Err(error) => {
                 result.status = Status::Error {
@@ -405,6 +408,37 @@ gap = "100ms"
                 events: vec!["near_clock_end".into()]
             }
         );
+    }
+
+    /// Eight pinned keys under a bound of eight over the core's four shards: the hash cannot put
+    /// exactly two in each, so the setup is refused before the run, naming the tier, shard and bound.
+    #[test]
+    fn pinned_keys_that_cannot_fit_the_key_bound_are_a_setup_error() {
+        let text = |max_keys: u64| {
+            format!(
+                "length = 50\nreach = [\"allowed\"]\n[setup]\ncapacity = 3\nrate = \"1/s\"\n\
+                 max_keys = {max_keys}\n[[tiers]]\nkeys = [0, 7]\ncapacity = 5\nrate = \"2/s\"\n\
+                 [keys]\ncount = 8\n"
+            )
+        };
+        let registry = Registry::default();
+        let engine = Engine::new(&registry, EngineOptions::default());
+        let tight = Scenario::parse(&text(8), Path::new("pinned.toml")).unwrap();
+        let result = engine.run(&tight, 1, "core");
+        let Status::Error { message } = &result.status else {
+            panic!("expected a setup error, got {:?}", result.status);
+        };
+        assert!(result.report.is_none(), "nothing ran");
+        for part in [
+            "tiers[0]",
+            "of shard",
+            "holds at most 2",
+            "key bound 8 over 4 shards",
+        ] {
+            assert!(message.contains(part), "{part:?} missing from {message}");
+        }
+        let roomy = Scenario::parse(&text(64), Path::new("pinned.toml")).unwrap();
+        assert_eq!(engine.run(&roomy, 1, "core").status, Status::Pass);
     }
 
     #[test]

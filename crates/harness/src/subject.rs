@@ -220,6 +220,14 @@ pub trait Subject {
         Inspection::Unsupported
     }
 
+    /// Refuses a setup whose pinned keys cannot all be held: `tiers[i] = [first, last]` are the keys
+    /// a scenario gives their own config (reconfigured at the start, so never evictable). A subject
+    /// with a key bound checks them against it before the run, so a scenario that cannot fit is an
+    /// error of the scenario rather than a failure of the subject. Default: no bound, nothing to check.
+    fn check_pinned(&self, _tiers: &[[u64; 2]]) -> Result<(), SubjectError> {
+        Ok(())
+    }
+
     /// True if the subject may drop buckets on its own (amortized sweeping, key bound): the differential
     /// oracle then follows its `created` reports instead of failing on them.
     fn may_evict(&self) -> bool {

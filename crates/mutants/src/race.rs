@@ -97,6 +97,10 @@ impl Subject for RacySubject {
         self.core.inspect(key)
     }
 
+    fn check_pinned(&self, tiers: &[[u64; 2]]) -> Result<(), SubjectError> {
+        self.core.check_pinned(tiers)
+    }
+
     fn may_evict(&self) -> bool {
         true
     }

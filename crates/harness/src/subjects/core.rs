@@ -131,6 +131,34 @@ impl Subject for CoreSubject {
         .into()
     }
 
+    /// Keys land in shards by the fixed-seed hash, so which shard each pinned key fills is known
+    /// before the run: no shard may need more pinned keys than its share of the key bound.
+    fn check_pinned(&self, tiers: &[[u64; 2]]) -> Result<(), SubjectError> {
+        let bound = self.limiter.shard_key_bound();
+        let shards = self.limiter.key_bound() / bound;
+        let mut pinned = vec![0usize; shards];
+        for (index, &[first, last]) in tiers.iter().enumerate() {
+            let earlier = &tiers[..index];
+            for key in first..=last {
+                if earlier.iter().any(|&[a, b]| (a..=b).contains(&key)) {
+                    continue; // pinned by an earlier tier already
+                }
+                let shard = self.limiter.shard_of(&key);
+                pinned[shard] += 1;
+                if pinned[shard] > bound {
+                    return Err(SubjectError::Build(format!(
+                        "tiers[{index}] (keys {first}..={last}) cannot fit the key bound: key {key} \
+                         is pinned key {} of shard {shard}, which holds at most {bound} (key bound \
+                         {} over {shards} shards); keys with their own config are never evicted",
+                        pinned[shard],
+                        self.limiter.key_bound(),
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn may_evict(&self) -> bool {
         true
     }
