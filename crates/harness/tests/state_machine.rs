@@ -436,7 +436,10 @@ fn boundaries_from_the_reference_are_exact() {
 /// of file descriptors at 10,000 cases).
 #[test]
 fn each_case_drops_its_subject() {
-    struct Probe(std::sync::Arc<()>);
+    /// Holds a clone of the token while it is alive.
+    struct Probe {
+        _token: std::sync::Arc<()>,
+    }
     impl Subject for Probe {
         fn name(&self) -> String {
             "probe".into()
@@ -453,7 +456,9 @@ fn each_case_drops_its_subject() {
     }
     let token = std::sync::Arc::new(());
     for _ in 0..100 {
-        drop(sut_for(Box::new(Probe(token.clone()))));
+        drop(sut_for(Box::new(Probe {
+            _token: token.clone(),
+        })));
     }
     assert_eq!(
         std::sync::Arc::strong_count(&token),
