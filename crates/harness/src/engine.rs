@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::oracle::Violation;
-use crate::runner::{Failure, RunOptions, RunReport, Verdict, run_trace};
+use crate::runner::{Failure, RunOptions, RunReport, Verdict, failure_of, run_trace};
 use crate::scenario::Scenario;
 use crate::shrink::{ShrinkBudget, shrink};
 use crate::subjects::Registry;
@@ -311,17 +311,7 @@ pub fn first_failure(
     options: &RunOptions,
 ) -> Option<Failure> {
     let mut subject = registry.build(subject_name, &trace.setup).ok()?;
-    let report = run_trace(
-        &trace.setup,
-        trace.ops.iter().cloned(),
-        subject.as_mut(),
-        options,
-    )
-    .ok()?;
-    match report.verdict {
-        Verdict::Fail(failure) => Some(failure),
-        _ => None,
-    }
+    failure_of(trace, subject.as_mut(), options)
 }
 
 /// What replaying a counterexample showed.

@@ -408,7 +408,7 @@ fn set_time(op: &mut Op, to: impl Fn(u64) -> u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::{RunOptions, Verdict, run_trace};
+    use crate::runner::{RunOptions, failure_of};
     use crate::subjects::CoreSubject;
     use crate::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
     use crate::{ConfigSpec, Setup, Subject, SubjectFactory};
@@ -420,18 +420,7 @@ mod tests {
         build: impl Fn(&Setup) -> Box<dyn Subject>,
     ) -> Option<Failure> {
         *steps += trace.ops.len() as u64;
-        let mut subject = build(&trace.setup);
-        let report = run_trace(
-            &trace.setup,
-            trace.ops.iter().cloned(),
-            subject.as_mut(),
-            &RunOptions::default(),
-        )
-        .ok()?;
-        match report.verdict {
-            Verdict::Fail(failure) => Some(failure),
-            _ => None,
-        }
+        failure_of(trace, build(&trace.setup).as_mut(), &RunOptions::default())
     }
 
     /// `keys` pinned keys (a tier: one reconfigure each at time 0), then `acquires` acquires of cost 1

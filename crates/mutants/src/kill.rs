@@ -3,7 +3,7 @@
 //!
 //! For a mutant killed by traces, generated traces ([`crate::traces`]) are tried shortest first (every
 //! family at every seed for one length, then the next length) through the harness's lockstep runner
-//! ([`run_trace`]) with all oracles on; the first failing trace is cut after its failing step and
+//! ([`failure_of`]) with all oracles on; the first failing trace is cut after its failing step and
 //! shrunk with the harness's shrinker ([`shrink`]), which keeps only candidates failing the same way.
 //! The racy mutant is hunted by [`crate::race::hunt_race`].
 //!
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use bucketproof_harness::engine::{Engine, EngineOptions, Status};
 use bucketproof_harness::oracle::Violation;
-use bucketproof_harness::runner::{Failure, RunOptions, Verdict, run_trace};
+use bucketproof_harness::runner::{Failure, RunOptions, failure_of};
 use bucketproof_harness::scenario::{Scenario, load_all};
 use bucketproof_harness::shrink::{ShrinkBudget, shrink};
 use bucketproof_harness::{Registry, SubjectFactory, Trace};
@@ -89,17 +89,7 @@ pub fn first_violation(name: &str, trace: &Trace) -> Option<Violation> {
 /// The step at which `name` fails `trace`, and how, if it does.
 fn first_failure(name: &str, trace: &Trace) -> Option<Failure> {
     let mut subject = MutantSubjects.build(name, &trace.setup)?.ok()?;
-    let report = run_trace(
-        &trace.setup,
-        trace.ops.iter().cloned(),
-        subject.as_mut(),
-        &RunOptions::default(),
-    )
-    .ok()?;
-    match report.verdict {
-        Verdict::Fail(failure) => Some(failure),
-        Verdict::Pass | Verdict::Incompatible { .. } => None,
-    }
+    failure_of(trace, subject.as_mut(), &RunOptions::default())
 }
 
 /// Goes after one mutant.

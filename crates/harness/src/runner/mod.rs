@@ -24,7 +24,7 @@ pub use self::events::EVENTS;
 use self::lockstep::{Lockstep, SubjectSlot};
 use crate::oracle::Violation;
 use crate::subject::{Subject, SubjectError};
-use crate::trace::{Op, Setup};
+use crate::trace::{Op, Setup, Trace};
 
 /// What to check and what to keep.
 #[derive(Clone, Debug)]
@@ -155,6 +155,20 @@ pub fn run_trace(
         }
     }
     Ok(stepper.finish())
+}
+
+/// Runs `trace` through `subject` and returns its first failure, if it fails (a subject that cannot
+/// run the trace to the end returns whatever it violated before that point: nothing).
+pub fn failure_of(
+    trace: &Trace,
+    subject: &mut dyn Subject,
+    options: &RunOptions,
+) -> Option<Failure> {
+    let report = run_trace(&trace.setup, trace.ops.iter().cloned(), subject, options).ok()?;
+    match report.verdict {
+        Verdict::Fail(failure) => Some(failure),
+        Verdict::Pass | Verdict::Incompatible { .. } => None,
+    }
 }
 
 /// The runner one op at a time, for drivers that generate ops as they go (the state-machine tests).
