@@ -5,7 +5,10 @@
 //! Promises: the op stream is consumed lazily (memory flat in trace length; only a failure's prefix is
 //! materialized, to shrink it); everything a run returns except [`RunResult::elapsed`] is a function of
 //! (scenario, seed, subject), so reports built from it are reproducible byte for byte. The elapsed time
-//! exists only for throughput lines on the terminal.
+//! exists only for throughput lines on the terminal. One exception, which the counterexample states
+//! (`shrink_budget_exhausted`): a shrink cut short by the time part of its [`ShrinkBudget`] depends
+//! on the machine's speed. Pinned keys (tiers) that a subject's key bound cannot hold are a setup
+//! error ([`Status::Error`]) before the run ([`crate::Subject::check_pinned`]).
 
 use std::time::{Duration, Instant};
 
