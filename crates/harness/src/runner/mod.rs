@@ -253,3 +253,58 @@ impl<'a> Stepper<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::subjects::CoreSubject;
+    use crate::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
+    use crate::{ConfigSpec, SubjectFactory};
+
+    /// A reconfigure under a rolled-back clock creates a key the subject does not hold, with its
+    /// cursor at the subject's eviction horizon rather than at `now`. The runner must follow that for
+    /// every subject that shows its state, wrappers of the core included: the fixture's bug shows
+    /// only on denials, and this trace has none, so it passes exactly when it is followed like the core.
+    #[test]
+    fn a_wrapper_that_shows_its_state_is_followed_when_a_reconfigure_creates_a_key() {
+        const SECOND: u64 = 1_000_000_000;
+        let setup = Setup::new(ConfigSpec::new(3, "1/s"));
+        // The eviction horizon is per shard: the recreated key must share key 0's.
+        let placement = CoreSubject::new(&setup).unwrap();
+        let limiter = placement.limiter();
+        let key = (1..)
+            .find(|k| limiter.shard_of(k) == limiter.shard_of(&0))
+            .unwrap();
+        let ops = vec![
+            Op::Acquire {
+                key: 0,
+                at: 10 * SECOND,
+                cost: 1,
+                request_id: None,
+            },
+            // Key 0 is full again by 20 s: the sweep drops it and the horizon moves past 10 s.
+            Op::Sweep { at: 20 * SECOND },
+            Op::Reconfigure {
+                key,
+                at: SECOND,
+                config: ConfigSpec::new(5, "1/s"),
+            },
+            Op::Acquire {
+                key,
+                at: 2 * SECOND,
+                cost: 1,
+                request_id: None,
+            },
+        ];
+        let trace = Trace { setup, ops };
+        let mut core = CoreSubject::new(&trace.setup).unwrap();
+        let mut wrapper = BrokenSubjects
+            .build(CHARGES_DENIALS, &trace.setup)
+            .unwrap()
+            .unwrap();
+        for subject in [&mut core as &mut dyn Subject, wrapper.as_mut()] {
+            let failure = failure_of(&trace, subject, &RunOptions::default());
+            assert_eq!(failure, None, "{}", subject.name());
+        }
+    }
+}
