@@ -403,6 +403,29 @@ gap = "100ms"
         );
     }
 
+    /// A shrink cut short by its budget still writes a counterexample that fails the same way, and
+    /// the file says it may not be minimal.
+    #[test]
+    fn a_counterexample_says_when_the_shrink_budget_ran_out() {
+        let registry = Registry::default().with(BrokenSubjects);
+        let options = EngineOptions {
+            shrink_budget: ShrinkBudget::runs(1),
+            ..EngineOptions::default()
+        };
+        let result = Engine::new(&registry, options).run(&scenario(), 1, CHARGES_DENIALS);
+        let counterexample = result.counterexample.expect("a counterexample");
+        assert!(counterexample.shrink_budget_exhausted);
+        assert!(
+            (counterexample.to_json()).contains("\"shrink_budget_exhausted\": true"),
+            "{}",
+            counterexample.to_json()
+        );
+        assert_eq!(
+            replay(&registry, &counterexample),
+            Replayed::Reproduced(counterexample.violation.clone())
+        );
+    }
+
     /// Eight pinned keys under a bound of eight over the core's four shards: the hash cannot put
     /// exactly two in each, so the setup is refused before the run, naming the tier, shard and bound.
     #[test]
@@ -449,6 +472,9 @@ gap = "100ms"
         let text = counterexample.to_json();
         let back: Counterexample = serde_json::from_str(&text).unwrap();
         assert_eq!(back, counterexample);
+        // Within budget, the file is what it was before budgets existed.
+        assert!(!counterexample.shrink_budget_exhausted);
+        assert!(!text.contains("shrink_budget_exhausted"), "{text}");
         assert_eq!(
             counterexample.replay,
             "bucketproof replay reports/failures/engine-test-seed1-broken-charges-denials.json"
