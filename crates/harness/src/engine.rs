@@ -199,7 +199,9 @@ impl<'a> Engine<'a> {
             elapsed: Duration::ZERO,
         };
         let tiers: Vec<[u64; 2]> = scenario.tiers.iter().map(|tier| tier.keys).collect();
-        let built = (self.registry.build(subject_name, &setup))
+        let built = self
+            .registry
+            .build(subject_name, &setup)
             .and_then(|subject| subject.check_pinned(&tiers).map(|()| subject));
         let mut subject = match built {
             Ok(subject) => subject,

@@ -233,7 +233,9 @@ impl<'a> Lockstep<'a> {
         );
         keep_first(&mut found, self.check_retry_after(key, at, cost, &observed));
         let admitted = observed.allowed && !observed.replayed;
-        (self.sampler).acquire(&self.model, key, at, cost, admitted, &observed.remaining);
+        let remaining = &observed.remaining;
+        self.sampler
+            .acquire(&self.model, key, at, cost, admitted, remaining);
         Ok(found)
     }
 
