@@ -5,15 +5,19 @@
 //! Promises: the op stream is consumed lazily (memory flat in trace length; only a failure's prefix is
 //! materialized, to shrink it); everything a run returns except [`RunResult::elapsed`] is a function of
 //! (scenario, seed, subject), so reports built from it are reproducible byte for byte. The elapsed time
-//! exists only for throughput lines on the terminal.
+//! exists only for throughput lines on the terminal. One exception, which the counterexample states
+//! (`shrink_budget_exhausted`): a shrink cut short by the time part of its [`ShrinkBudget`] depends
+//! on the machine's speed. Pinned keys (tiers) that a subject's key bound cannot hold are a setup
+//! error ([`Status::Error`]) before the run ([`crate::Subject::check_pinned`]).
 
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::oracle::Violation;
-use crate::runner::{RunOptions, RunReport, Verdict, run_trace};
+use crate::runner::{Failure, RunOptions, RunReport, Verdict, failure_of, run_trace};
 use crate::scenario::Scenario;
+use crate::shrink::{ShrinkBudget, shrink};
 use crate::subjects::Registry;
 use crate::trace::{Op, Setup, Trace};
 
@@ -95,6 +99,9 @@ pub struct Counterexample {
     pub violation: Violation,
     /// The command that replays this file (relative to the directory `check` ran in).
     pub replay: String,
+    /// Shrinking stopped at its budget: `ops` still fails this way but may not be minimal.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shrink_budget_exhausted: bool,
 }
 
 /// File format version of [`Counterexample`].
@@ -151,8 +158,8 @@ impl RunResult {
 pub struct EngineOptions {
     /// Oracles and sampling for checking runs (the sample key comes from the scenario).
     pub run: RunOptions,
-    /// At most this many trial runs while shrinking one failure.
-    pub shrink_budget: usize,
+    /// The bounds on shrinking one failure.
+    pub shrink_budget: ShrinkBudget,
     /// Directory named in replay commands (e.g. `reports/failures`).
     pub failures_dir: String,
 }
@@ -161,7 +168,7 @@ impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             run: RunOptions::default(),
-            shrink_budget: 4_000,
+            shrink_budget: ShrinkBudget::default(),
             failures_dir: "reports/failures".into(),
         }
     }
@@ -191,7 +198,12 @@ impl<'a> Engine<'a> {
             counterexample: None,
             elapsed: Duration::ZERO,
         };
-        let mut subject = match self.registry.build(subject_name, &setup) {
+        let tiers: Vec<[u64; 2]> = scenario.tiers.iter().map(|tier| tier.keys).collect();
+        let built = self
+            .registry
+            .build(subject_name, &setup)
+            .and_then(|subject| subject.check_pinned(&tiers).map(|()| subject));
+        let mut subject = match built {
             Ok(subject) => subject,
             Err(error) => {
                 result.status = Status::Error {
@@ -207,6 +219,8 @@ impl<'a> Engine<'a> {
         let started = Instant::now();
         let report = run_trace(&setup, scenario.expand(seed), subject.as_mut(), &options);
         result.elapsed = started.elapsed();
+        // The checking run's subject may hold a million keys: free it before shrinking builds more.
+        drop(subject);
         let report = match report {
             Ok(report) => report,
             Err(error) => {
@@ -270,30 +284,20 @@ impl<'a> Engine<'a> {
             sample_key: None,
             ..self.options.run.clone()
         };
-        let mut budget = self.options.shrink_budget;
-        let mut fails = |candidate: &Trace| {
-            if budget == 0 {
-                return None;
-            }
-            budget -= 1;
-            first_violation(self.registry, subject_name, candidate, &options)
-        };
-        let (mut small, mut small_violation) = crate::shrink::shrink(&trace, violation, &mut fails);
-        // Merging acquires can enable further deletions: alternate until neither helps.
-        while let Some(merged) = merge_acquires(&small, &small_violation, &mut fails) {
-            (small, small_violation) = crate::shrink::shrink(&merged.0, &merged.1, &mut fails);
-        }
-        let (small, small_violation) = round_times(small, small_violation, &mut fails);
+        let shrunk = shrink(trace, violation, &self.options.shrink_budget, |candidate| {
+            first_failure(self.registry, subject_name, candidate, &options)
+        });
         let mut counterexample = Counterexample {
             format: COUNTEREXAMPLE_FORMAT,
             scenario: scenario.name.clone(),
             seed,
             subject: subject_name.to_owned(),
             original_step: step,
-            setup: small.setup,
-            ops: small.ops,
-            violation: small_violation,
+            setup: shrunk.trace.setup,
+            ops: shrunk.trace.ops,
+            violation: shrunk.violation,
             replay: String::new(),
+            shrink_budget_exhausted: shrunk.budget_exhausted,
         };
         counterexample.replay = format!(
             "bucketproof replay {}/{}",
@@ -304,110 +308,15 @@ impl<'a> Engine<'a> {
     }
 }
 
-/// A shrinking step the generic shrinker lacks: two adjacent acquires on the same key become one
-/// whose cost is their sum (at either op's time), e.g. five single-token requests that drain a bucket
-/// become one request for five tokens. Returns the first merge that still fails the same way.
-fn merge_acquires(
-    trace: &Trace,
-    violation: &Violation,
-    fails: &mut impl FnMut(&Trace) -> Option<Violation>,
-) -> Option<(Trace, Violation)> {
-    let signature = violation.signature();
-    for index in 0..trace.ops.len().saturating_sub(1) {
-        let (
-            Op::Acquire {
-                key,
-                at,
-                cost,
-                request_id: None,
-            },
-            Op::Acquire {
-                key: next_key,
-                at: next_at,
-                cost: next_cost,
-                request_id: None,
-            },
-        ) = (&trace.ops[index], &trace.ops[index + 1])
-        else {
-            continue;
-        };
-        if key != next_key {
-            continue;
-        }
-        let Some(total) = cost.checked_add(*next_cost) else {
-            continue;
-        };
-        for time in [*at, *next_at] {
-            let mut candidate = trace.clone();
-            candidate.ops[index] = Op::Acquire {
-                key: *key,
-                at: time,
-                cost: total,
-                request_id: None,
-            };
-            candidate.ops.remove(index + 1);
-            if let Some(found) = fails(&candidate)
-                && found.signature() == signature
-            {
-                return Some((candidate, found));
-            }
-        }
-    }
-    None
-}
-
-/// A last shrinking pass over values: each op's time is rounded down to a whole second, millisecond or
-/// microsecond when the trace still fails the same way, so a counterexample reads `at: 3000000000`
-/// rather than `at: 2899729074` wherever the exact value does not matter.
-fn round_times(
-    mut best: Trace,
-    mut best_violation: Violation,
-    fails: &mut impl FnMut(&Trace) -> Option<Violation>,
-) -> (Trace, Violation) {
-    let signature = best_violation.signature();
-    for index in 0..best.ops.len() {
-        for unit in [1_000_000_000u64, 1_000_000, 1_000] {
-            let mut candidate = best.clone();
-            match &mut candidate.ops[index] {
-                Op::Acquire { at, .. } | Op::Reconfigure { at, .. } | Op::Sweep { at } => {
-                    if *at % unit == 0 {
-                        break; // already round at this unit, hence at the finer ones
-                    }
-                    *at -= *at % unit;
-                }
-                Op::Forget { .. } => break,
-            }
-            if let Some(violation) = fails(&candidate)
-                && violation.signature() == signature
-            {
-                best = candidate;
-                best_violation = violation;
-                break;
-            }
-        }
-    }
-    (best, best_violation)
-}
-
-/// Runs `trace` on a fresh `subject_name` and returns its first violation.
-pub fn first_violation(
+/// Runs `trace` on a fresh `subject_name` and returns its first failure.
+pub fn first_failure(
     registry: &Registry,
     subject_name: &str,
     trace: &Trace,
     options: &RunOptions,
-) -> Option<Violation> {
+) -> Option<Failure> {
     let mut subject = registry.build(subject_name, &trace.setup).ok()?;
-    let report = run_trace(
-        &trace.setup,
-        trace.ops.iter().cloned(),
-        subject.as_mut(),
-        options,
-    )
-    .ok()?;
-    match report.verdict {
-        Verdict::Fail(failure) => Some(failure.violation),
-        _ => None,
-    }
+    failure_of(trace, subject.as_mut(), options)
 }
 
 /// What replaying a counterexample showed.
@@ -496,6 +405,60 @@ gap = "100ms"
         );
     }
 
+    /// A shrink cut short by its budget still writes a counterexample that fails the same way, and
+    /// the file says it may not be minimal.
+    #[test]
+    fn a_counterexample_says_when_the_shrink_budget_ran_out() {
+        let registry = Registry::default().with(BrokenSubjects);
+        let options = EngineOptions {
+            shrink_budget: ShrinkBudget::runs(1),
+            ..EngineOptions::default()
+        };
+        let result = Engine::new(&registry, options).run(&scenario(), 1, CHARGES_DENIALS);
+        let counterexample = result.counterexample.expect("a counterexample");
+        assert!(counterexample.shrink_budget_exhausted);
+        assert!(
+            (counterexample.to_json()).contains("\"shrink_budget_exhausted\": true"),
+            "{}",
+            counterexample.to_json()
+        );
+        assert_eq!(
+            replay(&registry, &counterexample),
+            Replayed::Reproduced(counterexample.violation.clone())
+        );
+    }
+
+    /// Eight pinned keys under a bound of eight over the core's four shards: the hash cannot put
+    /// exactly two in each, so the setup is refused before the run, naming the tier, shard and bound.
+    #[test]
+    fn pinned_keys_that_cannot_fit_the_key_bound_are_a_setup_error() {
+        let text = |max_keys: u64| {
+            format!(
+                "length = 50\nreach = [\"allowed\"]\n[setup]\ncapacity = 3\nrate = \"1/s\"\n\
+                 max_keys = {max_keys}\n[[tiers]]\nkeys = [0, 7]\ncapacity = 5\nrate = \"2/s\"\n\
+                 [keys]\ncount = 8\n"
+            )
+        };
+        let registry = Registry::default();
+        let engine = Engine::new(&registry, EngineOptions::default());
+        let tight = Scenario::parse(&text(8), Path::new("pinned.toml")).unwrap();
+        let result = engine.run(&tight, 1, "core");
+        let Status::Error { message } = &result.status else {
+            panic!("expected a setup error, got {:?}", result.status);
+        };
+        assert!(result.report.is_none(), "nothing ran");
+        for part in [
+            "tiers[0]",
+            "of shard",
+            "holds at most 2",
+            "key bound 8 over 4 shards",
+        ] {
+            assert!(message.contains(part), "{part:?} missing from {message}");
+        }
+        let roomy = Scenario::parse(&text(64), Path::new("pinned.toml")).unwrap();
+        assert_eq!(engine.run(&roomy, 1, "core").status, Status::Pass);
+    }
+
     #[test]
     fn a_broken_subject_fails_with_a_small_counterexample_that_replays() {
         let registry = Registry::default().with(BrokenSubjects);
@@ -515,6 +478,9 @@ gap = "100ms"
         let text = counterexample.to_json();
         let back: Counterexample = serde_json::from_str(&text).unwrap();
         assert_eq!(back, counterexample);
+        // Within budget, the file is what it was before budgets existed.
+        assert!(!counterexample.shrink_budget_exhausted);
+        assert!(!text.contains("shrink_budget_exhausted"), "{text}");
         assert_eq!(
             counterexample.replay,
             "bucketproof replay reports/failures/engine-test-seed1-broken-charges-denials.json"

@@ -25,6 +25,6 @@ pub mod subjects;
 pub mod trace;
 
 pub use runner::{RunOptions, RunReport, Stepper, Verdict, run_trace};
-pub use subject::{Amount, Inspected, Observed, Subject, SubjectError, SubjectFactory};
+pub use subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError, SubjectFactory};
 pub use subjects::Registry;
 pub use trace::{ConfigSpec, Op, PolicySpec, Setup, Trace};

@@ -121,6 +121,39 @@ pub struct Inspected {
     pub capacity: u64,
 }
 
+/// What [`Subject::inspect`] shows of one key.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Inspection {
+    /// The subject cannot show its state.
+    Unsupported,
+    /// The subject holds no state for the key.
+    Absent,
+    /// The key's state.
+    Held(Inspected),
+}
+
+impl Inspection {
+    /// The state, if the subject showed one.
+    pub fn held(&self) -> Option<&Inspected> {
+        match self {
+            Inspection::Held(state) => Some(state),
+            Inspection::Unsupported | Inspection::Absent => None,
+        }
+    }
+
+    /// False for [`Inspection::Unsupported`]: then an absent state says nothing.
+    pub fn is_supported(&self) -> bool {
+        !matches!(self, Inspection::Unsupported)
+    }
+}
+
+/// A subject that can show its state: `None` is [`Inspection::Absent`].
+impl From<Option<Inspected>> for Inspection {
+    fn from(state: Option<Inspected>) -> Inspection {
+        state.map_or(Inspection::Absent, Inspection::Held)
+    }
+}
+
 /// Why a subject refused an operation (as opposed to denying a request).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SubjectError {
@@ -181,14 +214,18 @@ pub trait Subject {
         None
     }
 
-    /// The key's stored state, if the subject can show it (`None` also for an absent key).
-    fn inspect(&mut self, _key: u64) -> Option<Inspected> {
-        None
+    /// The key's stored state, or that the subject holds none, or that it cannot show its state
+    /// (the default; then the invariant oracle and the runner's creation checks have nothing to see).
+    fn inspect(&mut self, _key: u64) -> Inspection {
+        Inspection::Unsupported
     }
 
-    /// True if [`Subject::inspect`] works, so that its `None` means "no state for this key".
-    fn can_inspect(&self) -> bool {
-        false
+    /// Refuses a setup whose pinned keys cannot all be held: `tiers[i] = [first, last]` are the keys
+    /// a scenario gives their own config (reconfigured at the start, so never evictable). A subject
+    /// with a key bound checks them against it before the run, so a scenario that cannot fit is an
+    /// error of the scenario rather than a failure of the subject. Default: no bound, nothing to check.
+    fn check_pinned(&self, _tiers: &[[u64; 2]]) -> Result<(), SubjectError> {
+        Ok(())
     }
 
     /// True if the subject may drop buckets on its own (amortized sweeping, key bound): the differential

@@ -112,7 +112,7 @@ fn the_go_scenario_files_pass_on_the_core_and_fail_on_go() {
     let engine = Engine::new(
         &registry,
         EngineOptions {
-            shrink_budget: 20,
+            shrink_budget: bucketproof_harness::shrink::ShrinkBudget::runs(20),
             ..EngineOptions::default()
         },
     );

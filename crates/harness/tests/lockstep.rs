@@ -3,7 +3,7 @@
 
 use bucketproof_harness::oracle::OracleKind;
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
-use bucketproof_harness::shrink::shrink;
+use bucketproof_harness::shrink::{ShrinkBudget, shrink};
 use bucketproof_harness::subjects::CoreSubject;
 use bucketproof_harness::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
 use bucketproof_harness::{ConfigSpec, Setup, SubjectFactory, Trace};
@@ -41,7 +41,7 @@ fn a_broken_subject_fails_and_shrinks_to_a_few_ops() {
         .unwrap()
         .verdict
         {
-            Verdict::Fail(failure) => Some(failure.violation),
+            Verdict::Fail(failure) => Some(failure),
             _ => None,
         }
     };
@@ -49,9 +49,11 @@ fn a_broken_subject_fails_and_shrinks_to_a_few_ops() {
         setup: setup.clone(),
         ops,
     };
-    let violation = run(&trace).expect("the broken subject must fail");
+    let violation = run(&trace).expect("the broken subject must fail").violation;
     assert_eq!(violation.oracle, OracleKind::Model);
-    let (small, small_violation) = shrink(&trace, &violation, run);
+    let shrunk = shrink(trace, &violation, &ShrinkBudget::default(), run);
+    assert!(!shrunk.budget_exhausted);
+    let (small, small_violation) = (shrunk.trace, shrunk.violation);
     assert!(
         small.ops.len() <= 4,
         "shrunk to {} ops: {:?}",

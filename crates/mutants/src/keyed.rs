@@ -16,7 +16,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use bucketproof_harness::{Amount, ConfigSpec, Inspected, Observed, Setup, Subject, SubjectError};
+use bucketproof_harness::{
+    Amount, ConfigSpec, Inspected, Inspection, Observed, Setup, Subject, SubjectError,
+};
 use bucketproof_limiter::internal::state_from_parts;
 use bucketproof_limiter::{BucketState, Config, Nanos, Wait};
 
@@ -336,17 +338,19 @@ impl<M: Mistake> Subject for Keyed<M> {
         Some(self.decide(&config, state, cost_units, now).1)
     }
 
-    fn inspect(&mut self, key: u64) -> Option<Inspected> {
+    fn inspect(&mut self, key: u64) -> Inspection {
         let config = self.config_of(key);
-        let bucket = self.entries.get(&key)?.bucket?;
-        Some(Inspected {
-            tokens: Amount::Exact {
-                numer: bucket.balance(),
-                denom: config.units_per_token(),
-            },
-            last_refill: bucket.last_refill(),
-            capacity: config.capacity(),
-        })
+        let bucket = self.entries.get(&key).and_then(|entry| entry.bucket);
+        bucket
+            .map(|bucket| Inspected {
+                tokens: Amount::Exact {
+                    numer: bucket.balance(),
+                    denom: config.units_per_token(),
+                },
+                last_refill: bucket.last_refill(),
+                capacity: config.capacity(),
+            })
+            .into()
     }
 
     /// The wrapper reports `created` truthfully, so the runner can judge any drop it makes.

@@ -3,7 +3,7 @@
 //!
 //! For a mutant killed by traces, generated traces ([`crate::traces`]) are tried shortest first (every
 //! family at every seed for one length, then the next length) through the harness's lockstep runner
-//! ([`run_trace`]) with all oracles on; the first failing trace is cut after its failing step and
+//! ([`failure_of`]) with all oracles on; the first failing trace is cut after its failing step and
 //! shrunk with the harness's shrinker ([`shrink`]), which keeps only candidates failing the same way.
 //! The racy mutant is hunted by [`crate::race::hunt_race`].
 //!
@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use bucketproof_harness::engine::{Engine, EngineOptions, Status};
 use bucketproof_harness::oracle::Violation;
-use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_harness::runner::{Failure, RunOptions, failure_of};
 use bucketproof_harness::scenario::{Scenario, load_all};
-use bucketproof_harness::shrink::shrink;
+use bucketproof_harness::shrink::{ShrinkBudget, shrink};
 use bucketproof_harness::{Registry, SubjectFactory, Trace};
 
 use crate::race::{hunt_race, racy_acquire};
@@ -83,23 +83,13 @@ impl Kill {
 /// returns the first violation. A subject that cannot run the trace to the end (unsupported op)
 /// returns whatever it violated before that point.
 pub fn first_violation(name: &str, trace: &Trace) -> Option<Violation> {
-    failing_step(name, trace).map(|(_, violation)| violation)
+    first_failure(name, trace).map(|failure| failure.violation)
 }
 
-/// The step at which `name` fails `trace`, if it does.
-fn failing_step(name: &str, trace: &Trace) -> Option<(u64, Violation)> {
+/// The step at which `name` fails `trace`, and how, if it does.
+fn first_failure(name: &str, trace: &Trace) -> Option<Failure> {
     let mut subject = MutantSubjects.build(name, &trace.setup)?.ok()?;
-    let report = run_trace(
-        &trace.setup,
-        trace.ops.iter().cloned(),
-        subject.as_mut(),
-        &RunOptions::default(),
-    )
-    .ok()?;
-    match report.verdict {
-        Verdict::Fail(failure) => Some((failure.step, failure.violation)),
-        Verdict::Pass | Verdict::Incompatible { .. } => None,
-    }
+    failure_of(trace, subject.as_mut(), &RunOptions::default())
 }
 
 /// Goes after one mutant.
@@ -119,7 +109,10 @@ fn kill_by_traces(mutant: &Mutant, options: &KillOptions) -> Kill {
             for family in Family::ALL {
                 let trace = generate(family, seed, len);
                 attempts += 1;
-                let Some((step, violation)) = failing_step(&name, &trace) else {
+                let Some(Failure {
+                    step, violation, ..
+                }) = first_failure(&name, &trace)
+                else {
                     continue;
                 };
                 let time_to_kill = started.elapsed();
@@ -129,9 +122,10 @@ fn kill_by_traces(mutant: &Mutant, options: &KillOptions) -> Kill {
                     ops: trace.ops[..=step as usize].to_vec(),
                 };
                 let (small, violation) = if options.shrink {
-                    shrink(&cut, &violation, |candidate| {
-                        first_violation(&name, candidate)
-                    })
+                    let shrunk = shrink(cut, &violation, &ShrinkBudget::default(), |candidate| {
+                        first_failure(&name, candidate)
+                    });
+                    (shrunk.trace, shrunk.violation)
                 } else {
                     (cut, violation)
                 };
@@ -207,14 +201,14 @@ pub fn scenario_kills(scenarios: &[Scenario], shrink_budget: usize) -> Vec<Scena
     let counting = Engine::new(
         &registry,
         EngineOptions {
-            shrink_budget: 0,
+            shrink_budget: ShrinkBudget::runs(0),
             ..EngineOptions::default()
         },
     );
     let shrinking = Engine::new(
         &registry,
         EngineOptions {
-            shrink_budget,
+            shrink_budget: ShrinkBudget::runs(shrink_budget),
             ..EngineOptions::default()
         },
     );

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use bucketproof_harness::oracle::arrival::{ArrivalCurve, CurveConfig};
 use bucketproof_harness::oracle::{OracleKind, Violation};
 use bucketproof_harness::subjects::CoreSubject;
-use bucketproof_harness::{ConfigSpec, Inspected, Observed, Setup, Subject, SubjectError};
+use bucketproof_harness::{ConfigSpec, Inspection, Observed, Setup, Subject, SubjectError};
 use std::collections::HashMap;
 use std::sync::{MutexGuard, PoisonError};
 
@@ -134,8 +134,12 @@ impl Subject for RacySubject {
         self.core.would_allow(key, now, cost)
     }
 
-    fn inspect(&mut self, key: u64) -> Option<Inspected> {
+    fn inspect(&mut self, key: u64) -> Inspection {
         self.core.inspect(key)
+    }
+
+    fn check_pinned(&self, tiers: &[[u64; 2]]) -> Result<(), SubjectError> {
+        self.core.check_pinned(tiers)
     }
 
     fn may_evict(&self) -> bool {

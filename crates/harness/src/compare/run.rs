@@ -17,7 +17,7 @@ use super::traces::{cell_seed, generate_trace};
 use super::{CompareError, CompareOptions, GridRate, SUBJECTS};
 use crate::runner::{RunOptions, RunReport, Verdict, run_trace};
 use crate::scenario::duration::SECOND;
-use crate::subject::{Amount, Inspected, Observed, Subject, SubjectError};
+use crate::subject::{Amount, Inspection, Observed, Subject, SubjectError};
 use crate::subjects::float::FloatSubject;
 use crate::subjects::{CoreSubject, ModelSubject};
 use crate::trace::{ConfigSpec, Op, Setup};
@@ -213,7 +213,7 @@ impl Subject for Recording<'_> {
     fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
         self.inner.would_allow(key, now, cost)
     }
-    fn inspect(&mut self, key: u64) -> Option<Inspected> {
+    fn inspect(&mut self, key: u64) -> Inspection {
         self.inner.inspect(key)
     }
     fn may_evict(&self) -> bool {

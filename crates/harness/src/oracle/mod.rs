@@ -5,12 +5,16 @@
 //! 2. [`invariants`]: `0 <= tokens <= capacity`, the cursor never moves back, a denial leaves the
 //!    refilled balance, an error changes nothing. Uses only what the subject shows.
 //! 3. [`arrival`]: the arrival-curve bound (no overselling), independently of the model.
-//! 4. Retry-after tightness (in [`crate::runner`]): with no other traffic the same request succeeds at
-//!    `now + retry_after` and fails 1 ns earlier, asked of the subject itself.
+//! 4. [`retry_after`]: with no other traffic the same request succeeds at `now + retry_after` and
+//!    fails 1 ns earlier, asked of the subject itself.
+//! 5. [`eviction`]: a subject that evicts on its own drops only buckets whose loss changes no later
+//!    decision, and refuses a key at its key bound only with cause.
 
 pub mod arrival;
 pub mod differential;
+pub mod eviction;
 pub mod invariants;
+pub mod retry_after;
 
 use serde::{Deserialize, Serialize};
 

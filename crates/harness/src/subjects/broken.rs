@@ -7,7 +7,7 @@
 //! harness's own tests do not depend on it.
 
 use super::CoreSubject;
-use crate::subject::{Amount, Inspected, Observed, Subject, SubjectError, SubjectFactory};
+use crate::subject::{Amount, Inspection, Observed, Subject, SubjectError, SubjectFactory};
 use crate::trace::{ConfigSpec, Setup};
 
 /// `broken:charges-denials`: the core limiter, except that a denial *reports* one token less than the
@@ -56,7 +56,7 @@ impl Subject for ChargesDenials {
         self.0.would_allow(key, now, cost)
     }
 
-    fn inspect(&mut self, key: u64) -> Option<Inspected> {
+    fn inspect(&mut self, key: u64) -> Inspection {
         self.0.inspect(key)
     }
 

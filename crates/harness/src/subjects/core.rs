@@ -3,7 +3,7 @@
 
 use bucketproof_limiter::{AcquireError, Acquired, Config, Decision, Limiter, Request};
 
-use crate::subject::{Amount, Inspected, Observed, Subject, SubjectError};
+use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
 use crate::trace::{ConfigSpec, Setup};
 
 /// The product under test.
@@ -119,13 +119,9 @@ impl Subject for CoreSubject {
         Some(self.limiter.would_allow_at(&key, cost, now))
     }
 
-    fn can_inspect(&self) -> bool {
-        true
-    }
-
-    fn inspect(&mut self, key: u64) -> Option<Inspected> {
-        let (state, config) = self.limiter.inspect(&key)?;
-        Some(Inspected {
+    fn inspect(&mut self, key: u64) -> Inspection {
+        let held = self.limiter.inspect(&key);
+        held.map(|(state, config)| Inspected {
             tokens: Amount::Exact {
                 numer: state.balance(),
                 denom: config.units_per_token(),
@@ -133,6 +129,35 @@ impl Subject for CoreSubject {
             last_refill: state.last_refill(),
             capacity: config.capacity(),
         })
+        .into()
+    }
+
+    /// Keys land in shards by the fixed-seed hash, so which shard each pinned key fills is known
+    /// before the run: no shard may need more pinned keys than its share of the key bound.
+    fn check_pinned(&self, tiers: &[[u64; 2]]) -> Result<(), SubjectError> {
+        let bound = self.limiter.shard_key_bound();
+        let shards = self.limiter.key_bound() / bound;
+        let mut pinned = vec![0usize; shards];
+        for (index, &[first, last]) in tiers.iter().enumerate() {
+            let earlier = &tiers[..index];
+            for key in first..=last {
+                if earlier.iter().any(|&[a, b]| (a..=b).contains(&key)) {
+                    continue; // pinned by an earlier tier already
+                }
+                let shard = self.limiter.shard_of(&key);
+                pinned[shard] += 1;
+                if pinned[shard] > bound {
+                    return Err(SubjectError::Build(format!(
+                        "tiers[{index}] (keys {first}..={last}) cannot fit the key bound: key {key} \
+                         is pinned key {} of shard {shard}, which holds at most {bound} (key bound \
+                         {} over {shards} shards); keys with their own config are never evicted",
+                        pinned[shard],
+                        self.limiter.key_bound(),
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn may_evict(&self) -> bool {

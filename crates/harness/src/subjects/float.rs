@@ -5,7 +5,7 @@ use bucketproof_float::{
 };
 use bucketproof_limiter::Wait;
 
-use crate::subject::{Amount, Inspected, Observed, Subject, SubjectError};
+use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
 use crate::trace::Setup;
 
 fn observe(decision: FloatDecision) -> Observed {
@@ -129,16 +129,15 @@ impl<B: FloatBucket> Subject for FloatSubject<B> {
         Some(peek.remaining >= cost as f64)
     }
 
-    fn can_inspect(&self) -> bool {
-        true
-    }
-
-    fn inspect(&mut self, key: u64) -> Option<Inspected> {
-        let bucket = self.buckets.get(key)?;
-        Some(Inspected {
-            tokens: Amount::Approx(bucket.tokens()),
-            last_refill: bucket.last_refill()?,
-            capacity: bucket.capacity(),
-        })
+    fn inspect(&mut self, key: u64) -> Inspection {
+        // A bucket that was never refilled has no cursor to show: as good as absent.
+        let held = self.buckets.get(key).and_then(|bucket| {
+            Some(Inspected {
+                tokens: Amount::Approx(bucket.tokens()),
+                last_refill: bucket.last_refill()?,
+                capacity: bucket.capacity(),
+            })
+        });
+        held.into()
     }
 }

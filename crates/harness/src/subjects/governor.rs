@@ -26,8 +26,8 @@
 //! - **Waits.** `retry_after` is `NotUntil::wait_time_from(clock)` plus the rollback distance
 //!   `clock - now`, measured from the op's `now` like the spec's.
 //! - Not offered: reconfigure, sweep, request ids (Unsupported), and the side-effect-free probes
-//!   the retry-after and invariant oracles need (`would_allow`/`inspect` return `None`), because
-//!   a probe at a later time would move the key's clock forward for good.
+//!   the retry-after and invariant oracles need (`would_allow` returns `None`, `inspect`
+//!   `Unsupported`), because a probe at a later time would move the key's clock forward for good.
 
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;

@@ -5,7 +5,7 @@ use bucketproof_limiter::Wait;
 use bucketproof_model::Rational;
 use bucketproof_model::{Model, ModelDecision, ModelError, ModelWait};
 
-use crate::subject::{Amount, Inspected, Observed, Subject, SubjectError};
+use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
 use crate::trace::{ConfigSpec, Setup};
 
 /// The model behind the subject interface.
@@ -100,16 +100,14 @@ impl Subject for ModelSubject {
         Some(peek.remaining >= Rational::from(cost))
     }
 
-    fn can_inspect(&self) -> bool {
-        true
-    }
-
-    fn inspect(&mut self, key: u64) -> Option<Inspected> {
-        let (tokens, last_refill) = self.model.state(key)?;
-        Some(Inspected {
+    fn inspect(&mut self, key: u64) -> Inspection {
+        let capacity = self.model.config_of(key).capacity();
+        let held = self.model.state(key);
+        held.map(|(tokens, last_refill)| Inspected {
             tokens: amount(tokens),
             last_refill,
-            capacity: self.model.config_of(key).capacity(),
+            capacity,
         })
+        .into()
     }
 }

@@ -319,16 +319,32 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
             .saturating_mul(self.shards.len())
     }
 
+    /// The bound on live keys of each shard: a new key whose shard holds this many keys, none of
+    /// them evictable, is refused ([`AcquireError::KeyLimitReached`]).
+    pub fn shard_key_bound(&self) -> usize {
+        self.settings.max_keys_per_shard
+    }
+
+    /// The shard that holds `key`, below `key_bound() / shard_key_bound()`. The same on every run
+    /// only with a fixed [`Builder::hasher_seed`].
+    pub fn shard_of(&self, key: &K) -> usize {
+        self.shard_index(self.hasher.hash_one(key))
+    }
+
     #[inline]
-    fn shard(&self, hash: u64) -> &Mutex<Shard<K>> {
+    fn shard_index(&self, hash: u64) -> usize {
         // The table inside a shard takes a key's home from the hash's high bits (`table::FlatMap`);
         // pick the shard from a remix so that keys of one shard still spread over its whole table.
         let mixed = (hash ^ hash.rotate_left(32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let index = if self.shard_bits == 0 {
+        if self.shard_bits == 0 {
             0
         } else {
             (mixed >> (64 - self.shard_bits)) as usize
-        };
-        &self.shards[index].0
+        }
+    }
+
+    #[inline]
+    fn shard(&self, hash: u64) -> &Mutex<Shard<K>> {
+        &self.shards[self.shard_index(hash)].0
     }
 }

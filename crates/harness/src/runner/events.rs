@@ -1,0 +1,241 @@
+//! The runner's event counters: what a run reached ("rollback", "saturated", "denied_at_boundary",
+//! ...), the things a scenario declares it must reach, so that no scenario passes vacuously.
+//!
+//! Promises: each event is counted under its own stable name ([`EVENTS`]); counting reads the model's
+//! decision and a few comparisons taken before it, never a second refill or a copy of a balance.
+
+use std::collections::BTreeMap;
+
+use crate::scenario::duration::YEAR;
+use bucketproof_model::{ModelError, ModelWait, Outcome, cmp_whole};
+
+/// Event names a scenario may require (see `scenarios/README.md`), in the order of the private
+/// `Event` enum, which indexes the counters.
+pub const EVENTS: &[&str] = &[
+    "allowed",
+    "denied",
+    "invalid_cost",
+    "replayed",
+    "rollback",
+    "frozen_clock",
+    "saturated",
+    "denied_at_boundary",
+    "allowed_at_boundary",
+    "long_idle",
+    "near_clock_end",
+    "retry_never",
+    "evicted",
+    "key_limit",
+    "reconfigured_up",
+    "reconfigured_down",
+    "forgotten",
+    "swept",
+    "new_key",
+];
+
+/// What a run counts; `EVENTS[event as usize]` is its name. Counted in a plain array, since a step
+/// counts several of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Event {
+    /// `allowed`.
+    Allowed,
+    /// `denied`.
+    Denied,
+    /// `invalid_cost`.
+    InvalidCost,
+    /// `replayed`.
+    Replayed,
+    /// `rollback`.
+    Rollback,
+    /// `frozen_clock`.
+    FrozenClock,
+    /// `saturated`.
+    Saturated,
+    /// `denied_at_boundary`.
+    DeniedAtBoundary,
+    /// `allowed_at_boundary`.
+    AllowedAtBoundary,
+    /// `long_idle`.
+    LongIdle,
+    /// `near_clock_end`.
+    NearClockEnd,
+    /// `retry_never`.
+    RetryNever,
+    /// `evicted`.
+    Evicted,
+    /// `key_limit`.
+    KeyLimit,
+    /// `reconfigured_up`.
+    ReconfiguredUp,
+    /// `reconfigured_down`.
+    ReconfiguredDown,
+    /// `forgotten`.
+    Forgotten,
+    /// `swept`.
+    Swept,
+    /// `new_key`.
+    NewKey,
+}
+
+/// What the counters need of a key's model state before an acquire: the key's capacity, two
+/// comparisons and the cursor, taken instead of a copy of the exact balance (a clone and drop of a big
+/// rational per step). An acquire does not change the config, so `capacity` holds after it too.
+pub(super) struct Before {
+    pub capacity: u64,
+    pub below_cost: bool,
+    pub below_capacity: bool,
+    pub last_refill: u64,
+}
+
+/// The counters, and the times seen so far (which the time events are judged against).
+pub(super) struct Events {
+    counts: [u64; EVENTS.len()],
+    latest: Option<u64>,
+    previous: Option<u64>,
+}
+
+impl Events {
+    pub fn new() -> Events {
+        Events {
+            counts: [0; EVENTS.len()],
+            latest: None,
+            previous: None,
+        }
+    }
+
+    pub fn add(&mut self, event: Event) {
+        self.counts[event as usize] += 1;
+    }
+
+    /// The latest time seen so far.
+    pub fn latest(&self) -> Option<u64> {
+        self.latest
+    }
+
+    /// An op at `at`: counts rollbacks, frozen clocks and the clock's last year.
+    pub fn note_time(&mut self, at: u64) {
+        if self.latest.is_some_and(|latest| at < latest) {
+            self.add(Event::Rollback);
+        }
+        if self.previous == Some(at) {
+            self.add(Event::FrozenClock);
+        }
+        if at > u64::MAX - YEAR {
+            self.add(Event::NearClockEnd);
+        }
+        self.previous = Some(at);
+        self.latest = Some(self.latest.map_or(at, |latest| latest.max(at)));
+    }
+
+    /// An acquire of `cost` at `at` that the model answered with `expected`, from the state `before`.
+    pub fn acquire(
+        &mut self,
+        expected: &Result<Outcome, ModelError>,
+        before: Option<Before>,
+        cost: u64,
+        at: u64,
+    ) {
+        let outcome = match expected {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                self.add(Event::InvalidCost);
+                return;
+            }
+        };
+        if outcome.replayed {
+            self.add(Event::Replayed);
+            return;
+        }
+        if outcome.created {
+            self.add(Event::NewKey);
+        }
+        let decision = &outcome.decision;
+        self.add(if decision.is_allowed() {
+            Event::Allowed
+        } else {
+            Event::Denied
+        });
+        if decision.retry_after() == Some(ModelWait::Never) {
+            self.add(Event::RetryNever);
+        }
+        if decision.retry_after() == Some(ModelWait::After(1)) {
+            self.add(Event::DeniedAtBoundary);
+        }
+        if let Some(before) = before {
+            // The refilled balance (step 3 of the acquire) is the decision's remaining plus the cost
+            // for an admission, the remaining itself for a denial. Comparing against it this way
+            // avoids a second refill in the model (a `peek`), which cost over a third of the run.
+            let allowed = decision.is_allowed();
+            let remaining = decision.remaining();
+            let refilled_is = |target: u64| -> bool {
+                let charged = if allowed { cost } else { 0 };
+                target >= charged && cmp_whole(remaining, target - charged).is_eq()
+            };
+            if allowed && before.below_cost && refilled_is(cost) {
+                self.add(Event::AllowedAtBoundary);
+            }
+            if at >= before.last_refill.saturating_add(YEAR) {
+                self.add(Event::LongIdle);
+            }
+            if before.below_capacity && refilled_is(before.capacity) {
+                self.add(Event::Saturated);
+            }
+        }
+    }
+
+    /// The nonzero counts by name.
+    pub fn into_map(self) -> BTreeMap<String, u64> {
+        (EVENTS.iter().zip(self.counts))
+            .filter(|&(_, count)| count > 0)
+            .map(|(name, count)| (name.to_string(), count))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The counters are indexed by discriminant and reported under `EVENTS[i]`: each variant must sit at its
+    /// own name's position, or a scenario's `reach` would be judged on another event's count.
+    #[test]
+    fn every_event_is_counted_under_its_own_name() {
+        let all = [
+            Event::Allowed,
+            Event::Denied,
+            Event::InvalidCost,
+            Event::Replayed,
+            Event::Rollback,
+            Event::FrozenClock,
+            Event::Saturated,
+            Event::DeniedAtBoundary,
+            Event::AllowedAtBoundary,
+            Event::LongIdle,
+            Event::NearClockEnd,
+            Event::RetryNever,
+            Event::Evicted,
+            Event::KeyLimit,
+            Event::ReconfiguredUp,
+            Event::ReconfiguredDown,
+            Event::Forgotten,
+            Event::Swept,
+            Event::NewKey,
+        ];
+        assert_eq!(all.len(), EVENTS.len());
+        for (index, event) in all.into_iter().enumerate() {
+            let snake: String = format!("{event:?}")
+                .chars()
+                .enumerate()
+                .flat_map(|(i, c)| {
+                    let lower = c.to_ascii_lowercase();
+                    (c.is_ascii_uppercase() && i > 0)
+                        .then_some('_')
+                        .into_iter()
+                        .chain([lower])
+                })
+                .collect();
+            assert_eq!(event as usize, index);
+            assert_eq!(EVENTS[index], snake);
+        }
+    }
+}

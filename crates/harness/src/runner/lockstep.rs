@@ -1,0 +1,411 @@
+//! One step in lockstep: an op through the subject and the reference model, then every oracle.
+//!
+//! Owns the per-run state (the model, the arrival curves, the counters, the divergence statistics,
+//! the plot series) and the order of an acquire's steps: follow the subject's legal nondeterminism
+//! (a refusal at the key bound, a bucket it recreated) before asking the model, compare with the
+//! model, then the invariants, the arrival curve and retry-after tightness. Promises: the first
+//! violation of a step wins; the statistics count every one.
+
+use std::ops::{Deref, DerefMut};
+
+use bucketproof_limiter::Wait;
+use bucketproof_model::{Model, cmp_whole};
+
+use super::events::{Before, Event, Events};
+use super::sample::Sampler;
+use super::{Divergence, RunOptions};
+use crate::oracle::arrival::{ArrivalCurve, CurveConfig};
+use crate::oracle::differential::{Admission, compare_acquire};
+use crate::oracle::eviction::{Creation, Dropped, Refusal};
+use crate::oracle::{OracleKind, Violation, invariants, retry_after};
+use crate::subject::{Inspection, Observed, Subject, SubjectError};
+use crate::trace::{ConfigSpec, Op, PolicySpec, Setup};
+
+/// The subject under test, borrowed for one run or owned by a long-lived stepper.
+pub(super) enum SubjectSlot<'a> {
+    Borrowed(&'a mut dyn Subject),
+    Owned(Box<dyn Subject + 'a>),
+}
+
+impl<'a> Deref for SubjectSlot<'a> {
+    type Target = dyn Subject + 'a;
+    fn deref(&self) -> &Self::Target {
+        match self {
+            SubjectSlot::Borrowed(subject) => &**subject,
+            SubjectSlot::Owned(subject) => &**subject,
+        }
+    }
+}
+
+impl DerefMut for SubjectSlot<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match self {
+            SubjectSlot::Borrowed(subject) => &mut **subject,
+            SubjectSlot::Owned(subject) => &mut **subject,
+        }
+    }
+}
+
+/// What one step found: `Ok(None)` all oracles held, `Ok(Some(v))` a violation, `Err` the subject
+/// cannot run this op.
+pub(super) type StepResult = Result<Option<Violation>, String>;
+
+pub(super) struct Lockstep<'a> {
+    pub subject: SubjectSlot<'a>,
+    model: Model,
+    policy: PolicySpec,
+    options: RunOptions,
+    arrival: ArrivalCurve,
+    pub events: Events,
+    pub divergence: Divergence,
+    pub sampler: Sampler,
+}
+
+/// Keeps the first violation of a step.
+fn keep_first(found: &mut Option<Violation>, violation: Option<Violation>) {
+    if found.is_none() {
+        *found = violation;
+    }
+}
+
+/// A subject's refusal of an op: an unsupported op ends the run, any other error is a violation.
+fn subject_failed(error: SubjectError) -> StepResult {
+    match error {
+        SubjectError::Unsupported(what) => Err(format!("unsupported: {what}")),
+        other => Ok(Some(Violation::new(
+            OracleKind::Subject,
+            "the subject failed",
+            "an answer",
+            other.to_string(),
+        ))),
+    }
+}
+
+impl<'a> Lockstep<'a> {
+    pub fn new(
+        setup: &Setup,
+        subject: SubjectSlot<'a>,
+        options: &RunOptions,
+    ) -> Result<Lockstep<'a>, SubjectError> {
+        let config = setup
+            .config
+            .to_model()
+            .map_err(|e| SubjectError::Build(e.to_string()))?;
+        Ok(Lockstep {
+            subject,
+            model: Model::new(config, setup.dedupe_window_ns, setup.dedupe_per_key),
+            policy: setup.policy,
+            options: options.clone(),
+            arrival: ArrivalCurve::default(),
+            events: Events::new(),
+            divergence: Divergence::default(),
+            sampler: Sampler::new(options.sample_key, options.max_samples),
+        })
+    }
+
+    pub fn stops_at_first(&self) -> bool {
+        self.options.stop_at_first
+    }
+
+    pub fn step(&mut self, op: &Op) -> StepResult {
+        match op {
+            Op::Acquire {
+                key,
+                at,
+                cost,
+                request_id,
+            } => self.acquire(*key, *at, *cost, *request_id),
+            Op::Reconfigure { key, at, config } => self.reconfigure(*key, *at, config),
+            Op::Forget { key } => self.forget(*key),
+            Op::Sweep { at } => self.sweep(*at),
+        }
+    }
+
+    fn curve_config(&self, key: u64) -> CurveConfig {
+        let config = self.model.config_of(key);
+        CurveConfig {
+            capacity: config.capacity(),
+            rate_numer: config.rate_numer(),
+            rate_denom: config.rate_denom(),
+        }
+    }
+
+    /// The key's arrival curve and plot epoch start over at `at`.
+    fn restart_curve(&mut self, key: u64, at: u64) {
+        let curve = self.curve_config(key);
+        self.arrival.restart(key, at, curve);
+        self.sampler.restart(key);
+    }
+
+    fn reconfigure(&mut self, key: u64, at: u64, config: &ConfigSpec) -> StepResult {
+        self.events.note_time(at);
+        let new = config.to_model().map_err(|e| e.to_string())?;
+        // Only a subject that evicts and shows its state can have created the key here.
+        let before = if self.subject.may_evict() {
+            self.subject.inspect(key)
+        } else {
+            Inspection::Unsupported
+        };
+        if let Err(error) = self.subject.reconfigure(key, config, at) {
+            return subject_failed(error);
+        }
+        // A reconfigure of a key the subject did not hold creates it, possibly with its cursor at
+        // the subject's eviction horizon: follow that before the model reconfigures.
+        if before == Inspection::Absent
+            && let Some(v) = self.follow_creation(key, at)
+        {
+            return Ok(Some(v));
+        }
+        let raised = new.capacity() >= self.model.config_of(key).capacity();
+        self.model.reconfigure(key, new, at);
+        self.events.add(if raised {
+            Event::ReconfiguredUp
+        } else {
+            Event::ReconfiguredDown
+        });
+        self.restart_curve(key, at);
+        Ok(None)
+    }
+
+    fn forget(&mut self, key: u64) -> StepResult {
+        if let Err(error) = self.subject.forget(key) {
+            return subject_failed(error);
+        }
+        self.model.forget(key);
+        self.arrival.forget(key);
+        self.sampler.restart(key);
+        self.events.add(Event::Forgotten);
+        Ok(None)
+    }
+
+    fn sweep(&mut self, at: u64) -> StepResult {
+        self.events.note_time(at);
+        if let Err(error) = self.subject.sweep(at) {
+            return subject_failed(error);
+        }
+        let swept = if self.subject.may_evict() {
+            // A subject that evicts on its own may keep or drop each evictable bucket (Redis keeps
+            // them until their TTL): the model does not sweep, it follows the subject's creations
+            // (`follow_creation`), which checks each drop was legal.
+            let keys = self.model.keys();
+            keys.into_iter()
+                .filter(|&key| self.model.is_evictable_at(key, at))
+                .count()
+        } else {
+            self.model.sweep(at).len()
+        };
+        for _ in 0..swept {
+            self.events.add(Event::Swept);
+        }
+        Ok(None)
+    }
+
+    fn acquire(&mut self, key: u64, at: u64, cost: u64, request_id: Option<u64>) -> StepResult {
+        self.events.note_time(at);
+        let before = self.inspect_for_invariants(key);
+        let got = self.subject.acquire(key, at, cost, request_id);
+        let mut found = None;
+        match &got {
+            Err(SubjectError::Unsupported(what)) => return Err(format!("unsupported: {what}")),
+            Err(SubjectError::KeyLimitReached) => return Ok(self.follow_refusal(key, at)),
+            Ok(observed) if observed.created == Some(true) => {
+                found = self.follow_creation(key, at);
+            }
+            _ => {}
+        }
+        keep_first(
+            &mut found,
+            self.compare_with_model(key, at, cost, request_id, &got),
+        );
+        let Ok(observed) = got else {
+            // Both errored the same way (or the comparison above says otherwise): errors change nothing.
+            keep_first(&mut found, self.check_invariants(key, &before, &got, false));
+            return Ok(found);
+        };
+        let restarted = observed.created.unwrap_or(!self.arrival.knows(key));
+        keep_first(
+            &mut found,
+            self.check_invariants(key, &before, &Ok(observed), restarted),
+        );
+        keep_first(
+            &mut found,
+            self.check_arrival(key, at, cost, &observed, restarted),
+        );
+        keep_first(&mut found, self.check_retry_after(key, at, cost, &observed));
+        let admitted = observed.allowed && !observed.replayed;
+        let remaining = &observed.remaining;
+        self.sampler
+            .acquire(&self.model, key, at, cost, admitted, remaining);
+        Ok(found)
+    }
+
+    fn inspect_for_invariants(&mut self, key: u64) -> Inspection {
+        if self.options.check_invariants {
+            self.subject.inspect(key)
+        } else {
+            Inspection::Unsupported
+        }
+    }
+
+    /// The subject refused `key` at its key bound (docs/semantics.md, "Expiry and the key bound").
+    /// A key the model still holds may have been dropped losslessly by the subject's amortized sweep
+    /// (it was evictable); refusing it is then legal, and the model forgets it too so that a later
+    /// admission starts fresh on both sides.
+    fn follow_refusal(&mut self, key: u64, at: u64) -> Option<Violation> {
+        self.events.add(Event::KeyLimit);
+        let latest = self.events.latest().unwrap_or(at);
+        let refusal = Refusal {
+            may_evict: self.subject.may_evict(),
+            held: self.model.state(key).is_some(),
+            evictable: self.model.is_evictable_at(key, latest),
+            holds_any: self.model.holds_any(),
+        };
+        if refusal.is_legal() && refusal.held {
+            self.model.evict(key);
+            self.arrival.forget(key);
+        }
+        refusal.check()
+    }
+
+    /// The subject says it created `key`'s bucket at `at` (first sight, or after dropping it):
+    /// checks that this was legal ([`Creation::check`]) and makes the model follow.
+    fn follow_creation(&mut self, key: u64, at: u64) -> Option<Violation> {
+        let latest = self.events.latest().unwrap_or(at);
+        let inspected = self.subject.inspect(key);
+        let cursor = inspected.held().map_or(at, |state| state.last_refill);
+        let held = self.model.state(key).map(|(_, last_refill)| last_refill);
+        if held.is_some() {
+            self.events.add(Event::Evicted);
+        }
+        let creation = Creation {
+            may_evict: self.subject.may_evict(),
+            at,
+            latest,
+            cursor,
+            dropped: held.map(|cursor| Dropped {
+                cursor,
+                evictable: self.policy == PolicySpec::EvictLeastRecent
+                    || self.model.is_evictable_at(key, latest),
+            }),
+        };
+        if held.is_some() || cursor != at {
+            if held.is_none() {
+                self.events.add(Event::NewKey);
+            }
+            self.model.recreate(key, cursor);
+        }
+        creation.check()
+    }
+
+    /// The differential oracle: the model decides the same acquire; the divergence statistics and the
+    /// event counters see both answers.
+    fn compare_with_model(
+        &mut self,
+        key: u64,
+        at: u64,
+        cost: u64,
+        request_id: Option<u64>,
+        got: &Result<Observed, SubjectError>,
+    ) -> Option<Violation> {
+        let before = self.model.state(key).map(|(tokens, last_refill)| {
+            let capacity = self.model.config_of(key).capacity();
+            Before {
+                capacity,
+                below_cost: cmp_whole(tokens, cost).is_lt(),
+                below_capacity: cmp_whole(tokens, capacity).is_lt(),
+                last_refill,
+            }
+        });
+        let expected = self.model.acquire(key, at, cost, request_id);
+        let comparison = compare_acquire(&expected, got);
+        let divergence = &mut self.divergence;
+        if let Some(error) = comparison.token_error
+            && error > divergence.max_token_error
+        {
+            divergence.max_token_error = error;
+        }
+        match comparison.admission {
+            Some(Admission::Over) => divergence.over_admissions += 1,
+            Some(Admission::Under) => divergence.under_admissions += 1,
+            None => {}
+        }
+        if comparison.admission.is_some() {
+            divergence.decision_mismatches += 1;
+        } else if comparison.violation.is_some() {
+            divergence.value_mismatches += 1;
+        }
+        if comparison.violation.is_some() && divergence.first_divergence_at.is_none() {
+            divergence.first_divergence_at = Some(at);
+        }
+        self.events.acquire(&expected, before, cost, at);
+        comparison.violation
+    }
+
+    fn check_invariants(
+        &mut self,
+        key: u64,
+        before: &Inspection,
+        got: &Result<Observed, SubjectError>,
+        restarted: bool,
+    ) -> Option<Violation> {
+        if !self.options.check_invariants {
+            return None;
+        }
+        let after = self.subject.inspect(key);
+        let violation = invariants::check_acquire(before.held(), after.held(), got, restarted);
+        self.divergence.other_violations += u64::from(violation.is_some());
+        violation
+    }
+
+    fn check_arrival(
+        &mut self,
+        key: u64,
+        at: u64,
+        cost: u64,
+        observed: &Observed,
+        restarted: bool,
+    ) -> Option<Violation> {
+        if restarted || !self.arrival.knows(key) {
+            self.restart_curve(key, at);
+        }
+        // A replay touches no bucket (not even its cursor), so the curve does not see it.
+        if observed.replayed {
+            return None;
+        }
+        let breach = self
+            .arrival
+            .observe(key, at, cost, observed.allowed)
+            .err()?;
+        self.divergence.arrival_breaches += 1;
+        Some(Violation::new(
+            OracleKind::ArrivalCurve,
+            format!(
+                "admitted more than the arrival curve allows on key {}",
+                breach.key
+            ),
+            format!(
+                "<= {} units over [{}, {}]",
+                breach.bound_units, breach.from, breach.to
+            ),
+            format!("{} units", breach.admitted_units),
+        ))
+    }
+
+    fn check_retry_after(
+        &mut self,
+        key: u64,
+        at: u64,
+        cost: u64,
+        observed: &Observed,
+    ) -> Option<Violation> {
+        if !self.options.check_retry_after || observed.allowed || observed.replayed {
+            return None;
+        }
+        let Some(Wait::After(wait)) = observed.retry_after else {
+            return None;
+        };
+        let violation = retry_after::check(&mut *self.subject, key, at, cost, wait);
+        self.divergence.other_violations += u64::from(violation.is_some());
+        violation
+    }
+}

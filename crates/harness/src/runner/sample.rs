@@ -1,0 +1,86 @@
+//! The runner's plot series: a downsampled series of one key's balance (subject and model), the cost
+//! it admitted and the arrival-curve bound, for the scenario reports' plots.
+//!
+//! Promises: at most `max_samples` points (every other point is dropped and the stride doubled when
+//! full), chosen by op count alone, so the series is deterministic and spans the whole run.
+
+use std::collections::BTreeMap;
+
+use bucketproof_model::Model;
+
+use super::Sample;
+use crate::subject::Amount;
+
+/// The series of one key.
+pub(super) struct Sampler {
+    key: Option<u64>,
+    max_samples: usize,
+    samples: Vec<Sample>,
+    stride: u64,
+    seen: u64,
+    /// Per key: the start of its curve epoch and the cost admitted since.
+    admitted: BTreeMap<u64, (u64, u64)>,
+}
+
+impl Sampler {
+    pub fn new(key: Option<u64>, max_samples: usize) -> Sampler {
+        Sampler {
+            key,
+            max_samples,
+            samples: Vec::new(),
+            stride: 1,
+            seen: 0,
+            admitted: BTreeMap::new(),
+        }
+    }
+
+    /// The key's curve epoch ended (its bucket was recreated, reconfigured or forgotten).
+    pub fn restart(&mut self, key: u64) {
+        self.admitted.remove(&key);
+    }
+
+    /// An acquire of `cost` on `key` at `at`; `remaining` is what the subject reported.
+    pub fn acquire(
+        &mut self,
+        model: &Model,
+        key: u64,
+        at: u64,
+        cost: u64,
+        admitted: bool,
+        remaining: &Amount,
+    ) {
+        if self.key != Some(key) {
+            return;
+        }
+        let start = *self.admitted.entry(key).or_insert((at, 0));
+        let total = start.1 + if admitted { cost } else { 0 };
+        self.admitted.insert(key, (start.0, total));
+        self.seen += 1;
+        if !self.seen.is_multiple_of(self.stride) {
+            return;
+        }
+        let config = model.config_of(key);
+        let rate = config.rate_per_second().to_f64().value();
+        let model_remaining = model
+            .state(key)
+            .map(|(tokens, _)| tokens.to_f64().value())
+            .unwrap_or(f64::NAN);
+        self.samples.push(Sample {
+            at,
+            subject_remaining: remaining.to_f64_lossy(),
+            model_remaining,
+            admitted: total,
+            bound: config.capacity() as f64 + rate * (at.saturating_sub(start.0)) as f64 / 1e9,
+        });
+        if self.samples.len() >= self.max_samples.max(2) {
+            // Keep every other point and halve the rate: deterministic, bounded, still spans the run.
+            let kept: Vec<Sample> = self.samples.iter().step_by(2).cloned().collect();
+            self.samples = kept;
+            self.stride *= 2;
+        }
+    }
+
+    pub fn into_samples(self) -> Vec<Sample> {
+        self.samples
+    }
+}
