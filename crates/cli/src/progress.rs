@@ -91,7 +91,12 @@ impl Observer for Progress {
         if let (Some(counterexample), Some(saved)) = (&result.counterexample, saved) {
             line.push_str(&match saved {
                 Saved::Written(_) => format!(
-                    "\n    shrunk to {} ops; replay with:\n    {}",
+                    "\n    {} {} ops; replay with:\n    {}",
+                    if counterexample.shrink_budget_exhausted {
+                        "the shrink budget ran out at"
+                    } else {
+                        "shrunk to"
+                    },
                     counterexample.ops.len(),
                     counterexample.replay
                 ),

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use crate::oracle::{OracleKind, Violation};
 use crate::runner::Failure;
+use crate::scenario::duration::SECOND;
 use crate::trace::{Op, Trace};
 
 /// Bounds on the work of one shrink. Whichever runs out first ends shrinking.
@@ -313,7 +314,7 @@ impl<F: FnMut(&Trace) -> Option<Failure>> Shrinker<F> {
     fn round_times(&mut self) {
         let mut index = 0;
         while index < self.best.ops.len() && !self.exhausted {
-            for unit in [1_000_000_000u64, 1_000_000, 1_000] {
+            for unit in [SECOND, SECOND / 1_000, SECOND / 1_000_000] {
                 let Some(at) = self.best.ops[index].at() else {
                     break;
                 };

@@ -74,7 +74,8 @@ impl ArrivalCurve {
     /// Starts a new epoch for `key` at `now` with `config` (full bucket, or a reconfigured one whose
     /// balance is at most the new capacity).
     pub fn restart(&mut self, key: u64, now: u64, config: CurveConfig) {
-        let units_per_token = config.rate_denom as i128 * 1_000_000_000;
+        let units_per_token =
+            config.rate_denom as i128 * i128::from(bucketproof_limiter::NANOS_PER_SECOND);
         let effective_now = self
             .keys
             .get(&key)
@@ -186,7 +187,7 @@ fn breach(key: u64, curve: &KeyCurve, t: u64, slack: Integer) -> ArrivalBreach {
 mod tests {
     use super::*;
 
-    const SECOND: u64 = 1_000_000_000;
+    use crate::scenario::duration::SECOND;
     const ONE_PER_SECOND: CurveConfig = CurveConfig {
         capacity: 2,
         rate_numer: 1,

@@ -267,7 +267,7 @@ mod tests {
     /// only on denials, and this trace has none, so it passes exactly when it is followed like the core.
     #[test]
     fn a_wrapper_that_shows_its_state_is_followed_when_a_reconfigure_creates_a_key() {
-        const SECOND: u64 = 1_000_000_000;
+        use crate::scenario::duration::SECOND;
         let setup = Setup::new(ConfigSpec::new(3, "1/s"));
         // The eviction horizon is per shard: the recreated key must share key 0's.
         let placement = CoreSubject::new(&setup).unwrap();

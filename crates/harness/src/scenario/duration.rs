@@ -9,11 +9,11 @@
 
 use std::fmt;
 
-use bucketproof_limiter::Nanos;
+use bucketproof_limiter::{NANOS_PER_SECOND, Nanos};
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// One second.
-pub const SECOND: Nanos = 1_000_000_000;
+pub const SECOND: Nanos = NANOS_PER_SECOND;
 /// One minute.
 pub const MINUTE: Nanos = 60 * SECOND;
 /// One hour.

@@ -77,7 +77,8 @@ impl GovernorSubject {
             return Err(build("a zero rate (no refill) has no GCRA interval".into()));
         }
         // floor(q * 1e9 / p): governor keeps the interval as whole nanoseconds.
-        let interval = u128::from(denom) * 1_000_000_000 / u128::from(numer);
+        let interval = u128::from(denom) * u128::from(bucketproof_limiter::NANOS_PER_SECOND)
+            / u128::from(numer);
         let interval_ns = u64::try_from(interval)
             .ok()
             .filter(|&ns| ns > 0)
