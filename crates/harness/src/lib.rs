@@ -27,4 +27,4 @@ pub mod trace;
 pub use runner::{RunOptions, RunReport, Stepper, Verdict, run_trace};
 pub use subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError, SubjectFactory};
 pub use subjects::Registry;
-pub use trace::{ConfigSpec, Op, PolicySpec, Setup, Trace};
+pub use trace::{Acquire, ConfigSpec, Op, PolicySpec, Setup, Trace};

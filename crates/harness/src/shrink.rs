@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use crate::oracle::{OracleKind, Violation};
 use crate::runner::Failure;
 use crate::scenario::duration::SECOND;
-use crate::trace::{Op, Trace};
+use crate::trace::{Acquire, Op, Trace};
 
 /// Bounds on the work of one shrink. Whichever runs out first ends shrinking.
 ///
@@ -266,15 +266,15 @@ impl<F: FnMut(&Trace) -> Option<Failure>> Shrinker<F> {
 
     /// Every time shifted down so the earliest is 0 (differences, hence refills, are unchanged).
     fn shift_times(&mut self) -> bool {
-        let Some(earliest) = self.best.ops.iter().filter_map(Op::at).min() else {
+        let Some(earliest) = self.best.ops.iter().filter_map(Op::now).min() else {
             return false;
         };
         if earliest == 0 {
             return false;
         }
         self.try_map(
-            |op| set_time(op, |at| at - earliest),
-            |op| set_time(op, |at| at + earliest),
+            |op| set_time(op, |now| now - earliest),
+            |op| set_time(op, |now| now + earliest),
         )
     }
 
@@ -287,13 +287,13 @@ impl<F: FnMut(&Trace) -> Option<Failure>> Shrinker<F> {
             if let Some((key, times, total)) =
                 mergeable(&self.best.ops[index], &self.best.ops[index + 1])
             {
-                for at in times {
-                    let merged = Op::Acquire {
+                for now in times {
+                    let merged = Op::Acquire(Acquire {
                         key,
-                        at,
                         cost: total,
+                        now,
                         request_id: None,
-                    };
+                    });
                     let old = std::mem::replace(&mut self.best.ops[index], merged);
                     let next = self.best.ops.remove(index + 1);
                     if self.judge() {
@@ -309,20 +309,20 @@ impl<F: FnMut(&Trace) -> Option<Failure>> Shrinker<F> {
     }
 
     /// Pass 5: each op's time rounded down to a whole second, millisecond or microsecond when the trace
-    /// still fails the same way, so a counterexample reads `at: 3000000000` rather than
-    /// `at: 2899729074` wherever the exact value does not matter.
+    /// still fails the same way, so a counterexample reads `now: 3000000000` rather than
+    /// `now: 2899729074` wherever the exact value does not matter.
     fn round_times(&mut self) {
         let mut index = 0;
         while index < self.best.ops.len() && !self.exhausted {
             for unit in [SECOND, SECOND / 1_000, SECOND / 1_000_000] {
-                let Some(at) = self.best.ops[index].at() else {
+                let Some(now) = self.best.ops[index].now() else {
                     break;
                 };
-                if at % unit == 0 {
+                if now % unit == 0 {
                     break; // already round at this unit, hence at the finer ones
                 }
                 let mut candidate = self.best.ops[index].clone();
-                set_time(&mut candidate, |at| at - at % unit);
+                set_time(&mut candidate, |now| now - now % unit);
                 if self.try_replace(index, candidate) {
                     break;
                 }
@@ -335,34 +335,22 @@ impl<F: FnMut(&Trace) -> Option<Failure>> Shrinker<F> {
 /// Simpler variants of one op, simplest first.
 fn simpler(op: &Op) -> Vec<Op> {
     let mut out = Vec::new();
-    if let Op::Acquire {
-        key,
-        at,
-        cost,
-        request_id,
-    } = op
-    {
-        if request_id.is_some() {
-            out.push(Op::Acquire {
-                key: *key,
-                at: *at,
-                cost: *cost,
+    if let Op::Acquire(acquire) = op {
+        if acquire.request_id.is_some() {
+            out.push(Op::Acquire(Acquire {
                 request_id: None,
-            });
+                ..*acquire
+            }));
         }
-        if *cost > 1 {
-            out.push(Op::Acquire {
-                key: *key,
-                at: *at,
+        if acquire.cost > 1 {
+            out.push(Op::Acquire(Acquire {
                 cost: 1,
-                request_id: *request_id,
-            });
-            out.push(Op::Acquire {
-                key: *key,
-                at: *at,
-                cost: cost / 2,
-                request_id: *request_id,
-            });
+                ..*acquire
+            }));
+            out.push(Op::Acquire(Acquire {
+                cost: acquire.cost / 2,
+                ..*acquire
+            }));
         }
     }
     out
@@ -371,29 +359,30 @@ fn simpler(op: &Op) -> Vec<Op> {
 /// Two acquires without request ids on one key: the key, the two times to try, the summed cost.
 fn mergeable(first: &Op, second: &Op) -> Option<(u64, [u64; 2], u64)> {
     let (
-        Op::Acquire {
+        Op::Acquire(Acquire {
             key,
-            at,
             cost,
+            now,
             request_id: None,
-        },
-        Op::Acquire {
+        }),
+        Op::Acquire(Acquire {
             key: next_key,
-            at: next_at,
             cost: next_cost,
+            now: next_now,
             request_id: None,
-        },
+        }),
     ) = (first, second)
     else {
         return None;
     };
     (key == next_key).then_some(())?;
-    Some((*key, [*at, *next_at], cost.checked_add(*next_cost)?))
+    Some((*key, [*now, *next_now], cost.checked_add(*next_cost)?))
 }
 
 /// Renames an op's key (if it has one) by `map`, which holds every key of the trace.
 fn rename_key(op: &mut Op, map: &BTreeMap<u64, u64>) {
-    if let Op::Acquire { key, .. } | Op::Reconfigure { key, .. } | Op::Forget { key } = op {
+    if let Op::Acquire(Acquire { key, .. }) | Op::Reconfigure { key, .. } | Op::Forget { key } = op
+    {
         *key = map.get(key).copied().unwrap_or(*key);
     }
 }
@@ -401,7 +390,9 @@ fn rename_key(op: &mut Op, map: &BTreeMap<u64, u64>) {
 /// Sets an op's time (if it has one) to `to(time)`.
 fn set_time(op: &mut Op, to: impl Fn(u64) -> u64) {
     match op {
-        Op::Acquire { at, .. } | Op::Reconfigure { at, .. } | Op::Sweep { at } => *at = to(*at),
+        Op::Acquire(Acquire { now, .. }) | Op::Reconfigure { now, .. } | Op::Sweep { now } => {
+            *now = to(*now)
+        }
         Op::Forget { .. } => {}
     }
 }
@@ -430,14 +421,16 @@ mod tests {
         let tier = ConfigSpec::new(5, "2/s");
         let reconfigures = (0..keys).map(|key| Op::Reconfigure {
             key,
-            at: 0,
+            now: 0,
             config: tier.clone(),
         });
-        let acquires = (0..acquires).map(|i| Op::Acquire {
-            key: i % 4,
-            at: i * 10_000_000,
-            cost: 1,
-            request_id: None,
+        let acquires = (0..acquires).map(|i| {
+            Op::Acquire(Acquire {
+                key: i % 4,
+                cost: 1,
+                now: i * 10_000_000,
+                request_id: None,
+            })
         });
         Trace {
             setup,

@@ -8,7 +8,7 @@ use bucketproof_limiter::Wait;
 use bucketproof_model::Integer;
 use bucketproof_model::Rational;
 
-use crate::trace::{ConfigSpec, Setup};
+use crate::trace::{Acquire, ConfigSpec, Setup};
 
 /// A token amount as a subject reports it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -179,14 +179,10 @@ pub trait Subject {
     /// Stable name used in reports and replay commands (e.g. `core`, `float-textbook`, `mutant:no-clamp`).
     fn name(&self) -> String;
 
-    /// Take `cost` tokens for `key` at `now`.
-    fn acquire(
-        &mut self,
-        key: u64,
-        now: u64,
-        cost: u64,
-        request_id: Option<u64>,
-    ) -> Result<Observed, SubjectError>;
+    /// Take `acquire.cost` tokens for `acquire.key` at `acquire.now`, deduplicated by
+    /// `acquire.request_id` if one is given. One [`Acquire`] rather than loose `u64`s, so that a
+    /// swapped key, cost or time cannot compile.
+    fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError>;
 
     /// Move `key` to `config` at `now`.
     fn reconfigure(
@@ -208,9 +204,10 @@ pub trait Subject {
         Err(SubjectError::Unsupported("sweep"))
     }
 
-    /// Side-effect free: would `cost` be admitted for `key` at `now` with no other traffic? `None` if the
-    /// subject cannot tell without changing state (then the retry-after tightness oracle is skipped).
-    fn would_allow(&mut self, _key: u64, _now: u64, _cost: u64) -> Option<bool> {
+    /// Side-effect free: would `acquire` (its cost, for its key, at its time) be admitted with no other
+    /// traffic? Its request id is not consulted. `None` if the subject cannot tell without changing
+    /// state (then the retry-after tightness oracle is skipped).
+    fn would_allow(&mut self, _acquire: Acquire) -> Option<bool> {
         None
     }
 

@@ -6,6 +6,12 @@
 //!
 //! Owns the trace vocabulary and its serialized form. Promises: a trace is plain data (no clock, no
 //! randomness, no references into a subject), so serializing and reading it back gives the same run.
+//!
+//! An acquire travels as one [`Acquire`] value (key, cost, time, request id) from the trace through the
+//! runner into every subject, never as loose `u64` arguments: two `u64`s passed in the wrong order would
+//! type-check and silently decide another request, while named fields cannot be swapped. Every instant is
+//! called `now`, in the traces as in the limiter; `at`, the name older counterexample files use, is still
+//! read.
 
 use bucketproof_limiter::{Config, EvictionPolicy, Rate, defaults};
 use bucketproof_model::ModelConfig;
@@ -149,28 +155,43 @@ impl Setup {
     }
 }
 
-/// One operation of a trace. Times are `u64` nanoseconds.
+/// One acquire: `cost` whole tokens for `key` at `now`, optionally carrying a request id.
+///
+/// The harness passes an acquire as this one value, from a trace's [`Op::Acquire`] through the runner
+/// to [`Subject::acquire`](crate::Subject::acquire) and [`Subject::would_allow`](crate::Subject::would_allow),
+/// rather than as loose arguments: `key`, `cost` and `now` are all `u64`, and a call that swapped two of
+/// them would type-check and run, deciding a different request. Named fields cannot be swapped by position.
+/// The field order is the limiter's, `(key, cost, now)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Acquire {
+    /// The key.
+    pub key: u64,
+    /// Whole tokens.
+    pub cost: u64,
+    /// Time of the call, in nanoseconds. Read as `at` too, the name of older counterexample files.
+    #[serde(alias = "at")]
+    pub now: u64,
+    /// Optional idempotency id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<u64>,
+}
+
+/// One operation of a trace. Times are `u64` nanoseconds, named `now` as in the limiter (older files
+/// that name them `at` still read).
+///
+/// Serialized flat, tagged by `op`: `{"op":"acquire","key":0,"cost":1,"now":5}`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Op {
-    /// Take `cost` tokens for `key` at `at`.
-    Acquire {
-        /// The key.
-        key: u64,
-        /// Time of the call.
-        at: u64,
-        /// Whole tokens.
-        cost: u64,
-        /// Optional idempotency id.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        request_id: Option<u64>,
-    },
-    /// Move `key` to a new config at `at`.
+    /// Take `cost` tokens for `key` at `now`.
+    Acquire(Acquire),
+    /// Move `key` to a new config at `now`.
     Reconfigure {
         /// The key.
         key: u64,
         /// Time of the call.
-        at: u64,
+        #[serde(alias = "at")]
+        now: u64,
         /// The new config.
         config: ConfigSpec,
     },
@@ -179,18 +200,21 @@ pub enum Op {
         /// The key.
         key: u64,
     },
-    /// Drop every evictable bucket at `at`.
+    /// Drop every evictable bucket at `now`.
     Sweep {
         /// Time of the sweep.
-        at: u64,
+        #[serde(alias = "at")]
+        now: u64,
     },
 }
 
 impl Op {
     /// The op's time, if it has one.
-    pub fn at(&self) -> Option<u64> {
+    pub fn now(&self) -> Option<u64> {
         match self {
-            Op::Acquire { at, .. } | Op::Reconfigure { at, .. } | Op::Sweep { at } => Some(*at),
+            Op::Acquire(Acquire { now, .. }) | Op::Reconfigure { now, .. } | Op::Sweep { now } => {
+                Some(*now)
+            }
             Op::Forget { .. } => None,
         }
     }
@@ -198,7 +222,7 @@ impl Op {
     /// The key the op touches, if one.
     pub fn key(&self) -> Option<u64> {
         match self {
-            Op::Acquire { key, .. } | Op::Reconfigure { key, .. } | Op::Forget { key } => {
+            Op::Acquire(Acquire { key, .. }) | Op::Reconfigure { key, .. } | Op::Forget { key } => {
                 Some(*key)
             }
             Op::Sweep { .. } => None,
@@ -213,4 +237,70 @@ pub struct Trace {
     pub setup: Setup,
     /// What they are driven with.
     pub ops: Vec<Op>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ops_serialize_flat_with_now_in_the_limiters_order() {
+        let acquire = Op::Acquire(Acquire {
+            key: 3,
+            cost: 2,
+            now: 5,
+            request_id: None,
+        });
+        assert_eq!(
+            serde_json::to_string(&acquire).unwrap(),
+            r#"{"op":"acquire","key":3,"cost":2,"now":5}"#
+        );
+        let sweep = Op::Sweep { now: 7 };
+        assert_eq!(
+            serde_json::to_string(&sweep).unwrap(),
+            r#"{"op":"sweep","now":7}"#
+        );
+        let reconfigure = Op::Reconfigure {
+            key: 1,
+            now: 9,
+            config: ConfigSpec::new(4, "1/s"),
+        };
+        let json = serde_json::to_string(&reconfigure).unwrap();
+        assert_eq!(
+            json,
+            r#"{"op":"reconfigure","key":1,"now":9,"config":{"capacity":4,"rate":"1/s"}}"#
+        );
+        assert_eq!(serde_json::from_str::<Op>(&json).unwrap(), reconfigure);
+    }
+
+    #[test]
+    fn counterexamples_that_name_the_instant_at_still_read() {
+        let old = r#"{"setup":{"config":{"capacity":2,"rate":"1/s"}},"ops":[
+            {"op":"acquire","key":0,"at":10,"cost":2,"request_id":4},
+            {"op":"reconfigure","key":0,"at":11,"config":{"capacity":3,"rate":"2/s"}},
+            {"op":"forget","key":0},
+            {"op":"sweep","at":12}
+        ]}"#;
+        let trace: Trace = serde_json::from_str(old).unwrap();
+        assert_eq!(
+            trace.ops,
+            vec![
+                Op::Acquire(Acquire {
+                    key: 0,
+                    cost: 2,
+                    now: 10,
+                    request_id: Some(4),
+                }),
+                Op::Reconfigure {
+                    key: 0,
+                    now: 11,
+                    config: ConfigSpec::new(3, "2/s")
+                },
+                Op::Forget { key: 0 },
+                Op::Sweep { now: 12 },
+            ]
+        );
+        let written = serde_json::to_string(&trace).unwrap();
+        assert!(written.contains(r#""now":10"#) && !written.contains(r#""at""#));
+    }
 }

@@ -8,7 +8,7 @@ mod common;
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_harness::scenario::duration::YEAR;
 use bucketproof_harness::subjects::redis::RedisSubject;
-use bucketproof_harness::{ConfigSpec, Setup};
+use bucketproof_harness::{Acquire, ConfigSpec, Setup};
 use common::SECOND;
 
 fn redis_available(test: &str) -> bool {
@@ -44,36 +44,36 @@ fn the_redis_script_survives_century_gaps_at_the_edge_of_its_range() {
     let setup = Setup::new(ConfigSpec::new(capacity, "1/s"));
     let century = 100 * YEAR;
     let ops = vec![
-        bucketproof_harness::Op::Acquire {
+        bucketproof_harness::Op::Acquire(Acquire {
             key: 1,
-            at: SECOND,
             cost: capacity,
+            now: SECOND,
             request_id: None,
-        },
-        bucketproof_harness::Op::Acquire {
+        }),
+        bucketproof_harness::Op::Acquire(Acquire {
             key: 1,
-            at: SECOND + century,
             cost: capacity,
+            now: SECOND + century,
             request_id: None,
-        },
-        bucketproof_harness::Op::Acquire {
+        }),
+        bucketproof_harness::Op::Acquire(Acquire {
             key: 1,
-            at: SECOND + century,
             cost: 1,
+            now: SECOND + century,
             request_id: None,
-        },
-        bucketproof_harness::Op::Acquire {
+        }),
+        bucketproof_harness::Op::Acquire(Acquire {
             key: 1,
-            at: u64::MAX - 5,
             cost: 2,
+            now: u64::MAX - 5,
             request_id: None,
-        },
-        bucketproof_harness::Op::Acquire {
+        }),
+        bucketproof_harness::Op::Acquire(Acquire {
             key: 1,
-            at: u64::MAX - 5,
             cost: capacity,
+            now: u64::MAX - 5,
             request_id: None,
-        },
+        }),
     ];
     let mut redis = RedisSubject::new(&setup).unwrap();
     let report = run_trace(&setup, ops, &mut redis, &RunOptions::default()).unwrap();

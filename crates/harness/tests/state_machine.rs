@@ -15,7 +15,9 @@ use bucketproof_harness::runner::{RunOptions, Stepper, Verdict};
 use bucketproof_harness::scenario::duration::{SECOND, YEAR};
 use bucketproof_harness::subjects::CoreSubject;
 use bucketproof_harness::subjects::core::observe;
-use bucketproof_harness::{ConfigSpec, Observed, Op, PolicySpec, Setup, Subject, SubjectError};
+use bucketproof_harness::{
+    Acquire, ConfigSpec, Observed, Op, PolicySpec, Setup, Subject, SubjectError,
+};
 use bucketproof_limiter::internal::{Attempt, state_from_parts, transition};
 use bucketproof_limiter::{BucketState, Config};
 use bucketproof_model::Rational;
@@ -113,14 +115,10 @@ impl ReferenceStateMachine for LimiterMachine {
         let key = 0..KEYS;
         prop_oneof![
             12 => (key.clone(), time.clone(), 0..=CAPACITY + 1, proptest::option::weighted(0.3, 0u64..3))
-                .prop_map(|(key, at, cost, request_id)| Op::Acquire { key, at, cost, request_id }),
+                .prop_map(|(key, now, cost, request_id)| Op::Acquire(Acquire { key, cost, now, request_id })),
             1 => (key.clone(), time.clone(), 1..=CAPACITY + 2, proptest::sample::select(TIER_RATES))
-                .prop_map(|(key, at, capacity, rate)| Op::Reconfigure {
-                    key,
-                    at,
-                    config: ConfigSpec::new(capacity, rate),
-                }),
-            1 => time.prop_map(|at| Op::Sweep { at }),
+                .prop_map(|(key, now, capacity, rate)| Op::Reconfigure { key, now, config: ConfigSpec::new(capacity, rate) }),
+            1 => time.prop_map(|now| Op::Sweep { now }),
             1 => key.prop_map(|key| Op::Forget { key }),
         ]
         .boxed()
@@ -128,28 +126,28 @@ impl ReferenceStateMachine for LimiterMachine {
 
     fn apply(mut state: Reference, op: &Op) -> Reference {
         match op {
-            Op::Acquire {
+            Op::Acquire(Acquire {
                 key,
-                at,
                 cost,
+                now,
                 request_id,
-            } => {
-                let _ = state.model.acquire(*key, *at, *cost, *request_id);
+            }) => {
+                let _ = state.model.acquire(*key, *now, *cost, *request_id);
             }
-            Op::Reconfigure { key, at, config } => {
+            Op::Reconfigure { key, now, config } => {
                 state
                     .model
-                    .reconfigure(*key, config.to_model().unwrap(), *at);
+                    .reconfigure(*key, config.to_model().unwrap(), *now);
             }
             Op::Forget { key } => {
                 state.model.forget(*key);
             }
-            Op::Sweep { at } => {
-                state.model.sweep(*at);
+            Op::Sweep { now } => {
+                state.model.sweep(*now);
             }
         }
-        if let Some(at) = op.at() {
-            state.clock = at;
+        if let Some(now) = op.now() {
+            state.clock = now;
         }
         state
     }
@@ -285,13 +283,8 @@ impl Subject for Broken {
         format!("broken:{:?}", self.bug)
     }
 
-    fn acquire(
-        &mut self,
-        key: u64,
-        now: u64,
-        cost: u64,
-        _: Option<u64>,
-    ) -> Result<Observed, SubjectError> {
+    fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
+        let Acquire { key, cost, now, .. } = acquire;
         let created = !self.buckets.contains_key(&key);
         let state = *self
             .buckets
@@ -347,7 +340,7 @@ fn shrunk_failure_length(bug: Bug) -> Option<usize> {
         }
         fn apply(sut: Sut, _: &Reference, op: Op) -> Sut {
             // Only acquires: the broken subject has no reconfigure, sweep or forget.
-            if matches!(op, Op::Acquire { .. }) {
+            if matches!(op, Op::Acquire(..)) {
                 step(sut, op)
             } else {
                 sut
@@ -376,7 +369,7 @@ fn shrunk_failure_length(bug: Bug) -> Option<usize> {
         Err(TestError::Fail(_, (_, transitions, _))) => Some(
             transitions
                 .iter()
-                .filter(|op| matches!(op, Op::Acquire { .. }))
+                .filter(|op| matches!(op, Op::Acquire(..)))
                 .count(),
         ),
         _ => None,
@@ -442,13 +435,7 @@ fn each_case_drops_its_subject() {
         fn name(&self) -> String {
             "probe".into()
         }
-        fn acquire(
-            &mut self,
-            _: u64,
-            _: u64,
-            _: u64,
-            _: Option<u64>,
-        ) -> Result<Observed, SubjectError> {
+        fn acquire(&mut self, _: Acquire) -> Result<Observed, SubjectError> {
             Err(SubjectError::Unsupported("acquire"))
         }
     }

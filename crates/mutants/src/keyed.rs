@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use bucketproof_harness::{
-    Amount, ConfigSpec, Inspected, Inspection, Observed, Setup, Subject, SubjectError,
+    Acquire, Amount, ConfigSpec, Inspected, Inspection, Observed, Setup, Subject, SubjectError,
 };
 use bucketproof_limiter::internal::state_from_parts;
 use bucketproof_limiter::{BucketState, Config, Nanos, Wait};
@@ -212,13 +212,13 @@ impl<M: Mistake> Subject for Keyed<M> {
         self.name.clone()
     }
 
-    fn acquire(
-        &mut self,
-        key: u64,
-        now: u64,
-        cost: u64,
-        request_id: Option<u64>,
-    ) -> Result<Observed, SubjectError> {
+    fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
+        let Acquire {
+            key,
+            cost,
+            now,
+            request_id,
+        } = acquire;
         let config = self.config_of(key);
         let cost_units = self
             .mistake
@@ -327,7 +327,8 @@ impl<M: Mistake> Subject for Keyed<M> {
         Ok(())
     }
 
-    fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
+    fn would_allow(&mut self, acquire: Acquire) -> Option<bool> {
+        let Acquire { key, cost, now, .. } = acquire;
         let config = self.config_of(key);
         let Some(cost_units) = self.mistake.cost_units(&config, cost) else {
             return Some(false);

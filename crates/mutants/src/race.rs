@@ -39,7 +39,9 @@ use std::time::{Duration, Instant};
 use bucketproof_harness::oracle::arrival::{ArrivalCurve, CurveConfig};
 use bucketproof_harness::oracle::{OracleKind, Violation};
 use bucketproof_harness::subjects::CoreSubject;
-use bucketproof_harness::{ConfigSpec, Inspection, Observed, Setup, Subject, SubjectError};
+use bucketproof_harness::{
+    Acquire, ConfigSpec, Inspection, Observed, Setup, Subject, SubjectError,
+};
 use std::collections::HashMap;
 use std::sync::{MutexGuard, PoisonError};
 
@@ -104,18 +106,12 @@ impl Subject for RacySubject {
         "mutant:racy-rmw".into()
     }
 
-    fn acquire(
-        &mut self,
-        key: u64,
-        now: u64,
-        cost: u64,
-        request_id: Option<u64>,
-    ) -> Result<Observed, SubjectError> {
-        if request_id.is_some() {
+    fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
+        if acquire.request_id.is_some() {
             // The racy path has no request-id records.
             return Err(SubjectError::Unsupported("request ids on the racy path"));
         }
-        self.core.acquire(key, now, cost, None)
+        self.core.acquire(acquire)
     }
 
     fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
@@ -130,8 +126,8 @@ impl Subject for RacySubject {
         self.core.sweep(now)
     }
 
-    fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
-        self.core.would_allow(key, now, cost)
+    fn would_allow(&mut self, acquire: Acquire) -> Option<bool> {
+        self.core.would_allow(acquire)
     }
 
     fn inspect(&mut self, key: u64) -> Inspection {
@@ -283,9 +279,15 @@ pub fn hunt_race(acquire: AcquireFn, budget: Duration, max_rounds: u64) -> RaceO
             all.sort_unstable();
             let mut curve = ArrivalCurve::default();
             curve.restart(key, T0, curve_config);
-            let breach = all
-                .iter()
-                .find_map(|&(now, _)| curve.observe(key, now, 1, true).err());
+            let breach = all.iter().find_map(|&(now, _)| {
+                let acquire = Acquire {
+                    key,
+                    cost: 1,
+                    now,
+                    request_id: None,
+                };
+                curve.observe(acquire, true).err()
+            });
             if let Some(breach) = breach {
                 // The witness: two admitted acquires that report the same remaining balance both
                 // spent the same token (read the same state); a linearizable run never repeats one.

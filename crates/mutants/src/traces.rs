@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use bucketproof_harness::scenario::duration::{SECOND, YEAR};
 use bucketproof_harness::scenario::sample;
-use bucketproof_harness::{ConfigSpec, Op, PolicySpec, Setup, Trace};
+use bucketproof_harness::{Acquire, ConfigSpec, Op, PolicySpec, Setup, Trace};
 use rand_chacha::ChaCha8Rng;
 
 /// What a generated trace stresses.
@@ -222,14 +222,14 @@ pub fn generate(family: Family, seed: u64, len: usize) -> Trace {
             configs.insert(key, config);
             Op::Reconfigure {
                 key,
-                at: now,
+                now,
                 config: ConfigSpec::new(config.0, config.1),
             }
         } else if roll < weights.reconfigure + weights.forget {
             configs.remove(&key);
             Op::Forget { key }
         } else if roll < weights.reconfigure + weights.forget + weights.sweep {
-            Op::Sweep { at: now }
+            Op::Sweep { now }
         } else {
             let cost = if draw.percent(weights.invalid) {
                 draw.pick(&[0, key_capacity + 1, u64::MAX])
@@ -239,12 +239,12 @@ pub fn generate(family: Family, seed: u64, len: usize) -> Trace {
                 1 + draw.below(key_capacity)
             };
             let request_id = draw.percent(weights.request_id).then(|| draw.below(3));
-            Op::Acquire {
+            Op::Acquire(Acquire {
                 key,
-                at: now,
                 cost,
+                now,
                 request_id,
-            }
+            })
         };
         ops.push(op);
     }
@@ -306,10 +306,10 @@ mod tests {
             for op in generate(Family::Plain, seed, 100).ops {
                 assert!(matches!(
                     op,
-                    Op::Acquire {
+                    Op::Acquire(Acquire {
                         request_id: None,
                         ..
-                    }
+                    })
                 ));
             }
         }

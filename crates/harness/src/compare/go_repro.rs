@@ -14,7 +14,7 @@ use crate::scenario::duration::{HOUR, SECOND};
 use crate::subject::Subject;
 use crate::subjects::CoreSubject;
 use crate::subjects::float::FloatSubject;
-use crate::trace::{ConfigSpec, Op, Setup, Trace};
+use crate::trace::{Acquire, ConfigSpec, Op, Setup, Trace};
 
 /// A named reproduction of a published float failure.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -68,20 +68,24 @@ pub struct NamedScenario {
 ///   before the 2019 fix ([`GoRateVersion::SecondsCapped`]): the first refill reaches
 ///   0.9999999992307692 tokens and Go denies; the core admits.
 pub fn named_scenario_defs() -> Vec<NamedScenario> {
-    let one = |at: u64| Op::Acquire {
-        key: 0,
-        at,
-        cost: 1,
-        request_id: None,
+    let one = |now: u64| {
+        Op::Acquire(Acquire {
+            key: 0,
+            cost: 1,
+            now,
+            request_id: None,
+        })
     };
     let go_46579 = GoStyleBucket::from_f64_rate(1, GO_46579_RATE)
         .and_then(|b| b.with_state(GO_46579_TOKENS, None))
         .expect("the Go issue's state is a valid Go bucket");
-    let at = |at: u64, cost: u64| Op::Acquire {
-        key: 0,
-        at,
-        cost,
-        request_id: None,
+    let take = |cost: u64, now: u64| {
+        Op::Acquire(Acquire {
+            key: 0,
+            cost,
+            now,
+            request_id: None,
+        })
     };
     let go_46579_fresh = GoStyleBucket::from_f64_rate(2, GO_46579_RATE).expect("a valid Go bucket");
     let go_34861 = GoStyleBucket::from_f64_rate(1, GO_34861_RATE)
@@ -109,9 +113,9 @@ pub fn named_scenario_defs() -> Vec<NamedScenario> {
             trace: Trace {
                 setup: Setup::new(ConfigSpec::new(2, "1/3600s")),
                 ops: vec![
-                    at(7_274_941_802_361, 2),
-                    at(13_770_691_126_785, 1),
-                    at(21_103_551_712_482, 2),
+                    take(2, 7_274_941_802_361),
+                    take(1, 13_770_691_126_785),
+                    take(2, 21_103_551_712_482),
                 ],
             },
             go_template: go_46579_fresh,

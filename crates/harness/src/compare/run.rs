@@ -20,7 +20,7 @@ use crate::scenario::duration::SECOND;
 use crate::subject::{Amount, Inspection, Observed, Subject, SubjectError};
 use crate::subjects::float::FloatSubject;
 use crate::subjects::{CoreSubject, ModelSubject};
-use crate::trace::{ConfigSpec, Op, Setup};
+use crate::trace::{Acquire, ConfigSpec, Op, Setup};
 
 /// One subject's results in one cell (or one scenario).
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -189,16 +189,12 @@ impl Subject for Recording<'_> {
     fn name(&self) -> String {
         self.inner.name()
     }
-    fn acquire(
-        &mut self,
-        key: u64,
-        now: u64,
-        cost: u64,
-        request_id: Option<u64>,
-    ) -> Result<Observed, SubjectError> {
-        let got = self.inner.acquire(key, now, cost, request_id);
-        self.seen
-            .push((now, got.as_ref().ok().map(|observed| observed.remaining)));
+    fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
+        let got = self.inner.acquire(acquire);
+        self.seen.push((
+            acquire.now,
+            got.as_ref().ok().map(|observed| observed.remaining),
+        ));
         got
     }
     fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
@@ -210,8 +206,8 @@ impl Subject for Recording<'_> {
     fn sweep(&mut self, now: u64) -> Result<(), SubjectError> {
         self.inner.sweep(now)
     }
-    fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
-        self.inner.would_allow(key, now, cost)
+    fn would_allow(&mut self, acquire: Acquire) -> Option<bool> {
+        self.inner.would_allow(acquire)
     }
     fn inspect(&mut self, key: u64) -> Inspection {
         self.inner.inspect(key)
@@ -261,14 +257,9 @@ fn model_series(setup: &Setup, ops: &[Op]) -> Result<Vec<Option<Rational>>, Subj
     Ok(ops
         .iter()
         .filter_map(|op| match op {
-            Op::Acquire {
-                key,
-                at,
-                cost,
-                request_id,
-            } => Some(
+            Op::Acquire(acquire) => Some(
                 model
-                    .acquire(*key, *at, *cost, *request_id)
+                    .acquire(*acquire)
                     .ok()
                     .and_then(|o| o.remaining.to_rational()),
             ),
@@ -377,7 +368,7 @@ pub fn run(options: &CompareOptions) -> Result<CompareReport, CompareError> {
                     capacity,
                     horizon_ns,
                     ops: ops.len() as u64,
-                    last_op_ns: ops.last().and_then(Op::at).unwrap_or(0),
+                    last_op_ns: ops.last().and_then(Op::now).unwrap_or(0),
                     subjects: results,
                 });
             }

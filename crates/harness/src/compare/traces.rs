@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use super::GridRate;
 use crate::scenario::duration::SECOND;
 use crate::scenario::sample::{self, below};
-use crate::trace::Op;
+use crate::trace::{Acquire, Op};
 
 /// The stream number of the grid's traces (see [`sample::stream`]); fixed forever.
 const TRACE_STREAM: u64 = 0;
@@ -50,19 +50,19 @@ impl Shadow {
             .min(self.cap_units)
     }
 
-    fn acquire(&mut self, t: u64, cost: u64) {
-        self.balance = self.balance_at(t);
-        self.last = self.last.max(t);
+    fn acquire(&mut self, cost: u64, now: u64) {
+        self.balance = self.balance_at(now);
+        self.last = self.last.max(now);
         let need = u128::from(cost) * self.unit;
         if self.balance >= need {
             self.balance -= need;
         }
     }
 
-    /// ns from `t` until the balance reaches `cost` (0 if it already has).
-    fn time_to(&self, t: u64, cost: u64) -> u64 {
+    /// ns from `now` until the balance reaches `cost` (0 if it already has).
+    fn time_to(&self, cost: u64, now: u64) -> u64 {
         let need = u128::from(cost) * self.unit;
-        let have = self.balance_at(t);
+        let have = self.balance_at(now);
         if have >= need {
             return 0;
         }
@@ -93,14 +93,14 @@ pub fn generate_trace(
     let token_ns = u64::try_from(unit.div_ceil(p)).unwrap_or(u64::MAX).max(1);
     let mut out: Vec<Op> = Vec::with_capacity(ops);
     let mut now = 0u64;
-    let push = |out: &mut Vec<Op>, shadow: &mut Shadow, at: u64, cost: u64| {
-        shadow.acquire(at, cost);
-        out.push(Op::Acquire {
+    let push = |out: &mut Vec<Op>, shadow: &mut Shadow, cost: u64, now: u64| {
+        shadow.acquire(cost, now);
+        out.push(Op::Acquire(Acquire {
             key: 0,
-            at,
             cost,
+            now,
             request_id: None,
-        });
+        }));
     };
     // Bounded attempts: patterns that do not fit in the horizon are skipped, never looped on.
     for _ in 0..ops.saturating_mul(4) {
@@ -125,7 +125,7 @@ pub fn generate_trace(
             0..40 => {
                 for _ in 0..1 + below(&mut rng, 4) {
                     let cost = pick_cost(&mut rng);
-                    let wait = shadow.time_to(now, cost);
+                    let wait = shadow.time_to(cost, now);
                     let at = match (wait, below(&mut rng, 4)) {
                         (0, 0) => now,
                         (0, _) => now.saturating_add(1),
@@ -137,7 +137,7 @@ pub fn generate_trace(
                         break;
                     }
                     now = at;
-                    push(&mut out, &mut shadow, now, cost);
+                    push(&mut out, &mut shadow, cost, now);
                 }
             }
             // A burst: as many requests at one instant as the bucket holds, and one more.
@@ -146,7 +146,7 @@ pub fn generate_trace(
                     if out.len() >= ops {
                         break;
                     }
-                    push(&mut out, &mut shadow, now, 1);
+                    push(&mut out, &mut shadow, 1, now);
                 }
             }
             // A polling client: a fixed period near the refill rate.
@@ -165,13 +165,13 @@ pub fn generate_trace(
                         break;
                     }
                     now = at;
-                    push(&mut out, &mut shadow, now, 1);
+                    push(&mut out, &mut shadow, 1, now);
                 }
             }
             // One request after the idle gap.
             _ => {
                 let cost = pick_cost(&mut rng);
-                push(&mut out, &mut shadow, now, cost);
+                push(&mut out, &mut shadow, cost, now);
             }
         }
     }
@@ -190,13 +190,13 @@ mod tests {
         assert_eq!(a, generate_trace(&rate, 10, SECOND, 500, 7));
         assert_ne!(a, generate_trace(&rate, 10, SECOND, 500, 8));
         assert_eq!(a.len(), 500);
-        let times: Vec<u64> = a.iter().filter_map(Op::at).collect();
+        let times: Vec<u64> = a.iter().filter_map(Op::now).collect();
         assert!(times.windows(2).all(|w| w[0] <= w[1]));
         assert!(times.iter().all(|&t| t <= SECOND));
         // Sparse long horizons still reach far into the horizon.
         let slow = GridRate::parse("1/3600s").unwrap();
         let long = generate_trace(&slow, 1, 100 * YEAR, 300, 7);
-        let last = long.iter().filter_map(Op::at).max().unwrap();
+        let last = long.iter().filter_map(Op::now).max().unwrap();
         assert!(last > 50 * YEAR, "last op at {last}");
     }
 }

@@ -5,16 +5,13 @@
 
 use super::{OracleKind, Violation};
 use crate::subject::Subject;
+use crate::trace::Acquire;
 
-/// Checks a denial of `cost` on `key` at `at` that said "retry after `wait` ns".
-pub fn check(
-    subject: &mut dyn Subject,
-    key: u64,
-    at: u64,
-    cost: u64,
-    wait: u64,
-) -> Option<Violation> {
-    let Some(retry_at) = at.checked_add(wait) else {
+/// Checks a denial of `denied` that said "retry after `wait` ns": the same acquire, moved to
+/// `denied.now + wait`, is asked of [`Subject::would_allow`].
+pub fn check(subject: &mut dyn Subject, denied: Acquire, wait: u64) -> Option<Violation> {
+    let at = |now: u64| Acquire { now, ..denied };
+    let Some(retry_at) = denied.now.checked_add(wait) else {
         return Some(Violation::new(
             OracleKind::RetryAfter,
             "retry_after points past the end of the clock",
@@ -22,7 +19,7 @@ pub fn check(
             format!("{wait}ns"),
         ));
     };
-    if subject.would_allow(key, retry_at, cost) == Some(false) {
+    if subject.would_allow(at(retry_at)) == Some(false) {
         return Some(Violation::new(
             OracleKind::RetryAfter,
             "retrying at now + retry_after is denied",
@@ -30,7 +27,7 @@ pub fn check(
             "denied",
         ));
     }
-    if wait > 0 && subject.would_allow(key, retry_at - 1, cost) == Some(true) {
+    if wait > 0 && subject.would_allow(at(retry_at - 1)) == Some(true) {
         return Some(Violation::new(
             OracleKind::RetryAfter,
             "retry_after is not tight: 1 ns earlier is already allowed",

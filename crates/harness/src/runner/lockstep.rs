@@ -19,7 +19,7 @@ use crate::oracle::differential::{Admission, compare_acquire};
 use crate::oracle::eviction::{Creation, Dropped, Refusal};
 use crate::oracle::{OracleKind, Violation, invariants, retry_after};
 use crate::subject::{Inspection, Observed, Subject, SubjectError};
-use crate::trace::{ConfigSpec, Op, PolicySpec, Setup};
+use crate::trace::{Acquire, ConfigSpec, Op, PolicySpec, Setup};
 
 /// The subject under test, borrowed for one run or owned by a long-lived stepper.
 pub(super) enum SubjectSlot<'a> {
@@ -109,15 +109,10 @@ impl<'a> Lockstep<'a> {
 
     pub fn step(&mut self, op: &Op) -> StepResult {
         match op {
-            Op::Acquire {
-                key,
-                at,
-                cost,
-                request_id,
-            } => self.acquire(*key, *at, *cost, *request_id),
-            Op::Reconfigure { key, at, config } => self.reconfigure(*key, *at, config),
+            Op::Acquire(acquire) => self.acquire(*acquire),
+            Op::Reconfigure { key, now, config } => self.reconfigure(*key, *now, config),
             Op::Forget { key } => self.forget(*key),
-            Op::Sweep { at } => self.sweep(*at),
+            Op::Sweep { now } => self.sweep(*now),
         }
     }
 
@@ -200,23 +195,21 @@ impl<'a> Lockstep<'a> {
         Ok(None)
     }
 
-    fn acquire(&mut self, key: u64, at: u64, cost: u64, request_id: Option<u64>) -> StepResult {
-        self.events.note_time(at);
+    fn acquire(&mut self, acquire: Acquire) -> StepResult {
+        let Acquire { key, now, .. } = acquire;
+        self.events.note_time(now);
         let before = self.inspect_for_invariants(key);
-        let got = self.subject.acquire(key, at, cost, request_id);
+        let got = self.subject.acquire(acquire);
         let mut found = None;
         match &got {
             Err(SubjectError::Unsupported(what)) => return Err(format!("unsupported: {what}")),
-            Err(SubjectError::KeyLimitReached) => return Ok(self.follow_refusal(key, at)),
+            Err(SubjectError::KeyLimitReached) => return Ok(self.follow_refusal(key, now)),
             Ok(observed) if observed.created == Some(true) => {
-                found = self.follow_creation(key, at);
+                found = self.follow_creation(key, now);
             }
             _ => {}
         }
-        keep_first(
-            &mut found,
-            self.compare_with_model(key, at, cost, request_id, &got),
-        );
+        keep_first(&mut found, self.compare_with_model(acquire, &got));
         let Ok(observed) = got else {
             // Both errored the same way (or the comparison above says otherwise): errors change nothing.
             keep_first(&mut found, self.check_invariants(key, &before, &got, false));
@@ -229,13 +222,13 @@ impl<'a> Lockstep<'a> {
         );
         keep_first(
             &mut found,
-            self.check_arrival(key, at, cost, &observed, restarted),
+            self.check_arrival(acquire, &observed, restarted),
         );
-        keep_first(&mut found, self.check_retry_after(key, at, cost, &observed));
+        keep_first(&mut found, self.check_retry_after(acquire, &observed));
         let admitted = observed.allowed && !observed.replayed;
         let remaining = &observed.remaining;
         self.sampler
-            .acquire(&self.model, key, at, cost, admitted, remaining);
+            .acquire(&self.model, acquire, admitted, remaining);
         Ok(found)
     }
 
@@ -301,12 +294,15 @@ impl<'a> Lockstep<'a> {
     /// event counters see both answers.
     fn compare_with_model(
         &mut self,
-        key: u64,
-        at: u64,
-        cost: u64,
-        request_id: Option<u64>,
+        acquire: Acquire,
         got: &Result<Observed, SubjectError>,
     ) -> Option<Violation> {
+        let Acquire {
+            key,
+            cost,
+            now,
+            request_id,
+        } = acquire;
         let before = self.model.state(key).map(|(tokens, last_refill)| {
             let capacity = self.model.config_of(key).capacity();
             Before {
@@ -316,7 +312,8 @@ impl<'a> Lockstep<'a> {
                 last_refill,
             }
         });
-        let expected = self.model.acquire(key, at, cost, request_id);
+        // The model keeps its own argument order (it shares no types with the harness).
+        let expected = self.model.acquire(key, now, cost, request_id);
         let comparison = compare_acquire(&expected, got);
         let divergence = &mut self.divergence;
         if let Some(error) = comparison.token_error
@@ -335,9 +332,9 @@ impl<'a> Lockstep<'a> {
             divergence.value_mismatches += 1;
         }
         if comparison.violation.is_some() && divergence.first_divergence_at.is_none() {
-            divergence.first_divergence_at = Some(at);
+            divergence.first_divergence_at = Some(now);
         }
-        self.events.acquire(&expected, before, cost, at);
+        self.events.acquire(&expected, before, cost, now);
         comparison.violation
     }
 
@@ -359,23 +356,18 @@ impl<'a> Lockstep<'a> {
 
     fn check_arrival(
         &mut self,
-        key: u64,
-        at: u64,
-        cost: u64,
+        acquire: Acquire,
         observed: &Observed,
         restarted: bool,
     ) -> Option<Violation> {
-        if restarted || !self.arrival.knows(key) {
-            self.restart_curve(key, at);
+        if restarted || !self.arrival.knows(acquire.key) {
+            self.restart_curve(acquire.key, acquire.now);
         }
         // A replay touches no bucket (not even its cursor), so the curve does not see it.
         if observed.replayed {
             return None;
         }
-        let breach = self
-            .arrival
-            .observe(key, at, cost, observed.allowed)
-            .err()?;
+        let breach = self.arrival.observe(acquire, observed.allowed).err()?;
         self.divergence.arrival_breaches += 1;
         Some(Violation::new(
             OracleKind::ArrivalCurve,
@@ -391,20 +383,14 @@ impl<'a> Lockstep<'a> {
         ))
     }
 
-    fn check_retry_after(
-        &mut self,
-        key: u64,
-        at: u64,
-        cost: u64,
-        observed: &Observed,
-    ) -> Option<Violation> {
+    fn check_retry_after(&mut self, acquire: Acquire, observed: &Observed) -> Option<Violation> {
         if !self.options.check_retry_after || observed.allowed || observed.replayed {
             return None;
         }
         let Some(Wait::After(wait)) = observed.retry_after else {
             return None;
         };
-        let violation = retry_after::check(&mut *self.subject, key, at, cost, wait);
+        let violation = retry_after::check(&mut *self.subject, acquire, wait);
         self.divergence.other_violations += u64::from(violation.is_some());
         violation
     }

@@ -259,7 +259,7 @@ mod tests {
     use super::*;
     use crate::subjects::CoreSubject;
     use crate::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
-    use crate::{ConfigSpec, SubjectFactory};
+    use crate::{Acquire, ConfigSpec, SubjectFactory};
 
     /// A reconfigure under a rolled-back clock creates a key the subject does not hold, with its
     /// cursor at the subject's eviction horizon rather than at `now`. The runner must follow that for
@@ -276,25 +276,25 @@ mod tests {
             .find(|k| limiter.shard_of(k) == limiter.shard_of(&0))
             .unwrap();
         let ops = vec![
-            Op::Acquire {
+            Op::Acquire(Acquire {
                 key: 0,
-                at: 10 * SECOND,
                 cost: 1,
+                now: 10 * SECOND,
                 request_id: None,
-            },
+            }),
             // Key 0 is full again by 20 s: the sweep drops it and the horizon moves past 10 s.
-            Op::Sweep { at: 20 * SECOND },
+            Op::Sweep { now: 20 * SECOND },
             Op::Reconfigure {
                 key,
-                at: SECOND,
+                now: SECOND,
                 config: ConfigSpec::new(5, "1/s"),
             },
-            Op::Acquire {
+            Op::Acquire(Acquire {
                 key,
-                at: 2 * SECOND,
                 cost: 1,
+                now: 2 * SECOND,
                 request_id: None,
-            },
+            }),
         ];
         let trace = Trace { setup, ops };
         let mut core = CoreSubject::new(&trace.setup).unwrap();

@@ -10,6 +10,7 @@ use bucketproof_model::Model;
 
 use super::Sample;
 use crate::subject::Amount;
+use crate::trace::Acquire;
 
 /// The series of one key.
 pub(super) struct Sampler {
@@ -39,20 +40,13 @@ impl Sampler {
         self.admitted.remove(&key);
     }
 
-    /// An acquire of `cost` on `key` at `at`; `remaining` is what the subject reported.
-    pub fn acquire(
-        &mut self,
-        model: &Model,
-        key: u64,
-        at: u64,
-        cost: u64,
-        admitted: bool,
-        remaining: &Amount,
-    ) {
+    /// `acquire`, admitted or not; `remaining` is what the subject reported.
+    pub fn acquire(&mut self, model: &Model, acquire: Acquire, admitted: bool, remaining: &Amount) {
+        let Acquire { key, cost, now, .. } = acquire;
         if self.key != Some(key) {
             return;
         }
-        let start = *self.admitted.entry(key).or_insert((at, 0));
+        let start = *self.admitted.entry(key).or_insert((now, 0));
         let total = start.1 + if admitted { cost } else { 0 };
         self.admitted.insert(key, (start.0, total));
         self.seen += 1;
@@ -66,11 +60,11 @@ impl Sampler {
             .map(|(tokens, _)| tokens.to_f64().value())
             .unwrap_or(f64::NAN);
         self.samples.push(Sample {
-            at,
+            at: now,
             subject_remaining: remaining.to_f64_lossy(),
             model_remaining,
             admitted: total,
-            bound: config.capacity() as f64 + rate * (at.saturating_sub(start.0)) as f64 / 1e9,
+            bound: config.capacity() as f64 + rate * (now.saturating_sub(start.0)) as f64 / 1e9,
         });
         if self.samples.len() >= self.max_samples.max(2) {
             // Keep every other point and halve the rate: deterministic, bounded, still spans the run.

@@ -25,7 +25,7 @@ use super::{
     ATTACKER_KEY_BASE, ArrivalPattern, BoundaryOffset, CostRange, CostValue, KeyDistribution,
     Scenario, ScheduledReconfig,
 };
-use crate::trace::{ConfigSpec, Op};
+use crate::trace::{Acquire, ConfigSpec, Op};
 
 /// Stream numbers: one per aspect, fixed forever (changing one changes every seed's meaning).
 mod streams {
@@ -172,7 +172,7 @@ impl Expansion {
         let key = self.tier_key;
         let op = Op::Reconfigure {
             key,
-            at: self.start,
+            now: self.start,
             config: ConfigSpec::new(tier.capacity, tier.rate.clone()),
         };
         self.capacities.insert(key, tier.capacity);
@@ -276,16 +276,16 @@ impl Expansion {
         }
     }
 
-    fn acquire(&mut self, at: u64) -> Op {
+    fn acquire(&mut self, now: u64) -> Op {
         if !self.recent.is_empty() && self.repeat.hit(&mut self.ids_rng) {
             let index = sample::below(&mut self.ids_rng, self.recent.len() as u64) as usize;
             let (key, id, cost) = self.recent[index];
-            return Op::Acquire {
+            return Op::Acquire(Acquire {
                 key,
-                at,
                 cost,
+                now,
                 request_id: Some(id),
-            };
+            });
         }
         let key = if self.attacker.hit(&mut self.keys_rng) {
             let key = self.next_attacker;
@@ -315,12 +315,12 @@ impl Expansion {
             self.recent.push_back((key, id, cost));
             id
         });
-        Op::Acquire {
+        Op::Acquire(Acquire {
             key,
-            at,
             cost,
+            now,
             request_id,
-        }
+        })
     }
 }
 
@@ -337,7 +337,7 @@ impl Iterator for Expansion {
         let step = self.step;
         self.step += 1;
         self.advance(step);
-        let at = self.read_clock();
+        let now = self.read_clock();
 
         if let Some(entry) = self.schedule.get(self.schedule_next)
             && entry.step <= step
@@ -346,11 +346,11 @@ impl Iterator for Expansion {
             let (key, capacity) = (entry.key, entry.capacity);
             let config = ConfigSpec::new(entry.capacity, entry.rate.clone());
             self.capacities.insert(key, capacity);
-            return Some(Op::Reconfigure { key, at, config });
+            return Some(Op::Reconfigure { key, now, config });
         }
         let every = self.scenario.maintenance.sweep_every;
         if (every > 0 && (step + 1).is_multiple_of(every)) || self.sweep.hit(&mut self.kinds_rng) {
-            return Some(Op::Sweep { at });
+            return Some(Op::Sweep { now });
         }
         if self.forget.hit(&mut self.kinds_rng) {
             let key = self.population_key();
@@ -362,9 +362,9 @@ impl Iterator for Expansion {
             let index = sample::below(&mut self.kinds_rng, configs.len() as u64) as usize;
             let config = configs[index].0.clone();
             self.capacities.insert(key, config.capacity);
-            return Some(Op::Reconfigure { key, at, config });
+            return Some(Op::Reconfigure { key, now, config });
         }
-        Some(self.acquire(at))
+        Some(self.acquire(now))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -387,7 +387,7 @@ mod tests {
     }
 
     fn times(ops: &[Op]) -> Vec<u64> {
-        ops.iter().filter_map(Op::at).collect()
+        ops.iter().filter_map(Op::now).collect()
     }
 
     #[test]
@@ -429,10 +429,10 @@ mod tests {
         );
         let ops: Vec<Op> = s.expand(1).collect();
         assert_eq!(ops.len() as u64, s.total_ops());
-        assert!(matches!(ops[0], Op::Reconfigure { key: 2, at: 0, .. }));
-        assert!(matches!(ops[1], Op::Reconfigure { key: 3, at: 0, .. }));
+        assert!(matches!(ops[0], Op::Reconfigure { key: 2, now: 0, .. }));
+        assert!(matches!(ops[1], Op::Reconfigure { key: 3, now: 0, .. }));
         for op in &ops[2..] {
-            let Op::Acquire { key, cost, .. } = op else {
+            let Op::Acquire(Acquire { key, cost, .. }) = op else {
                 panic!("{op:?}")
             };
             assert_eq!(*cost, if *key >= 2 { 9 } else { 3 });
@@ -488,7 +488,7 @@ mod tests {
         let ids: Vec<u64> = ops
             .iter()
             .filter_map(|op| match op {
-                Op::Acquire { request_id, .. } => *request_id,
+                Op::Acquire(Acquire { request_id, .. }) => *request_id,
                 _ => None,
             })
             .collect();

@@ -8,7 +8,7 @@
 
 use super::CoreSubject;
 use crate::subject::{Amount, Inspection, Observed, Subject, SubjectError, SubjectFactory};
-use crate::trace::{ConfigSpec, Setup};
+use crate::trace::{Acquire, ConfigSpec, Setup};
 
 /// `broken:charges-denials`: the core limiter, except that a denial *reports* one token less than the
 /// bucket holds, as if the denied request had been charged. Caught by the model oracle at the first
@@ -23,14 +23,8 @@ impl Subject for ChargesDenials {
         CHARGES_DENIALS.into()
     }
 
-    fn acquire(
-        &mut self,
-        key: u64,
-        now: u64,
-        cost: u64,
-        request_id: Option<u64>,
-    ) -> Result<Observed, SubjectError> {
-        let mut observed = self.0.acquire(key, now, cost, request_id)?;
+    fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
+        let mut observed = self.0.acquire(acquire)?;
         if !observed.allowed
             && !observed.replayed
             && let Amount::Exact { numer, denom } = &mut observed.remaining
@@ -52,8 +46,8 @@ impl Subject for ChargesDenials {
         self.0.sweep(now)
     }
 
-    fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
-        self.0.would_allow(key, now, cost)
+    fn would_allow(&mut self, acquire: Acquire) -> Option<bool> {
+        self.0.would_allow(acquire)
     }
 
     fn inspect(&mut self, key: u64) -> Inspection {

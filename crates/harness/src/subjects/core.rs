@@ -4,7 +4,7 @@
 use bucketproof_limiter::{AcquireError, Acquired, Config, Decision, Limiter, Request};
 
 use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
-use crate::trace::{ConfigSpec, Setup};
+use crate::trace::{Acquire, ConfigSpec, Setup};
 
 /// The product under test.
 pub struct CoreSubject {
@@ -56,10 +56,11 @@ pub fn observe(decision: &Decision, created: bool, replayed: bool) -> Observed {
     }
 }
 
-/// An acquire as the limiter's front ends take it (the in-memory and the Redis limiter share it).
-pub fn request(cost: u64, now: u64, request_id: Option<u64>) -> Request {
-    let mut request = Request::cost(cost).at(now);
-    request.request_id = request_id.map(Into::into);
+/// An acquire as the limiter's front ends take it, next to `acquire.key` (the in-memory and the Redis
+/// limiter share it).
+pub fn request(acquire: Acquire) -> Request {
+    let mut request = Request::cost(acquire.cost).at(acquire.now);
+    request.request_id = acquire.request_id.map(Into::into);
     request
 }
 
@@ -83,16 +84,10 @@ impl Subject for CoreSubject {
         "core".into()
     }
 
-    fn acquire(
-        &mut self,
-        key: u64,
-        now: u64,
-        cost: u64,
-        request_id: Option<u64>,
-    ) -> Result<Observed, SubjectError> {
+    fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
         let acquired = self
             .limiter
-            .acquire_with(&key, request(cost, now, request_id))
+            .acquire_with(&acquire.key, request(acquire))
             .map_err(subject_error)?;
         Ok(observe_acquired(&acquired))
     }
@@ -115,8 +110,11 @@ impl Subject for CoreSubject {
         Ok(())
     }
 
-    fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
-        Some(self.limiter.would_allow_at(&key, cost, now))
+    fn would_allow(&mut self, acquire: Acquire) -> Option<bool> {
+        Some(
+            self.limiter
+                .would_allow_at(&acquire.key, acquire.cost, acquire.now),
+        )
     }
 
     fn inspect(&mut self, key: u64) -> Inspection {

@@ -6,7 +6,7 @@ use bucketproof_float::{
 use bucketproof_limiter::Wait;
 
 use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
-use crate::trace::Setup;
+use crate::trace::{Acquire, Setup};
 
 fn observe(decision: FloatDecision) -> Observed {
     let wait = |ns: Option<u64>| Some(ns.map_or(Wait::Never, Wait::After));
@@ -103,13 +103,13 @@ impl<B: FloatBucket> Subject for FloatSubject<B> {
         self.name.into()
     }
 
-    fn acquire(
-        &mut self,
-        key: u64,
-        now: u64,
-        cost: u64,
-        request_id: Option<u64>,
-    ) -> Result<Observed, SubjectError> {
+    fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
+        let Acquire {
+            key,
+            cost,
+            now,
+            request_id,
+        } = acquire;
         if request_id.is_some() {
             return Err(SubjectError::Unsupported("request ids"));
         }
@@ -124,7 +124,8 @@ impl<B: FloatBucket> Subject for FloatSubject<B> {
         Ok(())
     }
 
-    fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
+    fn would_allow(&mut self, acquire: Acquire) -> Option<bool> {
+        let Acquire { key, cost, now, .. } = acquire;
         let peek = self.buckets.peek(key, now);
         Some(peek.remaining >= cost as f64)
     }

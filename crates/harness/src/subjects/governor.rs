@@ -41,7 +41,7 @@ use governor::{NotUntil, Quota, RateLimiter};
 use bucketproof_limiter::Wait;
 
 use crate::subject::{Amount, Observed, Subject, SubjectError};
-use crate::trace::Setup;
+use crate::trace::{Acquire, Setup};
 
 /// The latest `now` this adapter accepts (2^62 ns, about 146 years). governor's `Nanos` additions do
 /// not check for overflow; with this bound and [`MAX_BURST_SPAN_NS`] they cannot overflow.
@@ -119,13 +119,13 @@ impl Subject for GovernorSubject {
         "governor".into()
     }
 
-    fn acquire(
-        &mut self,
-        key: u64,
-        now: u64,
-        cost: u64,
-        request_id: Option<u64>,
-    ) -> Result<Observed, SubjectError> {
+    fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
+        let Acquire {
+            key,
+            cost,
+            now,
+            request_id,
+        } = acquire;
         if request_id.is_some() {
             return Err(SubjectError::Unsupported("request ids"));
         }
@@ -204,7 +204,7 @@ impl Subject for GovernorSubject {
 mod tests {
     use super::*;
     use crate::runner::{RunOptions, run_trace};
-    use crate::trace::{ConfigSpec, Op};
+    use crate::trace::{Acquire, ConfigSpec, Op};
     use bucketproof_model::Rational;
 
     fn subject(capacity: u64, rate: &str) -> GovernorSubject {
@@ -219,29 +219,96 @@ mod tests {
     fn the_interval_is_truncated_to_whole_nanoseconds_and_oversells() {
         let mut g = subject(1, "7000000/s");
         assert_eq!(g.interval_ns(), 142, "1e9 / 7e6 = 142.857 ns, truncated");
-        assert!(g.acquire(0, 0, 1, None).unwrap().allowed);
+        assert!(
+            g.acquire(Acquire {
+                key: 0,
+                cost: 1,
+                now: 0,
+                request_id: None
+            })
+            .unwrap()
+            .allowed
+        );
         // Exact arithmetic needs 142.857 ns for the next token; governor has it after 142.
-        let second = g.acquire(0, 142, 1, None).unwrap();
+        let second = g
+            .acquire(Acquire {
+                key: 0,
+                cost: 1,
+                now: 142,
+                request_id: None,
+            })
+            .unwrap();
         assert!(second.allowed, "governor admits what the model denies");
         let mut exact = subject(1, "1000/s");
         assert_eq!(exact.interval_ns(), 1_000_000);
-        assert!(exact.acquire(0, 0, 1, None).unwrap().allowed);
-        assert!(!exact.acquire(0, 999_999, 1, None).unwrap().allowed);
-        assert!(exact.acquire(0, 1_000_000, 1, None).unwrap().allowed);
+        assert!(
+            exact
+                .acquire(Acquire {
+                    key: 0,
+                    cost: 1,
+                    now: 0,
+                    request_id: None
+                })
+                .unwrap()
+                .allowed
+        );
+        assert!(
+            !exact
+                .acquire(Acquire {
+                    key: 0,
+                    cost: 1,
+                    now: 999_999,
+                    request_id: None
+                })
+                .unwrap()
+                .allowed
+        );
+        assert!(
+            exact
+                .acquire(Acquire {
+                    key: 0,
+                    cost: 1,
+                    now: 1_000_000,
+                    request_id: None
+                })
+                .unwrap()
+                .allowed
+        );
     }
 
     #[test]
     fn remaining_and_waits_are_governors_exact_state() {
         let mut g = subject(10, "1000/s");
-        let d = g.acquire(0, 0, 3, None).unwrap();
+        let d = g
+            .acquire(Acquire {
+                key: 0,
+                cost: 3,
+                now: 0,
+                request_id: None,
+            })
+            .unwrap();
         assert_eq!(tokens(&d), Rational::from(7u32));
         assert_eq!(d.reset_after, Some(Wait::After(3_000_000)));
         // Half a token later: 7.5, take 1.
-        let d = g.acquire(0, 500_000, 1, None).unwrap();
+        let d = g
+            .acquire(Acquire {
+                key: 0,
+                cost: 1,
+                now: 500_000,
+                request_id: None,
+            })
+            .unwrap();
         assert!(d.allowed);
         assert_eq!(tokens(&d), Rational::from_parts(13.into(), 2u32.into()));
         // Ask for 10 with 6.5: wait 3.5 tokens = 3.5 ms; a denial changes nothing.
-        let d = g.acquire(0, 500_000, 10, None).unwrap();
+        let d = g
+            .acquire(Acquire {
+                key: 0,
+                cost: 10,
+                now: 500_000,
+                request_id: None,
+            })
+            .unwrap();
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Wait::After(3_500_000)));
         assert_eq!(tokens(&d), Rational::from_parts(13.into(), 2u32.into()));
@@ -251,13 +318,38 @@ mod tests {
     #[test]
     fn a_rollback_is_clamped_per_key_and_waits_count_from_now() {
         let mut g = subject(1, "1/s");
-        assert!(g.acquire(0, 10_000_000_000, 1, None).unwrap().allowed);
-        let d = g.acquire(0, 9_000_000_000, 1, None).unwrap();
+        assert!(
+            g.acquire(Acquire {
+                key: 0,
+                cost: 1,
+                now: 10_000_000_000,
+                request_id: None
+            })
+            .unwrap()
+            .allowed
+        );
+        let d = g
+            .acquire(Acquire {
+                key: 0,
+                cost: 1,
+                now: 9_000_000_000,
+                request_id: None,
+            })
+            .unwrap();
         assert!(!d.allowed);
         // Clock stays at 10 s: 1 s to the next token, plus the 1 s the call is behind.
         assert_eq!(d.retry_after, Some(Wait::After(2_000_000_000)));
         // Another key has its own clock.
-        assert!(g.acquire(1, 1_000, 1, None).unwrap().allowed);
+        assert!(
+            g.acquire(Acquire {
+                key: 1,
+                cost: 1,
+                now: 1_000,
+                request_id: None
+            })
+            .unwrap()
+            .allowed
+        );
     }
 
     #[test]
@@ -276,14 +368,40 @@ mod tests {
             Err(SubjectError::Build(_))
         ));
         let mut g = subject(3, "1/s");
-        assert_eq!(g.acquire(0, 0, 4, None), Err(SubjectError::InvalidCost));
-        assert_eq!(g.acquire(0, 0, 0, None), Err(SubjectError::InvalidCost));
+        assert_eq!(
+            g.acquire(Acquire {
+                key: 0,
+                cost: 4,
+                now: 0,
+                request_id: None
+            }),
+            Err(SubjectError::InvalidCost)
+        );
+        assert_eq!(
+            g.acquire(Acquire {
+                key: 0,
+                cost: 0,
+                now: 0,
+                request_id: None
+            }),
+            Err(SubjectError::InvalidCost)
+        );
         assert!(matches!(
-            g.acquire(0, MAX_TIME_NS + 1, 1, None),
+            g.acquire(Acquire {
+                key: 0,
+                cost: 1,
+                now: MAX_TIME_NS + 1,
+                request_id: None
+            }),
             Err(SubjectError::Unsupported(_))
         ));
         assert!(matches!(
-            g.acquire(0, 0, 1, Some(7)),
+            g.acquire(Acquire {
+                key: 0,
+                cost: 1,
+                now: 0,
+                request_id: Some(7)
+            }),
             Err(SubjectError::Unsupported(_))
         ));
     }
@@ -295,12 +413,12 @@ mod tests {
         let ops: Vec<Op> = (0..400u64)
             .map(|i| {
                 now += [0, 1, 999_999, 1_000_000, 3_333_333][(i % 5) as usize];
-                Op::Acquire {
+                Op::Acquire(Acquire {
                     key: i % 3,
-                    at: now,
                     cost: 1 + i % 5,
+                    now,
                     request_id: None,
-                }
+                })
             })
             .collect();
         let mut g = GovernorSubject::new(&setup).unwrap();

@@ -6,7 +6,7 @@ use bucketproof_model::Rational;
 use bucketproof_model::{Model, ModelDecision, ModelError, ModelWait};
 
 use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
-use crate::trace::{ConfigSpec, Setup};
+use crate::trace::{Acquire, ConfigSpec, Setup};
 
 /// The model behind the subject interface.
 pub struct ModelSubject {
@@ -59,13 +59,13 @@ impl Subject for ModelSubject {
         "model".into()
     }
 
-    fn acquire(
-        &mut self,
-        key: u64,
-        now: u64,
-        cost: u64,
-        request_id: Option<u64>,
-    ) -> Result<Observed, SubjectError> {
+    fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
+        let Acquire {
+            key,
+            cost,
+            now,
+            request_id,
+        } = acquire;
         match self.model.acquire(key, now, cost, request_id) {
             Ok(outcome) => Ok(observe(
                 &outcome.decision,
@@ -95,7 +95,8 @@ impl Subject for ModelSubject {
         Ok(())
     }
 
-    fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
+    fn would_allow(&mut self, acquire: Acquire) -> Option<bool> {
+        let Acquire { key, cost, now, .. } = acquire;
         let peek = self.model.peek(key, now);
         Some(peek.remaining >= Rational::from(cost))
     }

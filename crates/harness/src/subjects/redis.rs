@@ -11,7 +11,7 @@ use bucketproof_redis::{RedisAcquireError, RedisLimiter};
 
 use crate::subject::{Observed, Subject, SubjectError};
 use crate::subjects::core::{observe_acquired, request, subject_error};
-use crate::trace::{ConfigSpec, Setup};
+use crate::trace::{Acquire, ConfigSpec, Setup};
 
 /// Distinguishes subjects made by one process; the process id distinguishes processes.
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
@@ -68,18 +68,12 @@ impl Subject for RedisSubject {
         "redis".into()
     }
 
-    fn acquire(
-        &mut self,
-        key: u64,
-        now: u64,
-        cost: u64,
-        request_id: Option<u64>,
-    ) -> Result<Observed, SubjectError> {
+    fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
         let outcome = self
             .runtime
             .block_on(
                 self.limiter
-                    .acquire_with(&key.to_string(), request(cost, now, request_id)),
+                    .acquire_with(&acquire.key.to_string(), request(acquire)),
             )
             .map_err(store)?;
         Ok(observe_acquired(&outcome.acquired))
@@ -107,12 +101,15 @@ impl Subject for RedisSubject {
         Ok(())
     }
 
-    fn would_allow(&mut self, key: u64, now: u64, cost: u64) -> Option<bool> {
+    fn would_allow(&mut self, acquire: Acquire) -> Option<bool> {
         let peek = self
             .runtime
-            .block_on(self.limiter.peek(&key.to_string(), Some(now)))
+            .block_on(
+                self.limiter
+                    .peek(&acquire.key.to_string(), Some(acquire.now)),
+            )
             .ok()?;
-        Some(peek.remaining.units() >= cost as u128 * peek.remaining.units_per_token())
+        Some(peek.remaining.units() >= acquire.cost as u128 * peek.remaining.units_per_token())
     }
 
     fn may_evict(&self) -> bool {

@@ -3,7 +3,7 @@
 
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_harness::scenario::sample::{self, below};
-use bucketproof_harness::{ConfigSpec, Op, Setup, Subject};
+use bucketproof_harness::{Acquire, ConfigSpec, Op, Setup, Subject};
 
 pub use bucketproof_harness::scenario::duration::SECOND;
 
@@ -22,22 +22,22 @@ pub fn mixed_trace(len: usize, seed: u64) -> Vec<Op> {
             };
             let key = below(&mut rng, 4);
             match below(&mut rng, 20) {
-                0 => Op::Sweep { at: now },
+                0 => Op::Sweep { now },
                 1 => Op::Forget { key },
                 2 => Op::Reconfigure {
                     key,
-                    at: now,
+                    now,
                     config: ConfigSpec::new(
                         1 + below(&mut rng, 6),
                         ["1/3s", "2/s", "7/5s"][below(&mut rng, 3) as usize],
                     ),
                 },
-                _ => Op::Acquire {
+                _ => Op::Acquire(Acquire {
                     key,
-                    at: now,
                     cost: below(&mut rng, 7),
+                    now,
                     request_id: (below(&mut rng, 4) == 0).then(|| below(&mut rng, 3)),
-                },
+                }),
             }
         })
         .collect()
