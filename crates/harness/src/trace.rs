@@ -15,6 +15,8 @@
 
 use bucketproof_limiter::{Config, EvictionPolicy, Rate, defaults};
 use bucketproof_model::ModelConfig;
+use std::fmt;
+
 use serde::{Deserialize, Serialize};
 
 /// A bucket configuration as written in scenarios and traces: `capacity` whole tokens, `rate` as the
@@ -180,7 +182,7 @@ pub struct Acquire {
 /// that name them `at` still read).
 ///
 /// Serialized flat, tagged by `op`: `{"op":"acquire","key":0,"cost":1,"now":5}`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Op {
     /// Take `cost` tokens for `key` at `now`.
@@ -206,6 +208,24 @@ pub enum Op {
         #[serde(alias = "at")]
         now: u64,
     },
+}
+
+/// Prints an acquire as its fields, like the other ops (`Acquire { key: 0, cost: 1, now: 5, request_id:
+/// None }`), rather than as `Acquire(Acquire { .. })`: counterexamples in reports read this way.
+impl fmt::Debug for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::Acquire(acquire) => acquire.fmt(f),
+            Op::Reconfigure { key, now, config } => f
+                .debug_struct("Reconfigure")
+                .field("key", key)
+                .field("now", now)
+                .field("config", config)
+                .finish(),
+            Op::Forget { key } => f.debug_struct("Forget").field("key", key).finish(),
+            Op::Sweep { now } => f.debug_struct("Sweep").field("now", now).finish(),
+        }
+    }
 }
 
 impl Op {
@@ -302,5 +322,22 @@ mod tests {
         );
         let written = serde_json::to_string(&trace).unwrap();
         assert!(written.contains(r#""now":10"#) && !written.contains(r#""at""#));
+    }
+
+    #[test]
+    fn an_acquire_debug_prints_like_the_other_ops() {
+        let ops = [
+            Op::Acquire(Acquire {
+                key: 0,
+                cost: 1,
+                now: 5,
+                request_id: Some(2),
+            }),
+            Op::Sweep { now: 6 },
+        ];
+        assert_eq!(
+            format!("{ops:?}"),
+            "[Acquire { key: 0, cost: 1, now: 5, request_id: Some(2) }, Sweep { now: 6 }]"
+        );
     }
 }
