@@ -178,6 +178,19 @@ pub struct Acquire {
     pub request_id: Option<u64>,
 }
 
+#[cfg(test)]
+impl Acquire {
+    /// For this crate's unit tests: `cost` on key 0 at `now`, without a request id.
+    pub(crate) fn on_key_0(cost: u64, now: u64) -> Acquire {
+        Acquire {
+            key: 0,
+            cost,
+            now,
+            request_id: None,
+        }
+    }
+}
+
 /// One operation of a trace. Times are `u64` nanoseconds, named `now` as in the limiter (older files
 /// that name them `at` still read).
 ///

@@ -213,12 +213,7 @@ impl<M: Mistake> Subject for Keyed<M> {
     }
 
     fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
-        let Acquire {
-            key,
-            cost,
-            now,
-            request_id,
-        } = acquire;
+        let Acquire { key, cost, now, .. } = acquire;
         let config = self.config_of(key);
         let cost_units = self
             .mistake
@@ -229,7 +224,9 @@ impl<M: Mistake> Subject for Keyed<M> {
             // Dropped for idling (only a mutant with an idle TTL does this): records go with it.
             self.drop_bucket(key);
         }
-        let request_id = request_id.filter(|_| self.mistake.honours_request_ids());
+        let request_id = acquire
+            .request_id
+            .filter(|_| self.mistake.honours_request_ids());
         if let (Some(id), Some(entry)) = (request_id, self.entries.get(&key)) {
             let window = self.dedupe_window;
             let live = entry

@@ -186,16 +186,6 @@ mod tests {
     use super::*;
 
     use crate::scenario::duration::SECOND;
-
-    /// An acquire of `cost` on key 0 at `now`.
-    fn on_key_0(cost: u64, now: u64) -> Acquire {
-        Acquire {
-            key: 0,
-            cost,
-            now,
-            request_id: None,
-        }
-    }
     const ONE_PER_SECOND: CurveConfig = CurveConfig {
         capacity: 2,
         rate_numer: 1,
@@ -206,9 +196,13 @@ mod tests {
     fn a_burst_of_capacity_then_the_refill_rate_is_within_the_curve() {
         let mut curve = ArrivalCurve::default();
         curve.restart(0, 0, ONE_PER_SECOND);
-        assert!(curve.observe(on_key_0(2, 0), true).is_ok());
+        assert!(curve.observe(Acquire::on_key_0(2, 0), true).is_ok());
         for second in 1..100 {
-            assert!(curve.observe(on_key_0(1, second * SECOND), true).is_ok());
+            assert!(
+                curve
+                    .observe(Acquire::on_key_0(1, second * SECOND), true)
+                    .is_ok()
+            );
         }
     }
 
@@ -216,9 +210,11 @@ mod tests {
     fn one_token_more_than_the_curve_is_a_breach_naming_the_interval() {
         let mut curve = ArrivalCurve::default();
         curve.restart(0, 0, ONE_PER_SECOND);
-        curve.observe(on_key_0(2, 0), true).unwrap();
-        curve.observe(on_key_0(1, SECOND), true).unwrap();
-        let breach = curve.observe(on_key_0(1, SECOND + 1), true).unwrap_err();
+        curve.observe(Acquire::on_key_0(2, 0), true).unwrap();
+        curve.observe(Acquire::on_key_0(1, SECOND), true).unwrap();
+        let breach = curve
+            .observe(Acquire::on_key_0(1, SECOND + 1), true)
+            .unwrap_err();
         assert_eq!((breach.from, breach.to), (0, SECOND + 1));
         assert!(breach.admitted_units > breach.bound_units);
     }
@@ -229,18 +225,32 @@ mod tests {
         // inside a short window: only the running maximum over `a` catches it.
         let mut curve = ArrivalCurve::default();
         curve.restart(0, 0, ONE_PER_SECOND);
-        curve.observe(on_key_0(2, 1000 * SECOND), true).unwrap();
-        curve.observe(on_key_0(1, 1001 * SECOND), true).unwrap();
-        assert!(curve.observe(on_key_0(1, 1001 * SECOND), true).is_err());
+        curve
+            .observe(Acquire::on_key_0(2, 1000 * SECOND), true)
+            .unwrap();
+        curve
+            .observe(Acquire::on_key_0(1, 1001 * SECOND), true)
+            .unwrap();
+        assert!(
+            curve
+                .observe(Acquire::on_key_0(1, 1001 * SECOND), true)
+                .is_err()
+        );
     }
 
     #[test]
     fn rollbacks_use_the_keys_effective_time() {
         let mut curve = ArrivalCurve::default();
         curve.restart(0, 10 * SECOND, ONE_PER_SECOND);
-        curve.observe(on_key_0(2, 10 * SECOND), true).unwrap();
+        curve
+            .observe(Acquire::on_key_0(2, 10 * SECOND), true)
+            .unwrap();
         // A lagging clock says 5 s: effective time is still 10 s; no refill may be assumed.
-        assert!(curve.observe(on_key_0(1, 5 * SECOND), true).is_err());
+        assert!(
+            curve
+                .observe(Acquire::on_key_0(1, 5 * SECOND), true)
+                .is_err()
+        );
     }
 
     #[test]
@@ -252,8 +262,14 @@ mod tests {
             rate_denom: 1 << 32,
         };
         curve.restart(0, 0, config);
-        curve.observe(on_key_0(u64::MAX, 0), true).unwrap();
-        curve.observe(on_key_0(u64::MAX, u64::MAX), true).unwrap();
-        assert!(curve.observe(on_key_0(u64::MAX, u64::MAX), true).is_err());
+        curve.observe(Acquire::on_key_0(u64::MAX, 0), true).unwrap();
+        curve
+            .observe(Acquire::on_key_0(u64::MAX, u64::MAX), true)
+            .unwrap();
+        assert!(
+            curve
+                .observe(Acquire::on_key_0(u64::MAX, u64::MAX), true)
+                .is_err()
+        );
     }
 }

@@ -297,12 +297,7 @@ impl<'a> Lockstep<'a> {
         acquire: Acquire,
         got: &Result<Observed, SubjectError>,
     ) -> Option<Violation> {
-        let Acquire {
-            key,
-            cost,
-            now,
-            request_id,
-        } = acquire;
+        let Acquire { key, cost, now, .. } = acquire;
         let before = self.model.state(key).map(|(tokens, last_refill)| {
             let capacity = self.model.config_of(key).capacity();
             Before {
@@ -313,7 +308,7 @@ impl<'a> Lockstep<'a> {
             }
         });
         // The model keeps its own argument order (it shares no types with the harness).
-        let expected = self.model.acquire(key, now, cost, request_id);
+        let expected = self.model.acquire(key, now, cost, acquire.request_id);
         let comparison = compare_acquire(&expected, got);
         let divergence = &mut self.divergence;
         if let Some(error) = comparison.token_error

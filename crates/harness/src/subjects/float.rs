@@ -104,15 +104,10 @@ impl<B: FloatBucket> Subject for FloatSubject<B> {
     }
 
     fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
-        let Acquire {
-            key,
-            cost,
-            now,
-            request_id,
-        } = acquire;
-        if request_id.is_some() {
+        if acquire.request_id.is_some() {
             return Err(SubjectError::Unsupported("request ids"));
         }
+        let Acquire { key, cost, now, .. } = acquire;
         self.buckets
             .acquire(key, now, cost)
             .map(observe)

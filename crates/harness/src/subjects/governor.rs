@@ -120,15 +120,10 @@ impl Subject for GovernorSubject {
     }
 
     fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
-        let Acquire {
-            key,
-            cost,
-            now,
-            request_id,
-        } = acquire;
-        if request_id.is_some() {
+        if acquire.request_id.is_some() {
             return Err(SubjectError::Unsupported("request ids"));
         }
+        let Acquire { key, cost, now, .. } = acquire;
         if now > MAX_TIME_NS {
             return Err(SubjectError::Unsupported("governor: times beyond 2^62 ns"));
         }
@@ -219,58 +214,22 @@ mod tests {
     fn the_interval_is_truncated_to_whole_nanoseconds_and_oversells() {
         let mut g = subject(1, "7000000/s");
         assert_eq!(g.interval_ns(), 142, "1e9 / 7e6 = 142.857 ns, truncated");
-        assert!(
-            g.acquire(Acquire {
-                key: 0,
-                cost: 1,
-                now: 0,
-                request_id: None
-            })
-            .unwrap()
-            .allowed
-        );
+        assert!(g.acquire(Acquire::on_key_0(1, 0)).unwrap().allowed);
         // Exact arithmetic needs 142.857 ns for the next token; governor has it after 142.
-        let second = g
-            .acquire(Acquire {
-                key: 0,
-                cost: 1,
-                now: 142,
-                request_id: None,
-            })
-            .unwrap();
+        let second = g.acquire(Acquire::on_key_0(1, 142)).unwrap();
         assert!(second.allowed, "governor admits what the model denies");
         let mut exact = subject(1, "1000/s");
         assert_eq!(exact.interval_ns(), 1_000_000);
-        assert!(
-            exact
-                .acquire(Acquire {
-                    key: 0,
-                    cost: 1,
-                    now: 0,
-                    request_id: None
-                })
-                .unwrap()
-                .allowed
-        );
+        assert!(exact.acquire(Acquire::on_key_0(1, 0)).unwrap().allowed);
         assert!(
             !exact
-                .acquire(Acquire {
-                    key: 0,
-                    cost: 1,
-                    now: 999_999,
-                    request_id: None
-                })
+                .acquire(Acquire::on_key_0(1, 999_999))
                 .unwrap()
                 .allowed
         );
         assert!(
             exact
-                .acquire(Acquire {
-                    key: 0,
-                    cost: 1,
-                    now: 1_000_000,
-                    request_id: None
-                })
+                .acquire(Acquire::on_key_0(1, 1_000_000))
                 .unwrap()
                 .allowed
         );
@@ -279,36 +238,15 @@ mod tests {
     #[test]
     fn remaining_and_waits_are_governors_exact_state() {
         let mut g = subject(10, "1000/s");
-        let d = g
-            .acquire(Acquire {
-                key: 0,
-                cost: 3,
-                now: 0,
-                request_id: None,
-            })
-            .unwrap();
+        let d = g.acquire(Acquire::on_key_0(3, 0)).unwrap();
         assert_eq!(tokens(&d), Rational::from(7u32));
         assert_eq!(d.reset_after, Some(Wait::After(3_000_000)));
         // Half a token later: 7.5, take 1.
-        let d = g
-            .acquire(Acquire {
-                key: 0,
-                cost: 1,
-                now: 500_000,
-                request_id: None,
-            })
-            .unwrap();
+        let d = g.acquire(Acquire::on_key_0(1, 500_000)).unwrap();
         assert!(d.allowed);
         assert_eq!(tokens(&d), Rational::from_parts(13.into(), 2u32.into()));
         // Ask for 10 with 6.5: wait 3.5 tokens = 3.5 ms; a denial changes nothing.
-        let d = g
-            .acquire(Acquire {
-                key: 0,
-                cost: 10,
-                now: 500_000,
-                request_id: None,
-            })
-            .unwrap();
+        let d = g.acquire(Acquire::on_key_0(10, 500_000)).unwrap();
         assert!(!d.allowed);
         assert_eq!(d.retry_after, Some(Wait::After(3_500_000)));
         assert_eq!(tokens(&d), Rational::from_parts(13.into(), 2u32.into()));
@@ -319,23 +257,11 @@ mod tests {
     fn a_rollback_is_clamped_per_key_and_waits_count_from_now() {
         let mut g = subject(1, "1/s");
         assert!(
-            g.acquire(Acquire {
-                key: 0,
-                cost: 1,
-                now: 10_000_000_000,
-                request_id: None
-            })
-            .unwrap()
-            .allowed
+            g.acquire(Acquire::on_key_0(1, 10_000_000_000))
+                .unwrap()
+                .allowed
         );
-        let d = g
-            .acquire(Acquire {
-                key: 0,
-                cost: 1,
-                now: 9_000_000_000,
-                request_id: None,
-            })
-            .unwrap();
+        let d = g.acquire(Acquire::on_key_0(1, 9_000_000_000)).unwrap();
         assert!(!d.allowed);
         // Clock stays at 10 s: 1 s to the next token, plus the 1 s the call is behind.
         assert_eq!(d.retry_after, Some(Wait::After(2_000_000_000)));
@@ -369,30 +295,15 @@ mod tests {
         ));
         let mut g = subject(3, "1/s");
         assert_eq!(
-            g.acquire(Acquire {
-                key: 0,
-                cost: 4,
-                now: 0,
-                request_id: None
-            }),
+            g.acquire(Acquire::on_key_0(4, 0)),
             Err(SubjectError::InvalidCost)
         );
         assert_eq!(
-            g.acquire(Acquire {
-                key: 0,
-                cost: 0,
-                now: 0,
-                request_id: None
-            }),
+            g.acquire(Acquire::on_key_0(0, 0)),
             Err(SubjectError::InvalidCost)
         );
         assert!(matches!(
-            g.acquire(Acquire {
-                key: 0,
-                cost: 1,
-                now: MAX_TIME_NS + 1,
-                request_id: None
-            }),
+            g.acquire(Acquire::on_key_0(1, MAX_TIME_NS + 1)),
             Err(SubjectError::Unsupported(_))
         ));
         assert!(matches!(

@@ -60,13 +60,9 @@ impl Subject for ModelSubject {
     }
 
     fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
-        let Acquire {
-            key,
-            cost,
-            now,
-            request_id,
-        } = acquire;
-        match self.model.acquire(key, now, cost, request_id) {
+        // The model keeps its own argument order (it shares no types with the harness).
+        let Acquire { key, cost, now, .. } = acquire;
+        match self.model.acquire(key, now, cost, acquire.request_id) {
             Ok(outcome) => Ok(observe(
                 &outcome.decision,
                 outcome.created,
