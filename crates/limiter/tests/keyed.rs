@@ -409,3 +409,36 @@ fn a_full_sweep_drops_every_evictable_bucket_and_keeps_the_rest() {
         assert_eq!(limiter.inspect(&key).is_some(), key % 3 == 0, "key {key}");
     }
 }
+
+/// `shard_of` and `shard_key_bound` are what the harness uses to refuse a scenario whose pinned keys
+/// cannot fit: they must name the shard that actually refuses a key, and the bound it refuses at.
+#[test]
+fn shard_of_and_shard_key_bound_predict_where_the_key_bound_refuses() {
+    let limiter: Limiter<u64> = Limiter::builder(config(2, "1/s"))
+        .max_keys(8, EvictionPolicy::RejectNewKeys)
+        .shards(4)
+        .sweep_per_op(0)
+        .hasher_seed(7)
+        .build();
+    assert_eq!(limiter.shard_key_bound(), 2);
+    let shards: std::collections::BTreeSet<usize> =
+        (0..64u64).map(|key| limiter.shard_of(&key)).collect();
+    assert_eq!(shards, (0..4).collect(), "keys spread over every shard");
+    for shard in 0..4 {
+        let mut keys = (0..).filter(|key| limiter.shard_of(key) == shard);
+        // Pin the shard's bound of keys (an override config is never evicted) ...
+        for key in keys.by_ref().take(limiter.shard_key_bound()) {
+            assert_eq!(limiter.reconfigure_at(&key, config(2, "1/s"), 0), Ok(1));
+        }
+        // ... and the next key of that shard is refused, while the next shard still has room.
+        let next = keys.next().unwrap();
+        assert!(
+            matches!(
+                limiter.acquire_at(&next, 1, 0),
+                Err(AcquireError::KeyLimitReached { .. })
+            ),
+            "shard {shard} holds {} keys",
+            limiter.shard_key_bound()
+        );
+    }
+}
