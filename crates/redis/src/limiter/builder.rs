@@ -1,0 +1,150 @@
+//! Building a [`RedisLimiter`]: its settings, their defaults, and connecting.
+//!
+//! Owns: [`RedisBuilder`] with every default (the dedupe defaults are the in-memory limiter's
+//! [`defaults`]), [`MAX_RECORDS_PER_KEY`], and [`RedisBuilder::connect`].
+//!
+//! Promises: a limiter exists only for settings the script runs exactly (config in the exact range,
+//! a prefix that keeps the hash tag, records within the script's bound, at least one attempt), with
+//! the script loaded and the connection up.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bucketproof_limiter::{Config, Nanos, defaults};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Script};
+
+use super::RedisLimiter;
+use super::error::BuildError;
+use super::peek::PEEK_SOURCE;
+use super::policy::Unavailable;
+use super::stats::Counters;
+use crate::range::check_exact;
+use crate::script::{fingerprint, limbs, script};
+
+/// Upper bound on request-id records per key (each acquire may evict a few; keeps the script short).
+pub const MAX_RECORDS_PER_KEY: usize = 1024;
+
+/// Settings of a [`RedisLimiter`]; build one with [`RedisLimiter::builder`].
+#[derive(Clone, Debug)]
+pub struct RedisBuilder {
+    pub(super) config: Config,
+    pub(super) prefix: String,
+    pub(super) dedupe_window: Nanos,
+    pub(super) dedupe_per_key: usize,
+    pub(super) injected_ttl_floor: Duration,
+    pub(super) unavailable: Unavailable,
+    pub(super) attempts: u32,
+    pub(super) response_timeout: Duration,
+    pub(super) retry_backoff: Duration,
+}
+
+impl RedisBuilder {
+    /// Keys are `PREFIX{user}`; give each application (and each test) its own prefix. Default `bp:`.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Request-id records: live `window` long, at most `per_key` per key. Default: the in-memory
+    /// limiter's, [`defaults::DEDUPE_WINDOW`] and [`defaults::DEDUPE_PER_KEY`].
+    pub fn dedupe(mut self, window: Duration, per_key: usize) -> Self {
+        self.dedupe_window = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+        self.dedupe_per_key = per_key;
+        self
+    }
+
+    /// Lowest TTL for keys written with an injected `now`. Injected time is not the server's clock, so
+    /// a TTL computed in injected time could expire a bucket in real time before it is full in the
+    /// trace's time; this floor keeps such keys for the duration of a test run. Default 1 h.
+    pub fn injected_ttl_floor(mut self, floor: Duration) -> Self {
+        self.injected_ttl_floor = floor;
+        self
+    }
+
+    /// The policy when Redis is unavailable. Default [`Unavailable::FailClosed`].
+    pub fn on_unavailable(mut self, policy: Unavailable) -> Self {
+        self.unavailable = policy;
+        self
+    }
+
+    /// Attempts per acquire (retries only when safe, see the module docs). Default 3.
+    pub fn attempts(mut self, attempts: u32) -> Self {
+        self.attempts = attempts;
+        self
+    }
+
+    /// How long to wait for one reply. Default 500 ms.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Pause before a retry (doubled each time, at most 100 ms). Default 10 ms.
+    pub fn retry_backoff(mut self, backoff: Duration) -> Self {
+        self.retry_backoff = backoff;
+        self
+    }
+
+    /// Validates the settings, connects, and loads the script.
+    pub async fn connect(self, url: &str) -> Result<RedisLimiter, BuildError> {
+        check_exact(&self.config)?;
+        if self.prefix.contains(['{', '}']) {
+            return Err(BuildError::Prefix(self.prefix));
+        }
+        if self.dedupe_per_key > MAX_RECORDS_PER_KEY {
+            return Err(BuildError::TooManyRecords(self.dedupe_per_key));
+        }
+        if self.attempts == 0 {
+            return Err(BuildError::NoAttempts);
+        }
+        let client = Client::open(url).map_err(BuildError::Connect)?;
+        let client_for_admin = client.clone();
+        let manager_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(self.response_timeout))
+            .set_connection_timeout(Some(self.response_timeout))
+            .set_number_of_retries(2)
+            .set_min_delay(Duration::from_millis(10))
+            .set_max_delay(Duration::from_millis(200));
+        let mut conn = ConnectionManager::new_with_config(client, manager_config)
+            .await
+            .map_err(BuildError::Connect)?;
+        let script = script();
+        script
+            .prepare_invoke()
+            .load_async(&mut conn)
+            .await
+            .map_err(BuildError::Connect)?;
+        Ok(RedisLimiter {
+            fingerprint: fingerprint(&self.config),
+            capacity_arg: self.config.capacity_units().to_string(),
+            unit_arg: self.config.units_per_token().to_string(),
+            client: client_for_admin,
+            window_arg: limbs(self.dedupe_window),
+            peek: Script::new(PEEK_SOURCE),
+            settings: self,
+            conn,
+            script,
+            counters: Counters::default(),
+            local: Mutex::new(None),
+            started: Instant::now(),
+        })
+    }
+}
+
+impl RedisLimiter {
+    /// Settings for a limiter with `config` for every key; see [`RedisBuilder`].
+    pub fn builder(config: Config) -> RedisBuilder {
+        RedisBuilder {
+            config,
+            prefix: "bp:".to_string(),
+            dedupe_window: defaults::DEDUPE_WINDOW,
+            dedupe_per_key: defaults::DEDUPE_PER_KEY,
+            injected_ttl_floor: Duration::from_secs(3600),
+            unavailable: Unavailable::FailClosed,
+            attempts: 3,
+            response_timeout: Duration::from_millis(500),
+            retry_backoff: Duration::from_millis(10),
+        }
+    }
+}

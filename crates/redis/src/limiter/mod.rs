@@ -1,0 +1,90 @@
+//! `RedisLimiter`: the keyed limiter's front end, with the state in Redis so many instances share it.
+//!
+//! Every acquire is one `EVALSHA` of the transition script (see `bucket.lua`): the atomicity that an
+//! in-process lock gives the in-memory limiter comes from Redis running one script at a time. What stays
+//! in the client: the cost check (an invalid cost never reaches Redis, so it changes nothing, as in the
+//! core), splitting instants into limbs, rebuilding the [`Decision`](bucketproof_limiter::Decision), retries, and the explicit policy for
+//! when Redis cannot be reached.
+//!
+//! Retries: a call whose reply was lost may or may not have run. With a request id, retrying is safe
+//! (the script answers a known id with the recorded decision and charges nothing), so the limiter retries.
+//! Without one it retries only when the connection was refused (nothing can have run); otherwise a lost
+//! reply goes straight to the unavailability policy rather than risking a double charge.
+//!
+//! A replay needs the record: a retry is charged again if it comes after the dedupe window, or after
+//! `dedupe_per_key` newer request ids on the same key pushed its record out (the bound is per key, as in
+//! the in-memory limiter). Size `dedupe_per_key` for the requests a key sees during the longest retry
+//! sequence (`attempts` x (`response_timeout` + backoff)); backoff doubles but is capped at 100 ms.
+//!
+//! Owns: the [`RedisLimiter`] type (its connection, its pre-rendered script arguments, the local
+//! budget's state) and its key naming. Each job on it has a file of its own: `builder` (settings and
+//! connecting), `acquire` (the script call and retries), `policy` (the outage policy), `peek`,
+//! `reconfigure` (and forget), `stats`, `error`, and `stored` (the one decoder of the stored hash).
+//!
+//! Promises: the public paths are those of `bucketproof_redis` (re-exported from the crate root).
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use bucketproof_limiter::{BucketState, Config};
+use redis::aio::ConnectionManager;
+use redis::{Client, Script};
+
+mod acquire;
+mod builder;
+mod error;
+mod peek;
+mod policy;
+mod reconfigure;
+mod stats;
+mod stored;
+
+pub use builder::{MAX_RECORDS_PER_KEY, RedisBuilder};
+pub use error::{BuildError, ReconfigureError, RedisAcquireError};
+pub use policy::{Outcome, Source, Unavailable};
+pub use stats::RedisStats;
+
+use stats::Counters;
+
+/// A keyed exact limiter whose buckets live in Redis. Cheap to share behind an `Arc`; every method
+/// takes `&self` (the connection is multiplexed and pipelines concurrent calls).
+pub struct RedisLimiter {
+    settings: RedisBuilder,
+    fingerprint: String,
+    /// Arguments that never change, rendered once.
+    capacity_arg: String,
+    unit_arg: String,
+    window_arg: (u64, u64),
+    /// For reconfigure, which needs a connection of its own (WATCH is per connection).
+    client: Client,
+    /// Read-only script for [`RedisLimiter::peek`].
+    peek: Script,
+    conn: ConnectionManager,
+    script: Script,
+    counters: Counters,
+    /// The local-budget bucket (policy [`Unavailable::LocalBudget`]), created on first use.
+    local: Mutex<Option<BucketState>>,
+    /// Origin of the local clock used by fallback decisions that carry no injected `now`.
+    started: Instant,
+}
+
+impl std::fmt::Debug for RedisLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisLimiter")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisLimiter {
+    /// The config every key uses.
+    pub fn config(&self) -> Config {
+        self.settings.config
+    }
+
+    /// The Redis key holding `user`'s bucket and request-id records: `PREFIX{user}`, so everything of
+    /// one user hashes to one Redis Cluster slot.
+    pub fn redis_key(&self, user: &str) -> String {
+        format!("{}{{{}}}", self.settings.prefix, user)
+    }
+}

@@ -1,0 +1,123 @@
+//! Per-key administration: reconfigure and forget.
+//!
+//! Owns: [`RedisLimiter::reconfigure`] (the optimistic WATCH/MULTI/EXEC transaction and the override
+//! descriptor it writes) and [`RedisLimiter::forget`].
+//!
+//! Promises: a reconfigure is atomic and uses the core's exact `reconfigured`; on any error nothing
+//! was changed.
+
+use bucketproof_limiter::{BucketState, Config, NANOS_PER_SECOND, Nanos};
+use redis::RedisError;
+
+use super::RedisLimiter;
+use super::error::ReconfigureError;
+use super::stored::{StoredFields, parse_override, stored_state};
+use crate::range::check_exact;
+use crate::script::{fingerprint, limbs};
+
+impl RedisLimiter {
+    /// Moves `user` to `new` at `now` (`None`: the server's time), as the in-memory limiter's
+    /// `reconfigure_at`: refill under the old config up to `max(now, last)`, convert to the new unit grid
+    /// rounding down, clamp to the new capacity. Returns the key's new config version (1 for the first).
+    ///
+    /// Atomic by optimistic locking (WATCH, read, compute with the core's exact `reconfigured`,
+    /// MULTI/EXEC, retry if another instance wrote in between) on a connection of its own: rare, so it
+    /// does not need a second Lua script with its own arithmetic. The override is stored with the
+    /// bucket, every later acquire of the key uses it, and the key no longer expires until
+    /// [`RedisLimiter::forget`] (as the in-memory limiter keeps overrides). `new` must be in the exact
+    /// range like every config.
+    pub async fn reconfigure(
+        &self,
+        user: &str,
+        new: Config,
+        now: Option<Nanos>,
+    ) -> Result<u64, ReconfigureError> {
+        check_exact(&new)?;
+        let key = self.redis_key(user);
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(ReconfigureError::Redis)?;
+        loop {
+            let _: () = redis::cmd("WATCH")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .map_err(ReconfigureError::Redis)?;
+            let now = match now {
+                Some(now) => now,
+                None => {
+                    let (s, us): (u64, u64) = redis::cmd("TIME")
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(ReconfigureError::Redis)?;
+                    s.saturating_mul(NANOS_PER_SECOND)
+                        .saturating_add(us.saturating_mul(1000))
+                }
+            };
+            let (b, s, n, g, o): StoredFields = redis::cmd("HMGET")
+                .arg(&key)
+                .arg(&["b", "s", "n", "g", "o"][..])
+                .query_async(&mut conn)
+                .await
+                .map_err(ReconfigureError::Redis)?;
+            let (version, old) = match &o {
+                Some(o) => parse_override(o).ok_or(ReconfigureError::Corrupt("override"))?,
+                None => {
+                    if g.as_ref().is_some_and(|g| *g != self.fingerprint) {
+                        return Err(ReconfigureError::ConfigMismatch(g.unwrap_or_default()));
+                    }
+                    (0, self.settings.config)
+                }
+            };
+            let state = stored_state(&old, &b, &s, &n)
+                .map_err(|_| ReconfigureError::Corrupt("bucket"))?
+                .unwrap_or_else(|| BucketState::full(&old, now));
+            let next = state.reconfigured(&old, &new, now);
+            let version = version + 1;
+            let (ls, ln) = limbs(next.last_refill());
+            let descriptor = format!(
+                "{version}:{}:{}:{}",
+                new.capacity(),
+                new.rate().numer(),
+                new.rate().denom()
+            );
+            let written: Option<redis::Value> = redis::pipe()
+                .atomic()
+                .cmd("HSET")
+                .arg(&key)
+                .arg("b")
+                .arg(next.balance().to_string())
+                .arg("s")
+                .arg(ls)
+                .arg("n")
+                .arg(ln)
+                .arg("g")
+                .arg(fingerprint(&new))
+                .arg("o")
+                .arg(descriptor)
+                .ignore()
+                .cmd("PERSIST")
+                .arg(&key)
+                .ignore()
+                .query_async(&mut conn)
+                .await
+                .map_err(ReconfigureError::Redis)?;
+            if written.is_some() {
+                return Ok(version);
+            }
+            // EXEC returned nil: another instance wrote the key after our WATCH; read again.
+        }
+    }
+
+    /// Drops `user`'s bucket and request-id records; the next access is fresh.
+    pub async fn forget(&self, user: &str) -> Result<bool, RedisError> {
+        let mut conn = self.conn.clone();
+        let removed: u64 = redis::cmd("DEL")
+            .arg(self.redis_key(user))
+            .query_async(&mut conn)
+            .await?;
+        Ok(removed > 0)
+    }
+}

@@ -1,0 +1,65 @@
+//! Counters of what the limiter did.
+//!
+//! Owns: [`RedisStats`] (the public snapshot), the atomic counters behind it and [`RedisLimiter::stats`].
+//!
+//! Promises: counting is lock-free (relaxed increments) and never on a path that can fail; fallback
+//! decisions are counted apart from Redis ones.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::RedisLimiter;
+
+/// Counters of what the limiter did. Fallback decisions are counted apart from Redis ones.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RedisStats {
+    /// Decisions from Redis (replays included).
+    pub redis_decisions: u64,
+    /// Of those, replays of a recorded request id.
+    pub replayed: u64,
+    /// Calls retried after a lost reply or refused connection.
+    pub retries: u64,
+    /// Acquires that found Redis unavailable (every policy).
+    pub unavailable: u64,
+    /// Fail-closed errors returned.
+    pub fail_closed: u64,
+    /// Local-budget decisions that admitted.
+    pub local_allowed: u64,
+    /// Local-budget decisions that denied.
+    pub local_denied: u64,
+    /// Fail-open admissions.
+    pub fail_open: u64,
+}
+
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) redis_decisions: AtomicU64,
+    pub(super) replayed: AtomicU64,
+    pub(super) retries: AtomicU64,
+    pub(super) unavailable: AtomicU64,
+    pub(super) fail_closed: AtomicU64,
+    pub(super) local_allowed: AtomicU64,
+    pub(super) local_denied: AtomicU64,
+    pub(super) fail_open: AtomicU64,
+}
+
+pub(super) fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl RedisLimiter {
+    /// Counters so far.
+    pub fn stats(&self) -> RedisStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        RedisStats {
+            redis_decisions: get(&c.redis_decisions),
+            replayed: get(&c.replayed),
+            retries: get(&c.retries),
+            unavailable: get(&c.unavailable),
+            fail_closed: get(&c.fail_closed),
+            local_allowed: get(&c.local_allowed),
+            local_denied: get(&c.local_denied),
+            fail_open: get(&c.fail_open),
+        }
+    }
+}
