@@ -268,8 +268,8 @@ pub fn median_time_to_kill(kills: &[Kill]) -> Option<Duration> {
 pub use bucketproof_harness::gate::MAX_COUNTEREXAMPLE_OPS as MAX_SHRUNK_OPS;
 
 /// The cargo-mutants run over `crates/limiter`, recorded by hand in
-/// `crates/mutants/cargo-mutants.md`: it takes far longer than this report (24 minutes on two
-/// cores), so the report embeds the record instead of re-running it.
+/// `crates/mutants/cargo-mutants.md`: it takes far longer than this report, so the report embeds
+/// the record instead of re-running it.
 pub const CARGO_MUTANTS_RUN: &str = include_str!("../cargo-mutants.md");
 
 fn fmt_duration(duration: Option<Duration>) -> String {
