@@ -7,7 +7,9 @@
 mod common;
 
 use bucketproof_harness::gate::MAX_COUNTEREXAMPLE_OPS;
-use common::{FAILING_SCENARIO, FAILING_SUBJECT, bucketproof, scratch, text, workspace};
+use common::{
+    FAILING_SCENARIO, FAILING_SUBJECT, bucketproof, failing_check, scratch, text, workspace,
+};
 
 #[test]
 fn check_passes_on_main_with_one_junit_case_per_scenario_seed_and_fresh_reports() {
@@ -58,14 +60,7 @@ fn run_twice_gives_byte_identical_json() {
 #[test]
 fn a_broken_subject_fails_with_a_small_counterexample_that_replay_reproduces() {
     let dir = scratch("broken");
-    let out = bucketproof(&[
-        "check",
-        FAILING_SCENARIO,
-        "--subject",
-        FAILING_SUBJECT,
-        "--reports",
-        dir.to_str().unwrap(),
-    ]);
+    let out = bucketproof(&failing_check(FAILING_SCENARIO, dir.to_str()));
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let failures = dir.join("failures");

@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::process::{Output, Stdio};
 
-use common::{FAILING_SCENARIO, FAILING_SUBJECT, bucketproof, command, scratch, text, workspace};
+use common::{FAILING_SCENARIO, bucketproof, command, failing_check, scratch, text, workspace};
 
 /// Runs `args` with stdout a pipe nobody reads; stderr captured, or closed too with `close_stderr`.
 fn with_closed_stdout(args: &[&str], close_stderr: bool) -> Output {
@@ -34,14 +34,7 @@ fn with_closed_stdout(args: &[&str], close_stderr: bool) -> Output {
 fn cases(dir: &Path) -> Vec<(Vec<String>, i32)> {
     // A counterexample to replay, written by a normal run.
     let reports = dir.join("failing");
-    let out = bucketproof(&[
-        "check",
-        FAILING_SCENARIO,
-        "--subject",
-        FAILING_SUBJECT,
-        "--reports",
-        reports.to_str().unwrap(),
-    ]);
+    let out = bucketproof(&failing_check(FAILING_SCENARIO, reports.to_str()));
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let counterexample = reports
         .join("failures")

@@ -9,8 +9,8 @@ mod common;
 use std::path::Path;
 
 use common::{
-    FAILING_SCENARIO, FAILING_SUBJECT, bucketproof, bucketproof_in, command, scratch, text,
-    workspace,
+    FAILING_SCENARIO, FAILING_SUBJECT, bucketproof, bucketproof_in, command, failing_check,
+    scratch, text, workspace,
 };
 
 #[test]
@@ -125,15 +125,7 @@ fn a_scenario_outside_the_project_does_not_decide_where_counterexamples_go() {
     let scenario = nested.join("x.toml");
     std::fs::copy(workspace().join(FAILING_SCENARIO), &scenario).unwrap();
 
-    let out = bucketproof_in(
-        &project,
-        &[
-            "check",
-            scenario.to_str().unwrap(),
-            "--subject",
-            FAILING_SUBJECT,
-        ],
-    );
+    let out = bucketproof_in(&project, &failing_check(scenario.to_str().unwrap(), None));
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let file = Path::new("reports/failures/x-seed1-mutant-charge-denied.json");
@@ -148,14 +140,7 @@ fn a_scenario_outside_the_project_does_not_decide_where_counterexamples_go() {
     let reports = scratch("where-reports");
     let out = bucketproof_in(
         &project,
-        &[
-            "check",
-            scenario.to_str().unwrap(),
-            "--subject",
-            FAILING_SUBJECT,
-            "--reports",
-            reports.to_str().unwrap(),
-        ],
+        &failing_check(scenario.to_str().unwrap(), reports.to_str()),
     );
     assert_eq!(out.status.code(), Some(1));
     assert!(

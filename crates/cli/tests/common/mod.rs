@@ -52,3 +52,11 @@ pub const FAILING_SUBJECT: &str = "mutant:charge-denied";
 
 /// A scenario `FAILING_SUBJECT` fails.
 pub const FAILING_SCENARIO: &str = "scenarios/repeated-denials.toml";
+
+/// The arguments of a `check` of `scenario` through [`FAILING_SUBJECT`], with `--reports DIR` when
+/// given: the one failing run the end-to-end tests share.
+pub fn failing_check<'a>(scenario: &'a str, reports: Option<&'a str>) -> Vec<&'a str> {
+    let mut args = vec!["check", scenario, "--subject", FAILING_SUBJECT];
+    args.extend(reports.into_iter().flat_map(|dir| ["--reports", dir]));
+    args
+}
