@@ -148,6 +148,20 @@ impl Model {
         self.entries.get(&key).map_or(0, |e| e.version)
     }
 
+    /// The key has an override config ("an override is explicit state, kept until `forget`"): no key-bound
+    /// policy drops it, lossy or not, so it counts against the bound until it is forgotten.
+    pub fn is_pinned(&self, key: u64) -> bool {
+        self.entries
+            .get(&key)
+            .is_some_and(|e| e.override_config.is_some())
+    }
+
+    /// Whether any key is pinned ([`Model::is_pinned`]). Only then may the lossy `EvictLeastRecent` refuse a
+    /// new key: it drops any other key to make room, so it rejects only when the keys it sees are all pinned.
+    pub fn holds_pinned(&self) -> bool {
+        self.entries.values().any(|e| e.override_config.is_some())
+    }
+
     /// The key's state "`tokens` ... and `last_refill`", or `None` if the key holds no bucket (it then behaves as
     /// fresh).
     pub fn state(&self, key: u64) -> Option<(&Rational, u64)> {
@@ -277,6 +291,10 @@ impl Model {
     /// 3. "Clamp to the new capacity; `last_refill = t`; the key's config version increases by one."
     /// 4. "Invalid new config -> error, nothing changes." A [`ModelConfig`] is valid by construction, so this step
     ///    is [`ModelConfig::new`]'s error: the model is never touched by an invalid config.
+    /// 5. "A reconfigure of a key with no state creates it ... if no room can be made ->
+    ///    `Err(KeyLimitReached)`, nothing changes." The model has no key bound, so here it always creates; the
+    ///    harness judges an implementation's refusal and makes the model follow it (nothing to do but drop a
+    ///    bucket the implementation may have dropped already).
     ///
     /// The new config becomes the key's override. Request-id records are kept. Returns the new config version.
     pub fn reconfigure(&mut self, key: u64, new_config: ModelConfig, now: u64) -> u64 {

@@ -533,3 +533,23 @@ fn the_unit_grid_is_one_over_q_times_a_billion() {
     assert!(!one_unit.is_on_grid(&cfg(1, 1, 1)));
     assert!(ModelBucket::fresh(&thirds, 0).is_on_grid(&cfg(1, 1, 1)));
 }
+
+/// "A key with an override (set by `reconfigure`) is *pinned*: no policy drops it ... until `forget`": pinned
+/// from the reconfigure (of a held key or of a new one) through sweeps and a followed eviction, until forget.
+#[test]
+fn a_reconfigured_key_is_pinned_until_it_is_forgotten() {
+    let mut m = Model::new(cfg(2, 1, 1), 0, 0);
+    allowed(&mut m, 1, 0, 1);
+    assert!(!m.is_pinned(1) && !m.holds_pinned());
+    m.reconfigure(2, cfg(3, 1, 1), 0); // a new key: created, with its override
+    assert!(m.is_pinned(2) && m.holds_pinned() && !m.is_pinned(1));
+    assert_eq!(
+        m.sweep(10 * S),
+        vec![1],
+        "the pinned key survives the sweep"
+    );
+    m.evict(2);
+    assert!(m.is_pinned(2), "the override outlives its bucket");
+    assert!(m.forget(2));
+    assert!(!m.is_pinned(2) && !m.holds_pinned());
+}
