@@ -5,24 +5,35 @@
 
 use super::{OracleKind, Violation};
 
-/// What the model knew when the subject refused `key` at its key bound.
+/// What the model knew when the subject refused `key` at its key bound (an acquire or a reconfigure
+/// of a key it did not hold: docs/semantics.md, "Expiry and the key bound").
 #[derive(Clone, Copy, Debug)]
 pub struct Refusal {
     /// The subject may evict on its own (otherwise it has no key bound to hit).
     pub may_evict: bool,
+    /// The subject's policy may drop a bucket that is not evictable (`EvictLeastRecent`).
+    pub lossy: bool,
     /// The model holds state for the key.
     pub held: bool,
     /// That state is evictable at the latest time seen (so the subject may have dropped it).
     pub evictable: bool,
+    /// The key has an override config: explicit state that no policy drops.
+    pub pinned: bool,
     /// The model holds any key at all (a bound of zero keys is never reached).
     pub holds_any: bool,
+    /// The model holds a key with an override config (one a lossy policy cannot drop).
+    pub holds_pinned: bool,
 }
 
 impl Refusal {
-    /// A refusal is legal for a key the subject may have dropped losslessly, or never held, while it
-    /// holds other keys.
+    /// A refusal is legal for a key the subject may have dropped (losslessly, or under a lossy policy
+    /// when it has no override), or never held, while it holds other keys. A lossy policy drops
+    /// any key without an override to make room, so it refuses only when the keys it could drop
+    /// are all pinned: the model must hold a pinned key.
     pub fn is_legal(&self) -> bool {
-        self.may_evict && (!self.held || self.evictable) && self.holds_any
+        let droppable = !self.held || self.evictable || (self.lossy && !self.pinned);
+        let room_was_pinned = !self.lossy || self.holds_pinned;
+        self.may_evict && droppable && self.holds_any && room_was_pinned
     }
 
     /// The violation of an illegal refusal.
@@ -31,7 +42,8 @@ impl Refusal {
             Violation::new(
                 OracleKind::Model,
                 "refused a key at the key bound without cause",
-                "a decision (the key is known, or no key is held)",
+                "a decision (the key is known, no key is held, or a lossy policy had an unpinned \
+                 key to drop)",
                 "key limit reached",
             )
         })

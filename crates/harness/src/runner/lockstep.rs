@@ -141,8 +141,12 @@ impl<'a> Lockstep<'a> {
         } else {
             Inspection::Unsupported
         };
-        if let Err(error) = self.subject.reconfigure(key, config, at) {
-            return subject_failed(error);
+        match self.subject.reconfigure(key, config, at) {
+            // A reconfigure of a key the subject does not hold creates it, so it meets the key bound
+            // as an acquire would (docs/semantics.md, reconfigure step 5).
+            Err(SubjectError::KeyLimitReached) => return Ok(self.follow_refusal(key, at)),
+            Err(error) => return subject_failed(error),
+            Ok(()) => {}
         }
         // A reconfigure of a key the subject did not hold creates it, possibly with its cursor at
         // the subject's eviction horizon: follow that before the model reconfigures.
@@ -241,17 +245,20 @@ impl<'a> Lockstep<'a> {
     }
 
     /// The subject refused `key` at its key bound (docs/semantics.md, "Expiry and the key bound").
-    /// A key the model still holds may have been dropped losslessly by the subject's amortized sweep
-    /// (it was evictable); refusing it is then legal, and the model forgets it too so that a later
-    /// admission starts fresh on both sides.
+    /// A key the model still holds may have been dropped by the subject: losslessly by its amortized
+    /// sweep (it was evictable), or by a lossy policy making room for another key; refusing it is then
+    /// legal, and the model drops it too so that a later admission starts fresh on both sides.
     fn follow_refusal(&mut self, key: u64, at: u64) -> Option<Violation> {
         self.events.add(Event::KeyLimit);
         let latest = self.events.latest().unwrap_or(at);
         let refusal = Refusal {
             may_evict: self.subject.may_evict(),
+            lossy: self.policy == PolicySpec::EvictLeastRecent,
             held: self.model.state(key).is_some(),
             evictable: self.model.is_evictable_at(key, latest),
+            pinned: self.model.is_pinned(key),
             holds_any: self.model.holds_any(),
+            holds_pinned: self.model.holds_pinned(),
         };
         if refusal.is_legal() && refusal.held {
             self.model.evict(key);
