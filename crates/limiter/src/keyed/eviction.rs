@@ -29,8 +29,9 @@ pub enum EvictionPolicy {
     #[default]
     EvictFull,
     /// Drop an evictable bucket if one is found among a few entries, otherwise the sampled bucket with
-    /// the oldest `last_refill`. Lossy: the victim comes back full (a burst). Counted in
-    /// [`Stats::evicted_lossy`](super::Stats::evicted_lossy).
+    /// the oldest `last_refill` among those without an override config (a pinned key is never dropped);
+    /// reject only if every sampled bucket is pinned. Lossy: the victim comes back full (a burst).
+    /// Counted in [`Stats::evicted_lossy`](super::Stats::evicted_lossy).
     EvictLeastRecent,
 }
 
@@ -64,6 +65,10 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             .is_full(&config)
     }
 
+    /// Makes room for one new key (of an acquire or a reconfigure) in this shard at its bound, by the
+    /// policy: either drops exactly one bucket and returns `Ok`, or drops nothing and returns
+    /// [`AcquireError::KeyLimitReached`], never both, so a refused key costs no other key its state.
+    /// A pinned bucket (override config) is never dropped.
     pub(super) fn make_room(
         &mut self,
         now: Nanos,

@@ -9,14 +9,17 @@
 //! - unrelated keys rarely share a lock: keys are spread over shards by a randomly seeded hasher, so
 //!   an attacker cannot aim at one shard;
 //! - memory is bounded: at most `max_keys` (rounded up to a multiple of the shard count) live keys;
-//!   what happens at the bound is the explicit [`EvictionPolicy`];
+//!   what happens at the bound is the explicit [`EvictionPolicy`], the same for a new key of an
+//!   acquire and of a reconfigure; a key with an override config is pinned (never dropped, counted
+//!   against the bound until forgotten), and a refused key changes nothing;
 //! - expiry is lossless: a bucket is dropped by the amortized sweep only when it is *evictable*
 //!   (refilled to capacity, no override, no live request-id record), which a fresh bucket would be too;
 //!   and a fresh bucket's cursor starts no earlier than the latest cursor the shard ever evicted, so a
 //!   clock that runs backwards after an expiry cannot be credited the same interval twice;
 //! - an error changes nothing; a replayed request id charges nothing;
-//! - the amortized sweep runs when a shard inserts a new key (the only time its memory grows), not
-//!   on every call: a call on a known key does no work for other keys.
+//! - the amortized sweep runs when an acquire inserts a new key (the only time traffic grows a
+//!   shard's memory; a reconfigure, the operator's call, makes room at the bound but does not
+//!   sweep), not on every call: a call on a known key does no work for other keys.
 
 mod builder;
 mod eviction;
@@ -207,8 +210,13 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     }
 
     /// Moves `key` to `config` at `now`: refill under the old config, round down to the new unit grid,
-    /// clamp to the new capacity (design.md section 2). Returns the key's new config version (1 for the
-    /// first change). The override stays until [`Limiter::forget`].
+    /// clamp to the new capacity (docs/semantics.md, "reconfigure"). Returns the key's new config
+    /// version (1 for the first change). The override stays until [`Limiter::forget`], and while it
+    /// stays no policy drops the key.
+    ///
+    /// A key with no state is created, so it meets the key bound as a new key of an acquire does:
+    /// its shard makes room by the [`EvictionPolicy`], and if none can be made the call returns
+    /// [`AcquireError::KeyLimitReached`] and changes nothing (no override, no key dropped).
     pub fn reconfigure_at(&self, key: &K, config: Config, now: Nanos) -> Result<u64, AcquireError> {
         let hash = self.hasher.hash_one(key);
         let mut shard = lock(self.shard(hash));
