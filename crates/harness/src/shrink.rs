@@ -467,12 +467,36 @@ mod tests {
         assert!(steps <= 3 * 8_192, "{steps} steps");
     }
 
-    /// A failure that needs many keys (more pinned keys than one shard of the core holds) cannot
-    /// shrink below hundreds of ops, and delta debugging over them costs runs times ops: the step
-    /// budget ends it, the result says so, and what it returns still fails the same way.
+    /// The core, claiming it never evicts: then any refusal at its key bound is a failure (a subject
+    /// without eviction has no bound to hit), so a failure that needs a full shard.
+    struct ClaimsNoEviction(CoreSubject);
+
+    impl Subject for ClaimsNoEviction {
+        fn name(&self) -> String {
+            "claims-no-eviction".into()
+        }
+        fn acquire(&mut self, acquire: Acquire) -> Result<crate::Observed, crate::SubjectError> {
+            self.0.acquire(acquire)
+        }
+        fn reconfigure(
+            &mut self,
+            key: u64,
+            config: &ConfigSpec,
+            now: u64,
+        ) -> Result<(), crate::SubjectError> {
+            self.0.reconfigure(key, config, now)
+        }
+    }
+
+    /// A failure that needs many keys (more pinned keys than one shard of the core holds, refused by
+    /// a subject that claims no key bound) cannot shrink below hundreds of ops, and delta debugging
+    /// over them costs runs times ops: the step budget ends it, the result says so, and what it
+    /// returns still fails the same way.
     #[test]
     fn a_many_key_failure_stops_at_the_step_budget_and_says_so() {
-        let core = |setup: &Setup| Box::new(CoreSubject::new(setup).unwrap()) as Box<dyn Subject>;
+        let core = |setup: &Setup| {
+            Box::new(ClaimsNoEviction(CoreSubject::new(setup).unwrap())) as Box<dyn Subject>
+        };
         let mut setup = Setup::new(ConfigSpec::new(3, "1/s"));
         setup.max_keys = 256; // 64 per shard of the core's 4
         let trace = tier_trace(setup, 1_024, 0);
