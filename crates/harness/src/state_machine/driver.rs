@@ -273,6 +273,53 @@ mod tests {
         assert_eq!(Arc::strong_count(&token), 1, "subjects still alive");
     }
 
+    /// Extra gaps, instants and costs are drawn: a subject that records what it is sent sees each
+    /// extra instant, a time one extra gap after an earlier op, and each extra cost.
+    #[test]
+    fn extra_values_reach_the_subject() {
+        use std::cell::RefCell;
+        use std::rc::Rc;
+        /// The core, recording every acquire.
+        struct Recorder(CoreSubject, Rc<RefCell<Vec<Acquire>>>);
+        impl Subject for Recorder {
+            fn name(&self) -> String {
+                "recorder".into()
+            }
+            fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
+                self.1.borrow_mut().push(acquire);
+                self.0.acquire(acquire)
+            }
+            fn may_evict(&self) -> bool {
+                true
+            }
+        }
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let build = |setup: &Setup| -> Result<Box<dyn Subject>, SubjectError> {
+            Ok(Box::new(Recorder(CoreSubject::new(setup)?, seen.clone())))
+        };
+        let (gap, instant, cost) = (1u64 << 40, u64::MAX - 7, 3);
+        let mut options = Options::new(Setup::new(ConfigSpec::new(2, "1/s")));
+        options.ops = OpKinds::acquires_only();
+        options.deterministic = true;
+        options.extra = crate::state_machine::ExtraValues {
+            gaps: vec![gap],
+            instants: vec![instant],
+            costs: vec![cost],
+        };
+        let outcome = run(&build, &options).unwrap();
+        assert!(outcome.passed(), "{outcome}");
+        let seen = seen.borrow();
+        assert!(seen.iter().any(|a| a.now == instant));
+        assert!(seen.iter().any(|a| a.cost == cost), "no extra cost drawn");
+        let times: std::collections::BTreeSet<u64> = seen.iter().map(|a| a.now).collect();
+        assert!(
+            times.iter().any(|t| t
+                .checked_sub(gap)
+                .is_some_and(|before| times.contains(&before))),
+            "no extra gap drawn"
+        );
+    }
+
     /// Options no case could run with are refused by field name, before anything runs.
     #[test]
     fn bad_options_name_their_field() {
