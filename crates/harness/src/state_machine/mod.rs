@@ -150,7 +150,8 @@ pub struct Options {
     /// case, would leave a failure found with few cases barely shrunk).
     pub max_shrink_iters: u32,
     /// The regression file: failures are appended to it as proptest seeds, and its seeds run before
-    /// any new case. `None`: nothing is read or written. A test names its own file, e.g.
+    /// any new case. `None`: nothing is read or written. A relative path is taken from the working
+    /// directory, so a test names its own file absolutely, e.g.
     /// `concat!(env!("CARGO_MANIFEST_DIR"), "/tests/my_subject.proptest-regressions")`.
     pub regressions: Option<&'static str>,
     /// Fixed-seed generation (the same cases on every run) instead of proptest's fresh random seed
