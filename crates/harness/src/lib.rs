@@ -6,7 +6,9 @@
 //! - the [`oracle`]s judge every step: the reference model decision by decision, the invariants, the
 //!   arrival-curve bound (independently of the model), and retry-after tightness;
 //! - the [`runner`] streams a trace through subjects and the model in lockstep;
-//! - the [`shrink`]er reduces a failing trace to a minimal counterexample.
+//! - the [`shrink`]er reduces a failing trace to a minimal counterexample;
+//! - `state_machine` (feature `state-machine`) runs generated op sequences against any subject,
+//!   every oracle after every step.
 //!
 //! Nothing here reads a wall clock or iterates a hash map: the same trace gives the same verdict and the
 //! same report bytes on every machine.
@@ -20,6 +22,8 @@ pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod shrink;
+#[cfg(feature = "state-machine")]
+pub mod state_machine;
 pub mod subject;
 pub mod subjects;
 pub mod trace;

@@ -4,7 +4,7 @@
 //! Promises: each event is counted under its own stable name ([`EVENTS`]); counting reads the model's
 //! decision and a few comparisons taken before it, never a second refill or a copy of a balance.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use crate::scenario::duration::YEAR;
 use bucketproof_model::{ModelError, ModelWait, Outcome, cmp_whole};
@@ -31,6 +31,7 @@ pub const EVENTS: &[&str] = &[
     "forgotten",
     "swept",
     "new_key",
+    "shared_request_id",
 ];
 
 /// What a run counts; `EVENTS[event as usize]` is its name. Counted in a plain array, since a step
@@ -75,6 +76,8 @@ pub(super) enum Event {
     Swept,
     /// `new_key`.
     NewKey,
+    /// `shared_request_id`.
+    SharedRequestId,
 }
 
 /// What the counters need of a key's model state before an acquire: the key's capacity, two
@@ -87,11 +90,21 @@ pub(super) struct Before {
     pub last_refill: u64,
 }
 
-/// The counters, and the times seen so far (which the time events are judged against).
+/// How many request ids [`Events`] remembers the last sender of: the `shared_request_id` count is
+/// exact while a trace uses at most this many distinct ids (a shared space of that size or less), and a
+/// lower bound beyond, so memory stays flat in the trace length.
+const SENDERS_KEPT: usize = 4096;
+
+/// The counters, the times seen so far (which the time events are judged against), and the last
+/// key that sent each recent request id.
 pub(super) struct Events {
     counts: [u64; EVENTS.len()],
     latest: Option<u64>,
     previous: Option<u64>,
+    /// Request id -> the key that sent it last.
+    senders: BTreeMap<u64, u64>,
+    /// The ids of `senders`, oldest first, for dropping the oldest past [`SENDERS_KEPT`].
+    sender_order: VecDeque<u64>,
 }
 
 impl Events {
@@ -100,6 +113,8 @@ impl Events {
             counts: [0; EVENTS.len()],
             latest: None,
             previous: None,
+            senders: BTreeMap::new(),
+            sender_order: VecDeque::new(),
         }
     }
 
@@ -125,6 +140,27 @@ impl Events {
         }
         self.previous = Some(at);
         self.latest = Some(self.latest.map_or(at, |latest| latest.max(at)));
+    }
+
+    /// An acquire by `key` carrying `request_id`: counts `shared_request_id` when another key sent
+    /// the same id last (where a limiter whose records are not scoped per key would replay the other
+    /// key's decision).
+    pub fn request_id(&mut self, key: u64, request_id: Option<u64>) {
+        let Some(id) = request_id else {
+            return;
+        };
+        match self.senders.insert(id, key) {
+            Some(sender) if sender != key => self.add(Event::SharedRequestId),
+            Some(_) => {}
+            None => {
+                self.sender_order.push_back(id);
+                if self.sender_order.len() > SENDERS_KEPT
+                    && let Some(oldest) = self.sender_order.pop_front()
+                {
+                    self.senders.remove(&oldest);
+                }
+            }
+        }
     }
 
     /// An acquire of `cost` at `at` that the model answered with `expected`, from the state `before`.
@@ -196,6 +232,38 @@ impl Events {
 mod tests {
     use super::*;
 
+    /// Only another key's use of an id counts; a key's own retries do not, nor do acquires without
+    /// an id.
+    #[test]
+    fn an_id_counts_as_shared_when_another_key_sent_it_last() {
+        let mut events = Events::new();
+        for (key, id) in [
+            (0, Some(7)),
+            (0, Some(7)),
+            (1, None),
+            (1, Some(8)),
+            (1, Some(7)),
+        ] {
+            events.request_id(key, id);
+        }
+        assert_eq!(events.counts[Event::SharedRequestId as usize], 1);
+        events.request_id(0, Some(7)); // key 1 sent 7 last
+        events.request_id(0, Some(8));
+        assert_eq!(events.counts[Event::SharedRequestId as usize], 3);
+    }
+
+    /// Past the bound the oldest ids are forgotten, so memory stays flat under fresh ids.
+    #[test]
+    fn the_senders_kept_are_bounded() {
+        let mut events = Events::new();
+        for id in 0..(SENDERS_KEPT as u64 * 3) {
+            events.request_id(id % 5, Some(id));
+        }
+        assert_eq!(events.senders.len(), SENDERS_KEPT);
+        assert_eq!(events.sender_order.len(), SENDERS_KEPT);
+        assert_eq!(events.counts[Event::SharedRequestId as usize], 0);
+    }
+
     /// The counters are indexed by discriminant and reported under `EVENTS[i]`: each variant must sit at its
     /// own name's position, or a scenario's `reach` would be judged on another event's count.
     #[test]
@@ -220,6 +288,7 @@ mod tests {
             Event::Forgotten,
             Event::Swept,
             Event::NewKey,
+            Event::SharedRequestId,
         ];
         assert_eq!(all.len(), EVENTS.len());
         for (index, event) in all.into_iter().enumerate() {

@@ -336,6 +336,7 @@ impl<'a> Lockstep<'a> {
         if comparison.violation.is_some() && divergence.first_divergence_at.is_none() {
             divergence.first_divergence_at = Some(now);
         }
+        self.events.request_id(key, acquire.request_id);
         self.events.acquire(&expected, before, cost, now);
         comparison.violation
     }

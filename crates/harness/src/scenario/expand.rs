@@ -22,8 +22,8 @@ use rand_chacha::ChaCha8Rng;
 use super::duration::SECOND;
 use super::sample::{self, Chance, WeightedTable};
 use super::{
-    ATTACKER_KEY_BASE, ArrivalPattern, BoundaryOffset, CostRange, CostValue, KeyDistribution,
-    Scenario, ScheduledReconfig,
+    ATTACKER_KEY_BASE, ArrivalPattern, BoundaryOffset, CostRange, CostValue, IdSpace,
+    KeyDistribution, Scenario, ScheduledReconfig,
 };
 use crate::trace::{Acquire, ConfigSpec, Op};
 
@@ -276,6 +276,24 @@ impl Expansion {
         }
     }
 
+    /// A fresh request id: the next of the trace's one counter, or a uniform draw from the shared
+    /// space `1..=ids`, which may hit an id this key sent recently (then the limiter sees a retry) or
+    /// one another key sent (then it must not).
+    fn fresh_request_id(&mut self) -> u64 {
+        match (
+            self.scenario.request_ids.space,
+            self.scenario.request_ids.ids,
+        ) {
+            (IdSpace::Shared, Some(ids)) => 1 + sample::below(&mut self.ids_rng, ids),
+            // Validation refuses a shared space without a size.
+            (IdSpace::Shared, None) | (IdSpace::Unique, _) => {
+                let id = self.next_request_id;
+                self.next_request_id += 1;
+                id
+            }
+        }
+    }
+
     fn acquire(&mut self, now: u64) -> Op {
         if !self.recent.is_empty() && self.repeat.hit(&mut self.ids_rng) {
             let index = sample::below(&mut self.ids_rng, self.recent.len() as u64) as usize;
@@ -307,8 +325,7 @@ impl Expansion {
             }
         };
         let request_id = self.with_id.hit(&mut self.ids_rng).then(|| {
-            let id = self.next_request_id;
-            self.next_request_id += 1;
+            let id = self.fresh_request_id();
             if self.recent.len() >= self.scenario.request_ids.recent {
                 self.recent.pop_front();
             }
@@ -496,5 +513,37 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert!(sorted.len() < ids.len(), "no repeated request id");
+    }
+
+    /// For each request id of a trace, the keys that sent it.
+    fn senders(ops: &[Op]) -> BTreeMap<u64, std::collections::BTreeSet<u64>> {
+        let mut senders: BTreeMap<u64, std::collections::BTreeSet<u64>> = BTreeMap::new();
+        for op in ops {
+            if let Op::Acquire(Acquire {
+                key,
+                request_id: Some(id),
+                ..
+            }) = op
+            {
+                senders.entry(*id).or_default().insert(*key);
+            }
+        }
+        senders
+    }
+
+    #[test]
+    fn a_shared_id_space_draws_every_keys_ids_from_one_range() {
+        let ids = "[keys]\ncount = 4\n[request_ids]\nprobability = 0.8\nrepeat = 0.2\n";
+        let shared = scenario(&format!("{ids}space = \"shared\"\nids = 5\n"));
+        let drawn = senders(&shared.expand(1).collect::<Vec<_>>());
+        assert!(drawn.keys().all(|id| (1..=5).contains(id)), "{drawn:?}");
+        assert!(
+            drawn.values().any(|keys| keys.len() > 1),
+            "no id sent by two keys"
+        );
+        // The default space: an id belongs to one key (repeats are that key's own retries).
+        let unique = senders(&scenario(ids).expand(1).collect::<Vec<_>>());
+        assert!(unique.len() > 5, "{unique:?}");
+        assert!(unique.values().all(|keys| keys.len() == 1), "{unique:?}");
     }
 }

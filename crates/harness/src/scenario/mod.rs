@@ -34,8 +34,8 @@ pub use self::expand::Expansion;
 pub use self::parse::{line_column, load_all};
 pub use self::tables::{
     ATTACKER_KEY_BASE, ArrivalPattern, Arrivals, BoundaryOffset, Clock, CostChoice, CostRange,
-    Jump, KeyDistribution, Keys, Maintenance, Reconfigure, RequestIds, Rollback, ScheduledReconfig,
-    SetupSpec, Tier,
+    IdSpace, Jump, KeyDistribution, Keys, Maintenance, Reconfigure, RequestIds, Rollback,
+    ScheduledReconfig, SetupSpec, Tier,
 };
 pub use self::values::{ConfigValue, CostValue, EventName, Probability};
 use crate::trace::{Op, Setup};

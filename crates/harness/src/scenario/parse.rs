@@ -280,4 +280,37 @@ rate = "1/s"
         let text = format!("{MINIMAL}[[tiers]]\nkeys = [5, 2]\ncapacity = 1\nrate = \"1/s\"\n");
         assert!(parse(&text).unwrap_err().to_string().contains("tiers[0]"));
     }
+
+    #[test]
+    fn a_bad_request_id_space_names_its_field() {
+        let cases = [
+            ("space = \"global\"\n", "8:", "unknown variant `global`"),
+            (
+                "space = \"shared\"\n",
+                "8:",
+                "request_ids.space = \"shared\" needs ids",
+            ),
+            (
+                "space = \"shared\"\nids = 0\n",
+                "9:",
+                "request_ids.ids must be at least 1",
+            ),
+            ("ids = 7\n", "8:", "request_ids.ids sizes a shared space"),
+            ("space = \"shared\"\nids = -1\n", "9:7:", "expected u64"),
+        ];
+        for (table, place, words) in cases {
+            let error = parse(&format!("{MINIMAL}[request_ids]\n{table}"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.starts_with(&format!("scenarios/example.toml:{place}")),
+                "{error}"
+            );
+            assert!(error.contains(words), "{error}");
+        }
+        let shared = parse(&format!(
+            "{MINIMAL}[request_ids]\nspace = \"shared\"\nids = 3\n"
+        ));
+        assert_eq!(shared.unwrap().request_ids.ids, Some(3));
+    }
 }

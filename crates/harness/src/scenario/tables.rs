@@ -331,6 +331,26 @@ pub struct RequestIds {
     /// How many recent requests a repeat chooses from.
     #[serde(default = "default_recent")]
     pub recent: usize,
+    /// Where fresh ids come from.
+    #[serde(default)]
+    pub space: IdSpace,
+    /// The size of a shared space: ids `1..=ids` (required with `space = "shared"`, refused
+    /// without it).
+    #[serde(default)]
+    pub ids: Option<u64>,
+}
+
+/// `[request_ids] space`: where fresh request ids come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum IdSpace {
+    /// One counter for the whole trace: every fresh id is new (1, 2, 3, ...), so two requests share
+    /// an id only when one repeats the other.
+    #[default]
+    Unique,
+    /// Every key draws its fresh ids uniformly from the same `1..=ids`: different users send the
+    /// same ids. Records are per key, so user B's id 7 must never replay user A's decision for 7.
+    Shared,
 }
 
 fn default_recent() -> usize {
@@ -343,6 +363,8 @@ impl Default for RequestIds {
             probability: Probability(0.0),
             repeat: Probability(0.0),
             recent: default_recent(),
+            space: IdSpace::Unique,
+            ids: None,
         }
     }
 }

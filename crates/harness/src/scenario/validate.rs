@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::tables::{ArrivalPattern, KeyDistribution};
+use super::tables::{ArrivalPattern, IdSpace, KeyDistribution};
 use super::{MAX_OPS_PER_SEED, MAX_SEEDS, Scenario};
 use crate::trace::ConfigSpec;
 
@@ -257,6 +257,27 @@ fn check_tables(s: &Scenario) -> Result<(), Broken> {
             &[Key("request_ids"), Key("recent")],
             "request_ids.recent must be at least 1",
         ));
+    }
+    match (s.request_ids.space, s.request_ids.ids) {
+        (IdSpace::Shared, None) => {
+            return Err(broken(
+                &[Key("request_ids"), Key("space")],
+                "request_ids.space = \"shared\" needs ids = N, the size of the shared space",
+            ));
+        }
+        (IdSpace::Shared, Some(0)) => {
+            return Err(broken(
+                &[Key("request_ids"), Key("ids")],
+                "request_ids.ids must be at least 1",
+            ));
+        }
+        (IdSpace::Unique, Some(_)) => {
+            return Err(broken(
+                &[Key("request_ids"), Key("ids")],
+                "request_ids.ids sizes a shared space: it needs space = \"shared\"",
+            ));
+        }
+        (IdSpace::Shared, Some(_)) | (IdSpace::Unique, None) => {}
     }
     Ok(())
 }

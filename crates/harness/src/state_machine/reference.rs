@@ -1,0 +1,129 @@
+//! The reference state the generator walks: the reference model plus the generator's clock.
+//!
+//! Owns what the generator knows between two ops. Promises: it is advanced by the model's own rules
+//! (never by a subject), so the ops generated next depend only on the ops generated so far.
+
+use bucketproof_model::{Model, Rational};
+
+use crate::trace::{Acquire, Op, Setup};
+
+/// The model after the ops generated so far, and the last time one of them carried.
+#[derive(Clone, Debug)]
+pub struct Reference {
+    /// The reference model, driven with every generated op.
+    pub model: Model,
+    /// The generator's clock: the time of the last op that had one (the first: the initial clock).
+    pub clock: u64,
+}
+
+impl Reference {
+    /// A fresh model for `setup`, with the clock at `clock`. `None` if the model refuses the setup's
+    /// config.
+    pub fn new(setup: &Setup, clock: u64) -> Option<Reference> {
+        let config = setup.config.to_model().ok()?;
+        Some(Reference {
+            model: Model::new(config, setup.dedupe_window_ns, setup.dedupe_per_key),
+            clock,
+        })
+    }
+
+    /// The state after `op`. An op the model refuses (a bad cost, a config it cannot hold) changes
+    /// nothing, as it changes nothing in a correct subject.
+    pub fn apply(mut self, op: &Op) -> Reference {
+        match op {
+            Op::Acquire(Acquire {
+                key,
+                cost,
+                now,
+                request_id,
+            }) => {
+                let _ = self.model.acquire(*key, *now, *cost, *request_id);
+            }
+            Op::Reconfigure { key, now, config } => {
+                if let Ok(config) = config.to_model() {
+                    self.model.reconfigure(*key, config, *now);
+                }
+            }
+            Op::Forget { key } => {
+                self.model.forget(*key);
+            }
+            Op::Sweep { now } => {
+                self.model.sweep(*now);
+            }
+        }
+        if let Some(now) = op.now() {
+            self.clock = now;
+        }
+        self
+    }
+
+    /// The exact time at which `key` will hold `cost` tokens with no traffic from `now` on, if it
+    /// ever will (a refilling config, `1 <= cost <= capacity`, and no later than `u64::MAX`); `None`
+    /// as well for a key without state that already holds `cost`.
+    pub fn refill_boundary(&self, key: u64, now: u64, cost: u64) -> Option<u64> {
+        let config = self.model.config_of(key);
+        if cost == 0 || cost > config.capacity() || !config.refills() {
+            return None;
+        }
+        let remaining = self.model.peek(key, now).remaining;
+        let deficit = Rational::from(cost) - remaining;
+        if deficit <= Rational::ZERO {
+            // Already there: the boundary is the cursor, of a key that has one (a fresh key is full
+            // now, which the generator's other time steps already cover).
+            return self.model.state(key).map(|(_, last)| last.max(now));
+        }
+        let last = self.model.state(key).map_or(now, |(_, last)| last.max(now));
+        let wait = u64::try_from((deficit / config.rate_per_ns()).ceil()).ok()?;
+        last.checked_add(wait)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::ConfigSpec;
+    use bucketproof_model::ModelWait;
+
+    /// The boundary is exact: admitted at it, denied 1 ns before it.
+    #[test]
+    fn refill_boundaries_are_exact() {
+        let setup = Setup::new(ConfigSpec::new(4, "3/2s"));
+        let reference = Reference::new(&setup, 10)
+            .unwrap()
+            .apply(&Op::Acquire(Acquire {
+                key: 0,
+                cost: 4,
+                now: 10,
+                request_id: None,
+            }));
+        let at = reference.refill_boundary(0, 10, 1).unwrap();
+        let mut early = reference.model.clone();
+        assert!(
+            !early
+                .acquire(0, at - 1, 1, None)
+                .unwrap()
+                .decision
+                .is_allowed()
+        );
+        let mut model = reference.model;
+        assert!(model.acquire(0, at, 1, None).unwrap().decision.is_allowed());
+        assert_eq!(
+            model
+                .acquire(0, at, 1, None)
+                .unwrap()
+                .decision
+                .retry_after(),
+            Some(ModelWait::After(666_666_667))
+        );
+    }
+
+    /// No boundary for a cost the config can never hold, nor for a rate of zero.
+    #[test]
+    fn unreachable_costs_have_no_boundary() {
+        let reference = Reference::new(&Setup::new(ConfigSpec::new(4, "3/2s")), 0).unwrap();
+        assert_eq!(reference.refill_boundary(0, 0, 5), None);
+        assert_eq!(reference.refill_boundary(0, 0, 0), None);
+        let frozen = Reference::new(&Setup::new(ConfigSpec::new(4, "0/s")), 0).unwrap();
+        assert_eq!(frozen.refill_boundary(0, 0, 1), None);
+    }
+}

@@ -1,0 +1,166 @@
+//! The generator: which op comes next, given the reference state.
+//!
+//! Owns the menu of ops, times and costs and their weights. Promises: every op is drawn from the
+//! reference state alone (the model and its clock), so a proptest seed gives the same op list on
+//! every machine; with [`ExtraValues`] empty the draws are exactly those of the menu below, so seeds
+//! persisted before extra values existed replay the same cases.
+//!
+//! Times: the clock itself, one nanosecond after it, up to three seconds after it, years after it,
+//! up to ten seconds before it (rollbacks), the last second before `u64::MAX`, each key's exact
+//! refill boundary for one token and for a full bucket and one nanosecond before it, and the
+//! caller's extra gaps and instants. Costs: `0..=capacity + 1` (zero and one past the capacity are
+//! errors a subject must refuse without a change) and the caller's extra costs.
+
+use proptest::prelude::*;
+use proptest::strategy::Union;
+
+use super::reference::Reference;
+use super::{ExtraValues, Options};
+use crate::scenario::duration::{SECOND, YEAR};
+use crate::trace::{Acquire, ConfigSpec, Op};
+
+/// The initial state: the model of `options.setup` with the clock at zero, anywhere in the first
+/// thousand seconds, or three seconds before the end of time.
+pub(super) fn init_state(options: &Options) -> BoxedStrategy<Reference> {
+    let setup = options.setup.clone();
+    prop_oneof![
+        Just(0u64),
+        1u64..1_000 * SECOND,
+        Just(u64::MAX - 3 * SECOND)
+    ]
+    // `Options::check` has built this model once already, so the filter never rejects.
+    .prop_filter_map("the setup's config is valid", move |clock| {
+        Reference::new(&setup, clock)
+    })
+    .boxed()
+}
+
+/// The next op from `state`.
+pub(super) fn next_op(options: &Options, state: &Reference) -> BoxedStrategy<Op> {
+    let capacity = options.setup.config.capacity;
+    let time = time(options, state);
+    let cost = cost(capacity, &options.extra);
+    let keys = 0..options.keys;
+    let request_id = if options.request_ids == 0 {
+        Just(None).boxed()
+    } else {
+        proptest::option::weighted(0.3, 0..options.request_ids).boxed()
+    };
+    let mut ops: Vec<(u32, BoxedStrategy<Op>)> = vec![(
+        12,
+        (keys.clone(), time.clone(), cost, request_id)
+            .prop_map(|(key, now, cost, request_id)| {
+                Op::Acquire(Acquire {
+                    key,
+                    cost,
+                    now,
+                    request_id,
+                })
+            })
+            .boxed(),
+    )];
+    if options.ops.reconfigure && !options.tier_rates.is_empty() {
+        let rates = options.tier_rates.clone();
+        ops.push((
+            1,
+            (
+                keys.clone(),
+                time.clone(),
+                1..=capacity.saturating_add(2),
+                proptest::sample::select(rates),
+            )
+                .prop_map(|(key, now, capacity, rate)| Op::Reconfigure {
+                    key,
+                    now,
+                    config: ConfigSpec::new(capacity, rate),
+                })
+                .boxed(),
+        ));
+    }
+    if options.ops.sweep {
+        ops.push((1, time.prop_map(|now| Op::Sweep { now }).boxed()));
+    }
+    if options.ops.forget {
+        ops.push((1, keys.prop_map(|key| Op::Forget { key }).boxed()));
+    }
+    Union::new_weighted(ops).boxed()
+}
+
+/// The next op's time (see the module doc for the menu).
+fn time(options: &Options, state: &Reference) -> BoxedStrategy<u64> {
+    let clock = state.clock;
+    let capacity = options.setup.config.capacity;
+    // Times worth trying from here: exact refill boundaries (and 1 ns before) of each key.
+    let mut boundaries = Vec::new();
+    for key in 0..options.keys {
+        for cost in [1, capacity] {
+            if let Some(at) = state.refill_boundary(key, clock, cost) {
+                boundaries.push(at);
+                boundaries.push(at.saturating_sub(1));
+            }
+        }
+    }
+    let mut times: Vec<(u32, BoxedStrategy<u64>)> = vec![
+        (3, Just(clock).boxed()),
+        (3, Just(clock.saturating_add(1)).boxed()),
+        (
+            4,
+            (0u64..3 * SECOND)
+                .prop_map(move |dt| clock.saturating_add(dt))
+                .boxed(),
+        ),
+        (
+            1,
+            (1u64..200)
+                .prop_map(move |years| clock.saturating_add(years * YEAR))
+                .boxed(),
+        ),
+        (
+            2,
+            (1u64..10 * SECOND)
+                .prop_map(move |back| clock.saturating_sub(back))
+                .boxed(),
+        ),
+        (1, (0u64..SECOND).prop_map(|back| u64::MAX - back).boxed()),
+        (
+            4,
+            if boundaries.is_empty() {
+                Just(clock).boxed()
+            } else {
+                proptest::sample::select(boundaries).boxed()
+            },
+        ),
+    ];
+    // The seam for per-config boundary values: drawn as often as the refill boundaries.
+    if !options.extra.gaps.is_empty() {
+        let gaps = options.extra.gaps.clone();
+        times.push((
+            4,
+            proptest::sample::select(gaps)
+                .prop_map(move |gap| clock.saturating_add(gap))
+                .boxed(),
+        ));
+    }
+    if !options.extra.instants.is_empty() {
+        times.push((
+            2,
+            proptest::sample::select(options.extra.instants.clone()).boxed(),
+        ));
+    }
+    Union::new_weighted(times).boxed()
+}
+
+/// An acquire's cost: the range around the capacity, and one in four draws from the extra costs if
+/// there are any.
+fn cost(capacity: u64, extra: &ExtraValues) -> BoxedStrategy<u64> {
+    let range = (0..=capacity.saturating_add(1)).boxed();
+    if extra.costs.is_empty() {
+        range
+    } else {
+        Union::new_weighted(vec![
+            (3, range),
+            (1, proptest::sample::select(extra.costs.clone()).boxed()),
+        ])
+        .boxed()
+    }
+}
