@@ -212,7 +212,7 @@ impl Model {
     /// 2. "If `request_id` is given and the key holds a record for it that is still in the dedupe window, return the
     ///    recorded decision unchanged (`replayed`). Nothing changes, nothing is charged."
     /// 3. - 5. Refill, decide, report: [`ModelBucket::decide`] (a key with no state is fresh at this `now`, or
-    ///    at the time a sweep dropped it if that is later).
+    ///         at the time a sweep dropped it if that is later).
     /// 6. "If `request_id` was given, record (id -> decision, t) on the key (evicting its oldest record beyond
     ///    `dedupe_per_key`)", stamped with the effective time `t`; with a window of 0 (ids off) nothing is kept.
     ///
