@@ -104,8 +104,8 @@ impl Creation {
                         OracleKind::Model,
                         "the subject recreated a bucket that was not evictable at its fresh cursor",
                         format!(
-                            "the key's state kept (cursor {}), or a fresh cursor where it is full \
-                             with no live request id",
+                            "the key's state (cursor {}) kept, or a fresh cursor at which that \
+                             state is full with no live request id",
                             dropped.cursor
                         ),
                         format!("a fresh bucket at cursor {}", self.cursor),
