@@ -146,3 +146,19 @@ fn a_balance_back_below_2_62_units_moves_into_its_bucket_and_frees_an_empty_side
     limiter.acquire_at(&2, 1_000_000_000, 0).unwrap();
     assert_eq!(packing(&limiter, 2), (true, false, None));
 }
+
+/// A dedupe window of 0 turns request ids off (docs/semantics.md, acquire step 6): no record is ever
+/// live, so none is kept either, and the key needs no side-map entry for one.
+#[test]
+fn a_zero_dedupe_window_keeps_no_request_id_record() {
+    let config = Config::new(5, Rate::per_second(1)).unwrap();
+    let limiter: Limiter<u64> = Limiter::builder(config)
+        .dedupe(std::time::Duration::ZERO, 4)
+        .hasher_seed(1)
+        .build();
+    for now in [10 * NANOS_PER_SECOND, 5 * NANOS_PER_SECOND] {
+        let request = Request::cost(1).at(now).id(7u64);
+        assert!(!limiter.acquire_with(&0, request).unwrap().replayed);
+    }
+    assert_eq!(packing(&limiter, 0), (false, false, None));
+}
