@@ -64,7 +64,7 @@ impl Mutant {
     }
 }
 
-const CATALOGUE: [Mutant; 13] = [
+const CATALOGUE: [Mutant; 18] = [
     Mutant {
         number: 1,
         slug: "wall-clock-elapsed",
@@ -156,6 +156,41 @@ const CATALOGUE: [Mutant; 13] = [
         seen: "crates/float tests: textbook over-admission after many small refills",
         kill_by: KillBy::Traces,
     },
+    Mutant {
+        number: 14,
+        slug: "wrapping-credit",
+        mistake: "refill credit `elapsed * rate` computed in u64, wrapping once the gap passes 2^64 / rate",
+        seen: "`tokens += elapsed_ns * rate` in 64-bit integers",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 15,
+        slug: "capacity-units-u64",
+        mistake: "capacity in units (`capacity * q * 10^9`) computed in u64, wrapping for large capacities",
+        seen: "64-bit scaled-integer buckets (tokens times a fixed precision)",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 16,
+        slug: "packed-line-off-by-one",
+        mistake: "a balance of exactly 2^62 units stored in the 62-bit packed slot (top bit lost)",
+        seen: "the keyed limiter's packed/wide balance split; bit-packed counters with a spill-over",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 17,
+        slug: "clock-end-exclusive",
+        mistake: "a wait ending exactly at u64::MAX reported as Never (`<` where the rule is `<=`)",
+        seen: "deadline overflow guards written as `now + wait < MAX`",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 18,
+        slug: "wrapping-refill-sum",
+        mistake: "refill sum `balance + credit` wrapping in u128 instead of saturating",
+        seen: "`wrapping_add` (or unchecked `+` in release) on a sum assumed to fit",
+        kill_by: KillBy::Traces,
+    },
 ];
 
 /// Every mutant, in issue order.
@@ -199,6 +234,11 @@ impl SubjectFactory for MutantSubjects {
             "float-drift" => {
                 FloatTextbookSubject::new(setup).map(|s| Box::new(s) as Box<dyn Subject>)
             }
+            "wrapping-credit" => keyed(name, WrappingCredit, setup),
+            "capacity-units-u64" => keyed(name, CapacityUnitsU64, setup),
+            "packed-line-off-by-one" => keyed(name, PackedLineOffByOne, setup),
+            "clock-end-exclusive" => keyed(name, ClockEndExclusive, setup),
+            "wrapping-refill-sum" => keyed(name, WrappingRefillSum, setup),
             _ => return None,
         })
     }
@@ -213,7 +253,7 @@ mod tests {
     fn every_catalogue_name_builds_and_unknown_names_are_not_ours() {
         let setup = Setup::new(ConfigSpec::new(3, "3/2s"));
         let factory = MutantSubjects;
-        assert_eq!(factory.names().len(), 13);
+        assert_eq!(factory.names().len(), CATALOGUE.len());
         for name in factory.names() {
             assert!(
                 factory.build(&name, &setup).is_some_and(|b| b.is_ok()),
@@ -223,6 +263,6 @@ mod tests {
         assert!(factory.build("core", &setup).is_none());
         assert!(factory.build("mutant:nope", &setup).is_none());
         let numbers: Vec<u8> = catalogue().iter().map(|m| m.number).collect();
-        assert_eq!(numbers, (1..=13).collect::<Vec<_>>());
+        assert_eq!(numbers, (1..=CATALOGUE.len() as u8).collect::<Vec<_>>());
     }
 }
