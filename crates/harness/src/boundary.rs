@@ -55,11 +55,11 @@ fn ceil_ns(n: u128, d: u128) -> u64 {
     u64::try_from(n.div_ceil(d)).unwrap_or(u64::MAX)
 }
 
-/// `values` with their neighbours up to [`SPREAD`] either side (saturating), sorted and deduplicated.
-fn spread(values: impl IntoIterator<Item = u64>) -> Vec<u64> {
+/// `values` with their neighbours up to `by` either side (saturating), sorted and deduplicated.
+fn spread(values: impl IntoIterator<Item = u64>, by: u64) -> Vec<u64> {
     let mut out: Vec<u64> = values
         .into_iter()
-        .flat_map(|v| (v.saturating_sub(SPREAD))..=(v.saturating_add(SPREAD)))
+        .flat_map(|v| (v.saturating_sub(by))..=(v.saturating_add(by)))
         .collect();
     out.sort_unstable();
     out.dedup();
@@ -93,12 +93,17 @@ impl Boundaries {
     /// covers); capacity + 1 (the first invalid one); and, when within the capacity, the smallest cost
     /// whose units `cost * u` reach `2^53`, `2^62` and `2^64`.
     pub fn of(spec: &ConfigSpec) -> Result<Boundaries, InvalidConfigSpec> {
-        let config = spec.to_config()?;
-        Ok(Boundaries::of_config(&config))
+        Ok(Boundaries::of_config(&spec.to_config()?, SPREAD))
     }
 
-    /// [`Boundaries::of`] for an already valid limiter config.
-    pub fn of_config(config: &Config) -> Boundaries {
+    /// The lines alone, without their neighbours: the values [`Boundaries::of`] centres its windows
+    /// on. For generators that want to land on a line more often than one draw in `2 * SPREAD + 1`.
+    pub fn lines(spec: &ConfigSpec) -> Result<Boundaries, InvalidConfigSpec> {
+        Ok(Boundaries::of_config(&spec.to_config()?, 0))
+    }
+
+    /// The lines of an already valid limiter config, each with its neighbours up to `by` either side.
+    pub fn of_config(config: &Config, by: u64) -> Boundaries {
         let p = config.units_per_nanosecond() as u128;
         let unit = config.units_per_token();
         let capacity_units = config.capacity_units();
@@ -130,13 +135,26 @@ impl Boundaries {
             }
         }
         let top = capacity.saturating_add(1);
-        let mut costs = spread(costs);
+        let mut costs = spread(costs, by);
         costs.retain(|&cost| (1..=top).contains(&cost));
         Boundaries {
-            gaps: spread(gaps),
-            instants: spread(instants),
+            gaps: spread(gaps, by),
+            instants: spread(instants, by),
             costs,
         }
+    }
+}
+
+impl Boundaries {
+    /// The gaps a generator can take without ending the clock: those below `u64::MAX`. A gap that
+    /// clamped to `u64::MAX` (its line lies beyond the clock) would, drawn once, pin every later time
+    /// at the end of the clock; the instants already hold the clock's end.
+    pub fn gaps_within_clock(&self) -> Vec<u64> {
+        self.gaps
+            .iter()
+            .copied()
+            .filter(|&gap| gap < u64::MAX)
+            .collect()
     }
 }
 
@@ -306,6 +324,24 @@ mod tests {
                     let valid = 1..=capacity.saturating_add(1);
                     crosses_within(&costs, at, valid, |cost| cost as u128 * unit >= line);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn the_lines_are_the_centres_of_the_windows() {
+        for spec in gap_menu() {
+            let (lines, all) = (
+                Boundaries::lines(&spec).unwrap(),
+                Boundaries::of(&spec).unwrap(),
+            );
+            for (centres, windows) in [
+                (&lines.gaps, &all.gaps),
+                (&lines.instants, &all.instants),
+                (&lines.costs, &all.costs),
+            ] {
+                assert!(centres.iter().all(|v| windows.contains(v)), "{spec:?}");
+                assert!(centres.len() < windows.len(), "{spec:?}");
             }
         }
     }

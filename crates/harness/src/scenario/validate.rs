@@ -231,6 +231,12 @@ fn check_tables(s: &Scenario) -> Result<(), Broken> {
             "clock: give start or start_before_end, not both",
         ));
     }
+    if s.clock.boundary.0 > 0.0 && super::expand::boundary_gaps(s).is_empty() {
+        return Err(broken(
+            &[Key("clock"), Key("boundary")],
+            "clock.boundary needs a config that refills: a rate of 0 has no boundary gaps",
+        ));
+    }
     let zero_default_rate = s
         .setup
         .0
