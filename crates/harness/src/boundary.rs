@@ -10,7 +10,8 @@
 //!
 //! Promises: every list is sorted and deduplicated; each line is listed together with the values up to
 //! [`SPREAD`] on either side (so "at the line" and "one before" are both on the menu); gaps and
-//! instants are `u64` nanoseconds, clamped to `u64::MAX` when the line lies beyond the clock; costs lie
+//! instants are `u64` nanoseconds, and a gap line beyond the clock clamps to `u64::MAX` (listed
+//! once, without neighbours; an instant line beyond it is left out); costs lie
 //! in `1..=capacity + 1` (capacity + 1 is the first invalid cost). Nothing here runs a transition: the
 //! lines are derived from the config's units alone, and the unit tests check each against the
 //! arithmetic it names.
@@ -50,9 +51,11 @@ pub struct Boundaries {
     pub costs: Vec<u64>,
 }
 
-/// `ceil(n / d)` as a gap, clamped to the clock (`d > 0`).
-fn ceil_ns(n: u128, d: u128) -> u64 {
-    u64::try_from(n.div_ceil(d)).unwrap_or(u64::MAX)
+/// `ceil(n / d)` ns, if it lies within the clock (`d > 0`).
+fn ceil_ns(n: u128, d: u128) -> Option<u64> {
+    u64::try_from(n.div_ceil(d))
+        .ok()
+        .filter(|&ns| ns < u64::MAX)
 }
 
 /// `values` with their neighbours up to `by` either side (saturating), sorted and deduplicated.
@@ -109,21 +112,30 @@ impl Boundaries {
         let capacity_units = config.capacity_units();
         let capacity = config.capacity();
         let mut gaps = Vec::new();
+        // A line beyond the clock is listed once, as `u64::MAX`, without neighbours.
+        let mut beyond_the_clock = false;
         let mut instants = vec![u64::MAX];
         if p > 0 {
             let to_full = ceil_ns(capacity_units, p);
-            gaps.extend([
+            let lines = [
                 to_full,
-                to_full.saturating_add(REDIS_TIME_HEADROOM),
+                to_full.and_then(|ns| ns.checked_add(REDIS_TIME_HEADROOM)),
                 ceil_ns(REDIS_EXACT_LIMIT, p),
                 ceil_ns(PACKED_LIMIT, p),
                 ceil_ns(1 << 64, p),
                 // C <= 2^126, so the difference is positive.
                 ceil_ns(u128::MAX - capacity_units + 1, p),
-            ]);
+            ];
+            for line in lines {
+                match line {
+                    Some(ns) => gaps.push(ns),
+                    None => beyond_the_clock = true,
+                }
+            }
             for tokens in [1, capacity] {
-                let refill = ceil_ns(tokens as u128 * unit, p);
-                instants.push(u64::MAX - refill);
+                if let Some(refill) = ceil_ns(tokens as u128 * unit, p) {
+                    instants.push(u64::MAX - refill);
+                }
             }
         }
         instants.push(REDIS_EXACT_LIMIT as u64);
@@ -137,8 +149,12 @@ impl Boundaries {
         let top = capacity.saturating_add(1);
         let mut costs = spread(costs, by);
         costs.retain(|&cost| (1..=top).contains(&cost));
+        let mut gaps = spread(gaps, by);
+        if beyond_the_clock && gaps.last() != Some(&u64::MAX) {
+            gaps.push(u64::MAX);
+        }
         Boundaries {
-            gaps: spread(gaps, by),
+            gaps,
             instants: spread(instants, by),
             costs,
         }
@@ -354,9 +370,10 @@ mod tests {
                 assert!(list.windows(2).all(|w| w[0] < w[1]), "{spec:?}: {list:?}");
             }
         }
-        // One token per second: 2^64 / 1 ns lies past the clock, so the gap clamps.
+        // One token per second: 2^64 / 1 ns lies past the clock, so the gap clamps, alone.
         let slow = Boundaries::of(&ConfigSpec::new(1, "1/s")).unwrap();
         assert_eq!(slow.gaps.last(), Some(&u64::MAX));
+        assert!(slow.gaps_within_clock().iter().all(|&gap| gap < 1 << 63));
         // No refill: no gap line and no wait line, only the clock's own.
         let none = Boundaries::of(&ConfigSpec::new(2, "0/s")).unwrap();
         assert!(none.gaps.is_empty());

@@ -13,7 +13,7 @@
 //!   oracle;
 //! - mutant 13 is the harness's own `float-textbook` subject, reused as is;
 //! - [`traces`]: deterministic trace families (rollbacks, boundaries, idle, reconfigure, request ids,
-//!   key bounds, invalid costs);
+//!   key bounds, invalid costs, the lines of the arithmetic);
 //! - [`kill`]: the kill runner and `reports/mutants.md`.
 //!
 //! [`MutantSubjects`] builds every mutant by its stable name `mutant:<slug>`; the harness does not

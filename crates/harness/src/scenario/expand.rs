@@ -502,6 +502,35 @@ mod tests {
         assert_eq!(*t.last().unwrap(), u64::MAX);
     }
 
+    /// With `boundary = 1` and a fixed arrival gap of 0, every step after the first leaps by one of
+    /// the configs' boundary gaps within the clock: the default's and the reconfiguration target's.
+    #[test]
+    fn boundary_steps_leap_by_the_configs_boundary_gaps() {
+        let s = scenario(
+            "[arrivals]\npattern = \"fixed\"\ngap = 0\n[clock]\nboundary = 1.0\n\
+             [reconfigure]\nprobability = 0.01\n\
+             configs = [{ capacity = 5000000000, rate = \"1000000000/s\" }]\n",
+        );
+        let menu = boundary_gaps(&s);
+        let wide = Boundaries::of(&ConfigSpec::new(5_000_000_000, "1000000000/s")).unwrap();
+        // The wide config's 2^64 line: ceil(2^64 / 10^9) ns.
+        assert!(menu.contains(&18_446_744_074) && wide.gaps.contains(&18_446_744_074));
+        assert!(menu.iter().all(|&gap| gap < u64::MAX));
+        let t = times(&s.expand(4).collect::<Vec<_>>());
+        // Until the leaps have used up the clock (times saturate at its end).
+        let leaps: Vec<u64> = t
+            .windows(2)
+            .filter(|w| w[1] < u64::MAX)
+            .map(|w| w[1] - w[0])
+            .collect();
+        assert!(leaps.iter().all(|leap| menu.contains(leap)), "{leaps:?}");
+        let distinct: std::collections::BTreeSet<_> = leaps.iter().collect();
+        assert!(distinct.len() > 10, "{distinct:?}");
+        // A zero chance draws nothing: the same ops as without the key.
+        let off = scenario("[clock]\nboundary = 0.0\n");
+        assert_eq!(off.prefix(4, 200), scenario("").prefix(4, 200));
+    }
+
     #[test]
     fn attackers_use_fresh_keys_and_repeats_reuse_ids() {
         let s = scenario(

@@ -272,6 +272,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_boundary_chance_needs_a_config_that_refills() {
+        let text = |rate: &str| {
+            format!(
+                "reach = [\"allowed\"]\n[setup]\ncapacity = 3\nrate = \"{rate}\"\n\
+                 [clock]\nboundary = 0.1\n"
+            )
+        };
+        let path = std::path::Path::new("t.toml");
+        let error = Scenario::parse(&text("0/s"), path).unwrap_err().to_string();
+        assert!(
+            error.contains("clock.boundary needs a config that refills"),
+            "{error}"
+        );
+        assert!(Scenario::parse(&text("1/s"), path).is_ok());
+        let above_one = text("1/s").replace("0.1", "1.5");
+        assert!(Scenario::parse(&above_one, path).is_err());
+    }
+
+    #[test]
     fn overlapping_tier_ranges_count_each_key_once() {
         let mut ranges = BTreeMap::new();
         assert_eq!(insert_range(&mut ranges, 10, 19), 10);
