@@ -275,7 +275,7 @@ mod tests {
     fn a_boundary_chance_needs_a_config_that_refills() {
         let text = |rate: &str| {
             format!(
-                "reach = [\"allowed\"]\n[setup]\ncapacity = 3\nrate = \"{rate}\"\n\
+                "length = 10\nreach = [\"allowed\"]\n[setup]\ncapacity = 3\nrate = \"{rate}\"\n\
                  [clock]\nboundary = 0.1\n"
             )
         };
