@@ -14,6 +14,7 @@
 //! same report bytes on every machine.
 #![warn(missing_docs)]
 
+pub mod boundary;
 pub mod compare;
 pub mod engine;
 pub mod gate;

@@ -15,7 +15,7 @@
 //!   oracle;
 //! - mutant 13 is the harness's own `float-textbook` subject, reused as is;
 //! - [`traces`]: deterministic trace families (rollbacks, boundaries, idle, reconfigure, request ids,
-//!   key bounds, invalid costs);
+//!   key bounds, invalid costs, the lines of the arithmetic);
 //! - [`kill`]: the kill runner and `reports/mutants.md`.
 //!
 //! [`MutantSubjects`] builds every mutant by its stable name `mutant:<slug>`; the harness does not
@@ -66,7 +66,7 @@ impl Mutant {
     }
 }
 
-const CATALOGUE: [Mutant; 15] = [
+const CATALOGUE: [Mutant; 20] = [
     Mutant {
         number: 1,
         slug: "wall-clock-elapsed",
@@ -172,6 +172,41 @@ const CATALOGUE: [Mutant; 15] = [
         seen: "TTL-expired Redis buckets under a lagging client clock (\"recreate full at now\")",
         kill_by: KillBy::Traces,
     },
+    Mutant {
+        number: 16,
+        slug: "wrapping-credit",
+        mistake: "refill credit `elapsed * rate` computed in u64, wrapping once the gap passes 2^64 / rate",
+        seen: "`tokens += elapsed_ns * rate` in 64-bit integers",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 17,
+        slug: "capacity-units-u64",
+        mistake: "capacity in units (`capacity * q * 10^9`) computed in u64, wrapping for large capacities",
+        seen: "64-bit scaled-integer buckets (tokens times a fixed precision)",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 18,
+        slug: "packed-line-off-by-one",
+        mistake: "a balance of exactly 2^62 units stored in the 62-bit packed slot (top bit lost)",
+        seen: "the keyed limiter's packed/wide balance split; bit-packed counters with a spill-over",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 19,
+        slug: "clock-end-exclusive",
+        mistake: "a wait ending exactly at u64::MAX reported as Never (`<` where the rule is `<=`)",
+        seen: "deadline overflow guards written as `now + wait < MAX`",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 20,
+        slug: "wrapping-refill-sum",
+        mistake: "refill sum `balance + credit` wrapping in u128 instead of saturating",
+        seen: "`wrapping_add` (or unchecked `+` in release) on a sum assumed to fit",
+        kill_by: KillBy::Traces,
+    },
 ];
 
 /// Every mutant, in issue order.
@@ -228,6 +263,11 @@ impl SubjectFactory for MutantSubjects {
             }
             "horizon-stored-cursor" => expiring(name, keyed::HorizonAtStoredCursor, setup),
             "no-horizon" => expiring(name, keyed::NoHorizon, setup),
+            "wrapping-credit" => keyed(name, WrappingCredit, setup),
+            "capacity-units-u64" => keyed(name, CapacityUnitsU64, setup),
+            "packed-line-off-by-one" => keyed(name, PackedLineOffByOne, setup),
+            "clock-end-exclusive" => keyed(name, ClockEndExclusive, setup),
+            "wrapping-refill-sum" => keyed(name, WrappingRefillSum, setup),
             _ => return None,
         })
     }

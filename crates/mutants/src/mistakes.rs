@@ -5,7 +5,9 @@
 use bucketproof_limiter::internal::state_from_parts;
 use bucketproof_limiter::{BucketState, Config, Nanos, Wait};
 
-use crate::keyed::{Mistake, wait_from};
+use bucketproof_harness::boundary::PACKED_LIMIT;
+
+use crate::keyed::{Mistake, exact_wait, wait_from};
 
 /// The exact refill before its clamp: the time refilled to, `max(now, last_refill)`, and the units
 /// earned since the cursor (`u64 * u64` fits `u128`). The mutants that get the clamp or the rounding
@@ -207,5 +209,112 @@ impl Mistake for RetroactiveReconfig {
     ) -> BucketState {
         // Converting at the old cursor refills nothing: the elapsed interval is left for the new rate.
         state.reconfigured(old, new, state.last_refill())
+    }
+}
+
+/// 14. The refill credit `elapsed * p` computed in `u64`, wrapping: once an idle gap passes
+///     `2^64 / p` ns the credit wraps to almost nothing, and a bucket that should be full stays as
+///     empty as it was. Random gaps miss it (the wrapped credit is almost always above any small
+///     capacity, and the clamp hides it); the gap of exactly `ceil(2^64 / p)` ns does not.
+///
+/// Seen: every `tokens += elapsed_ns * rate` in 64-bit integers (nanosecond clocks make the product
+/// large quickly: at 10^9 units per ns it wraps after 18 s of idling).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WrappingCredit;
+
+impl Mistake for WrappingCredit {
+    fn refill(&self, config: &Config, state: BucketState, now: Nanos) -> BucketState {
+        let refill_to = now.max(state.last_refill());
+        let elapsed = refill_to - state.last_refill();
+        // `u64 * u64` kept in `u64`, where the exact rule widens to `u128`.
+        let credit = elapsed.wrapping_mul(config.units_per_nanosecond()) as u128;
+        let balance = state
+            .balance()
+            .saturating_add(credit)
+            .min(config.capacity_units());
+        state_from_parts(balance, refill_to)
+    }
+}
+
+/// 15. The capacity in units, `capacity * q * 10^9`, computed in `u64`, wrapping: for a config whose
+///     capacity units pass `2^64` the clamp uses the wrapped (much smaller) capacity, so a full bucket
+///     holds a fraction of what it should. The small configs random generators pick never pass `2^64`.
+///
+/// Seen: 64-bit "scaled integer" buckets (tokens times a fixed precision) that overflow for large
+/// capacities or fine rate grids.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CapacityUnitsU64;
+
+impl Mistake for CapacityUnitsU64 {
+    fn refill(&self, config: &Config, state: BucketState, now: Nanos) -> BucketState {
+        let (refill_to, credit) = credit(config, state, now);
+        let capacity_units = config
+            .capacity()
+            .wrapping_mul(config.units_per_token() as u64) as u128;
+        let balance = state.balance().saturating_add(credit).min(capacity_units);
+        state_from_parts(balance, refill_to)
+    }
+}
+
+/// 16. The packed/wide line off by one: a balance of exactly `2^62` units is stored in the packed
+///     slot (`<=` where the rule is `<`), whose 62 bits drop the top one, so the bucket reads back
+///     empty. Only a balance of exactly `2^62` units shows it: capacity units above `2^62` and a
+///     refill or charge landing on the line exactly.
+///
+/// Seen: the keyed limiter's own `PackedBucket` / side-map split (`keyed/shard.rs`), where the line is
+/// `balance < 2^62`; every bit-packed counter with a spill-over representation.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PackedLineOffByOne;
+
+impl Mistake for PackedLineOffByOne {
+    fn charge(&self, balance: u128, cost_units: u128, allowed: bool) -> u128 {
+        let stored = if allowed {
+            balance.saturating_sub(cost_units)
+        } else {
+            balance
+        };
+        if stored <= PACKED_LIMIT {
+            stored & (PACKED_LIMIT - 1)
+        } else {
+            stored
+        }
+    }
+}
+
+/// 17. The end of the clock taken as exclusive: a wait that ends exactly at `u64::MAX` is reported as
+///     `Never` (`now + wait < u64::MAX` where the rule is `<=`). Only a denial whose wait ends on the
+///     clock's last nanosecond shows it: `now = u64::MAX - wait` exactly.
+///
+/// Seen: overflow guards written as `now + wait < MAX` (or `checked_add(..).filter(|t| *t < MAX)`)
+/// around deadline arithmetic.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClockEndExclusive;
+
+impl Mistake for ClockEndExclusive {
+    fn retry_after(&self, short_units: u128, units_per_ns: u64, lag: Nanos, now: Nanos) -> Wait {
+        match exact_wait(short_units, units_per_ns, lag, now) {
+            Wait::After(wait) if wait > 0 && wait == u64::MAX - now => Wait::Never,
+            wait => wait,
+        }
+    }
+}
+
+/// 18. The refill sum `balance + credit` wrapping in `u128` instead of saturating: a nearly full
+///     bucket of the largest configs (capacity units near `2^126`, `p` near `2^64`) idle for about
+///     440 years wraps past `2^128` and comes back nearly empty. No small config can reach it.
+///
+/// Seen: `wrapping_add` (or unchecked `+` in release builds) where the sum of two bounded terms was
+/// assumed to fit.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WrappingRefillSum;
+
+impl Mistake for WrappingRefillSum {
+    fn refill(&self, config: &Config, state: BucketState, now: Nanos) -> BucketState {
+        let (refill_to, credit) = credit(config, state, now);
+        let balance = state
+            .balance()
+            .wrapping_add(credit)
+            .min(config.capacity_units());
+        state_from_parts(balance, refill_to)
     }
 }

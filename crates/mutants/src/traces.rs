@@ -9,12 +9,20 @@
 //! Families cover what the mutants get wrong: clock rollbacks and recoveries, exact refill
 //! boundaries (and 1 ns before), idle gaps from a minute to centuries and the end of the clock,
 //! reconfiguration, request ids (replays, expiry, the per-key FIFO), invalid costs (0, capacity + 1,
-//! `u64::MAX`), key bounds (small `max_keys` under every policy, with sweeps and forgets) and a mix
-//! of everything. Only [`Family::Plain`] stays within what every subject supports (acquires without
+//! `u64::MAX`), key bounds (small `max_keys` under every policy, with sweeps and forgets), the lines
+//! of the arithmetic, and a mix of everything.
+//!
+//! Every family has the boundary values of its configs' arithmetic on its menu
+//! ([`bucketproof_harness::boundary`]): now and then a trace starts with (or reconfigures to) one of
+//! the configs that sit on the lines, a step is one of the key's boundary gaps or a jump to one of
+//! its boundary instants, and a cost one of its boundary costs. [`Family::Arithmetic`] draws them
+//! most of the time: uniform draws essentially never land on `ceil(2^64 / p)` ns or on a balance of
+//! exactly `2^62` units. Only [`Family::Plain`] stays within what every subject supports (acquires without
 //! request ids), for the float bucket and the racy variant.
 
 use std::collections::BTreeMap;
 
+use bucketproof_harness::boundary::{self, Boundaries};
 use bucketproof_harness::scenario::duration::{SECOND, YEAR};
 use bucketproof_harness::scenario::sample;
 use bucketproof_harness::{Acquire, ConfigSpec, Op, PolicySpec, Setup, Trace};
@@ -39,13 +47,15 @@ pub enum Family {
     InvalidCost,
     /// Many keys against a small `max_keys`, with sweeps and forgets.
     KeyBound,
+    /// The configs on the lines of the arithmetic, and their boundary gaps, instants and costs.
+    Arithmetic,
     /// All of the above at once.
     Mixed,
 }
 
 impl Family {
     /// Every family, in the order the kill runner tries them.
-    pub const ALL: [Family; 9] = [
+    pub const ALL: [Family; 10] = [
         Family::Plain,
         Family::Boundary,
         Family::Rollback,
@@ -55,6 +65,7 @@ impl Family {
         Family::Idle,
         Family::KeyBound,
         Family::Mixed,
+        Family::Arithmetic,
     ];
 
     /// A stable name for reports and replay.
@@ -68,6 +79,7 @@ impl Family {
             Family::RequestIds => "request-ids",
             Family::InvalidCost => "invalid-cost",
             Family::KeyBound => "key-bound",
+            Family::Arithmetic => "arithmetic",
             Family::Mixed => "mixed",
         }
     }
@@ -85,6 +97,9 @@ impl Family {
             request_id: 0,
             invalid: 0,
             keys: 2,
+            capacity_cost: 30,
+            arith: 4,
+            line_configs: 5,
         };
         match self {
             Family::Plain => base,
@@ -127,6 +142,19 @@ impl Family {
                 request_id: 25,
                 invalid: 6,
                 keys: 4,
+                capacity_cost: 30,
+                arith: 8,
+                line_configs: 10,
+            },
+            // Every seed on a line config (see `generate`); costs of the capacity empty a bucket
+            // exactly, so that a boundary gap lands the balance on a line.
+            Family::Arithmetic => Weights {
+                frozen: 20,
+                arith: 60,
+                line_configs: 100,
+                keys: 1,
+                capacity_cost: 50,
+                ..base
             },
         }
     }
@@ -144,6 +172,12 @@ struct Weights {
     request_id: u64,
     invalid: u64,
     keys: u64,
+    /// A cost of exactly the key's capacity.
+    capacity_cost: u64,
+    /// A step to a boundary gap or instant, and (separately) a boundary cost.
+    arith: u64,
+    /// The trace's config, or a reconfiguration's, is one of the configs on the lines.
+    line_configs: u64,
 }
 
 /// Configs traces start with and reconfigure to: awkward rates (thirds, sevenths), slow ones (a
@@ -159,6 +193,41 @@ pub const CONFIGS: [(u64, &str); 8] = [
     (10, "3/s"),
 ];
 
+/// A key's config as the generator aims at it: the spec, its boundary values, and the lines alone
+/// (drawn half the time, so that a line itself comes up more often than its neighbours).
+#[derive(Clone, Debug)]
+struct Aim {
+    spec: ConfigSpec,
+    boundaries: Boundaries,
+    lines: Boundaries,
+}
+
+impl Aim {
+    fn new(spec: ConfigSpec) -> Aim {
+        // Every config on either menu is valid (a test checks it); an invalid one has no lines.
+        let boundaries = Boundaries::of(&spec).unwrap_or_default();
+        let lines = Boundaries::lines(&spec).unwrap_or_default();
+        Aim {
+            spec,
+            boundaries,
+            lines,
+        }
+    }
+
+    /// The boundary values to draw from: the lines alone or with their neighbours, half and half.
+    fn menu(&self, draw: &mut Draw) -> &Boundaries {
+        if draw.percent(50) {
+            &self.lines
+        } else {
+            &self.boundaries
+        }
+    }
+
+    fn capacity(&self) -> u64 {
+        self.spec.capacity
+    }
+}
+
 struct Draw(ChaCha8Rng);
 
 impl Draw {
@@ -173,6 +242,18 @@ impl Draw {
 
     fn pick<T: Copy>(&mut self, items: &[T]) -> T {
         items[self.below(items.len() as u64) as usize]
+    }
+
+    /// A config: one on the lines of the arithmetic with `line_configs` percent, else one of
+    /// [`CONFIGS`].
+    fn config(&mut self, line_configs: &[ConfigSpec], chance: u64) -> Aim {
+        if self.percent(chance) {
+            let index = self.below(line_configs.len() as u64) as usize;
+            Aim::new(line_configs[index].clone())
+        } else {
+            let (capacity, rate) = self.pick(&CONFIGS);
+            Aim::new(ConfigSpec::new(capacity, rate))
+        }
     }
 }
 
@@ -192,8 +273,14 @@ pub fn generate(family: Family, seed: u64, len: usize) -> Trace {
     let stream = Family::ALL.iter().position(|f| *f == family).unwrap_or(0) as u64;
     let mut draw = Draw(sample::stream(seed, stream));
     let weights = family.weights();
-    let (capacity, rate) = draw.pick(&CONFIGS);
-    let mut setup = Setup::new(ConfigSpec::new(capacity, rate));
+    let line_configs = boundary::configs();
+    let default = if family == Family::Arithmetic {
+        // One line config per seed, in turn: eight seeds cover every one of them.
+        Aim::new(line_configs[seed as usize % line_configs.len()].clone())
+    } else {
+        draw.config(&line_configs, weights.line_configs)
+    };
+    let mut setup = Setup::new(default.spec.clone());
     if weights.request_id > 0 {
         setup.dedupe_window_ns = draw.pick(&[5 * SECOND, 60 * SECOND, 0]);
         setup.dedupe_per_key = 1 + draw.below(3) as usize;
@@ -207,23 +294,29 @@ pub fn generate(family: Family, seed: u64, len: usize) -> Trace {
         ]);
     }
     // Per-key config, to aim costs at the capacity in force and boundaries at its rate.
-    let mut configs: BTreeMap<u64, (u64, &str)> = BTreeMap::new();
+    let mut configs: BTreeMap<u64, Aim> = BTreeMap::new();
     let mut now: u64 = 5 * SECOND;
     let mut latest = now;
     let mut ops = Vec::with_capacity(len);
     while ops.len() < len {
         let key = draw.below(weights.keys);
-        let (key_capacity, key_rate) = configs.get(&key).copied().unwrap_or((capacity, rate));
-        now = next_time(&mut draw, &weights, now, latest, key_rate);
+        let aim = configs.get(&key).unwrap_or(&default);
+        let key_capacity = aim.capacity();
+        // An arithmetic trace's first op comes at the start, on a fresh, full bucket: the largest
+        // refill sums start from there, before any jump has used up the clock.
+        if !(ops.is_empty() && family == Family::Arithmetic) {
+            now = next_time(&mut draw, &weights, now, latest, aim);
+        }
         latest = latest.max(now);
         let roll = draw.below(100);
         let op = if roll < weights.reconfigure {
-            let config = draw.pick(&CONFIGS);
+            let config = draw.config(&line_configs, weights.line_configs);
+            let spec = config.spec.clone();
             configs.insert(key, config);
             Op::Reconfigure {
                 key,
                 now,
-                config: ConfigSpec::new(config.0, config.1),
+                config: spec,
             }
         } else if roll < weights.reconfigure + weights.forget {
             configs.remove(&key);
@@ -232,8 +325,11 @@ pub fn generate(family: Family, seed: u64, len: usize) -> Trace {
             Op::Sweep { now }
         } else {
             let cost = if draw.percent(weights.invalid) {
-                draw.pick(&[0, key_capacity + 1, u64::MAX])
-            } else if draw.percent(30) {
+                draw.pick(&[0, key_capacity.saturating_add(1), u64::MAX])
+            } else if draw.percent(weights.arith) && !aim.boundaries.costs.is_empty() {
+                let costs = &aim.menu(&mut draw).costs;
+                draw.pick(costs)
+            } else if draw.percent(weights.capacity_cost) {
                 key_capacity
             } else {
                 1 + draw.below(key_capacity)
@@ -251,7 +347,7 @@ pub fn generate(family: Family, seed: u64, len: usize) -> Trace {
     Trace { setup, ops }
 }
 
-fn next_time(draw: &mut Draw, weights: &Weights, now: u64, latest: u64, rate: &str) -> u64 {
+fn next_time(draw: &mut Draw, weights: &Weights, now: u64, latest: u64, aim: &Aim) -> u64 {
     let roll = draw.below(100);
     let mut threshold = weights.frozen;
     if roll < threshold {
@@ -266,10 +362,24 @@ fn next_time(draw: &mut Draw, weights: &Weights, now: u64, latest: u64, rate: &s
             latest.saturating_add(draw.below(SECOND / 2))
         };
     }
+    threshold += weights.arith;
+    if roll < threshold {
+        // Mostly an idle gap on a line of the key's refill arithmetic (one within the clock: a
+        // clamped gap would pin the rest of the trace at its end); else a jump forward to an instant
+        // on a line of its clock arithmetic (a rate of 0 has no gap lines). Never back: a family
+        // without rollbacks stays without them.
+        let menu = aim.menu(draw);
+        let gaps = menu.gaps_within_clock();
+        return if !gaps.is_empty() && draw.percent(85) {
+            now.saturating_add(draw.pick(&gaps))
+        } else {
+            draw.pick(&menu.instants).max(now)
+        };
+    }
     threshold += weights.boundary;
     // A rate of 0 never refills: no boundary to aim at, fall through to the other steps.
     if roll < threshold
-        && let Some(step) = refill_ns(rate, 1 + draw.below(3))
+        && let Some(step) = refill_ns(&aim.spec.rate, 1 + draw.below(3))
     {
         return now.saturating_add(step - draw.below(2));
     }
@@ -313,6 +423,55 @@ mod tests {
                 ));
             }
         }
+    }
+
+    #[test]
+    fn every_config_on_either_menu_is_valid() {
+        let specs = CONFIGS
+            .iter()
+            .map(|&(capacity, rate)| ConfigSpec::new(capacity, rate));
+        for spec in specs.chain(boundary::configs()) {
+            spec.to_model().unwrap();
+        }
+    }
+
+    /// The arithmetic family puts the lines on its menu: configs on them, and the exact gaps,
+    /// instants and costs of each key's config.
+    #[test]
+    fn arithmetic_traces_hit_their_configs_boundary_values() {
+        let (mut gaps, mut instants, mut costs, mut line_configs) = (0, 0, 0, 0);
+        for seed in 0..8 {
+            let trace = generate(Family::Arithmetic, seed, 128);
+            let aim = Aim::new(trace.setup.config.clone());
+            line_configs += usize::from(boundary::configs().contains(&aim.spec));
+            let mut previous = None;
+            for op in &trace.ops {
+                // One key: the setup's config holds until the first reconfiguration.
+                if matches!(op, Op::Reconfigure { .. }) {
+                    break;
+                }
+                let now = op.now().unwrap_or(0);
+                if let Some(previous) = previous
+                    && now > previous
+                    && aim.boundaries.gaps.contains(&(now - previous))
+                {
+                    gaps += 1;
+                }
+                instants += usize::from(aim.boundaries.instants.contains(&now));
+                if let Op::Acquire(Acquire { cost, .. }) = op {
+                    costs += usize::from(aim.boundaries.costs.contains(cost));
+                }
+                previous = Some(now);
+            }
+        }
+        assert!(
+            line_configs >= 4,
+            "{line_configs} of 8 traces on line configs"
+        );
+        assert!(
+            gaps > 10 && instants > 10 && costs > 10,
+            "{gaps} {instants} {costs}"
+        );
     }
 
     #[test]

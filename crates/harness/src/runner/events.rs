@@ -32,6 +32,7 @@ pub const EVENTS: &[&str] = &[
     "swept",
     "new_key",
     "shared_request_id",
+    "wide_credit",
 ];
 
 /// What a run counts; `EVENTS[event as usize]` is its name. Counted in a plain array, since a step
@@ -78,6 +79,8 @@ pub(super) enum Event {
     NewKey,
     /// `shared_request_id`.
     SharedRequestId,
+    /// `wide_credit`.
+    WideCredit,
 }
 
 /// What the counters need of a key's model state before an acquire: the key's capacity, two
@@ -88,6 +91,8 @@ pub(super) struct Before {
     pub below_cost: bool,
     pub below_capacity: bool,
     pub last_refill: u64,
+    /// The key's rate numerator `p`: units one nanosecond of refill adds (one token is `q * 10^9`).
+    pub units_per_ns: u64,
 }
 
 /// How many request ids [`Events`] remembers the last sender of: the `shared_request_id` count is
@@ -216,6 +221,12 @@ impl Events {
             if before.below_capacity && refilled_is(before.capacity) {
                 self.add(Event::Saturated);
             }
+            // The refill credit `elapsed * p` in units does not fit a u64: a bucket below capacity
+            // idle this long is where a 64-bit product would wrap or saturate.
+            let elapsed = at.saturating_sub(before.last_refill);
+            if before.below_capacity && elapsed.checked_mul(before.units_per_ns).is_none() {
+                self.add(Event::WideCredit);
+            }
         }
     }
 
@@ -289,6 +300,7 @@ mod tests {
             Event::Swept,
             Event::NewKey,
             Event::SharedRequestId,
+            Event::WideCredit,
         ];
         assert_eq!(all.len(), EVENTS.len());
         for (index, event) in all.into_iter().enumerate() {

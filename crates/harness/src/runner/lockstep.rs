@@ -308,12 +308,14 @@ impl<'a> Lockstep<'a> {
     ) -> Option<Violation> {
         let Acquire { key, cost, now, .. } = acquire;
         let before = self.model.state(key).map(|(tokens, last_refill)| {
-            let capacity = self.model.config_of(key).capacity();
+            let config = self.model.config_of(key);
+            let capacity = config.capacity();
             Before {
                 capacity,
                 below_cost: cmp_whole(tokens, cost).is_lt(),
                 below_capacity: cmp_whole(tokens, capacity).is_lt(),
                 last_refill,
+                units_per_ns: config.rate_numer(),
             }
         });
         // The model keeps its own argument order (it shares no types with the harness).

@@ -25,6 +25,7 @@ use super::{
     ATTACKER_KEY_BASE, ArrivalPattern, BoundaryOffset, CostRange, CostValue, IdSpace,
     KeyDistribution, Scenario, ScheduledReconfig,
 };
+use crate::boundary::Boundaries;
 use crate::trace::{Acquire, ConfigSpec, Op};
 
 /// Stream numbers: one per aspect, fixed forever (changing one changes every seed's meaning).
@@ -37,6 +38,34 @@ mod streams {
     pub const REQUEST_IDS: u64 = 6;
 }
 
+/// The `[clock] boundary` menu: the boundary gaps within the clock
+/// ([`Boundaries::gaps_within_clock`]) of every config the scenario names (the default, the tiers,
+/// the reconfiguration targets), sorted and deduplicated. A gap whose line lies beyond the clock is
+/// left out: drawn once, it would end the clock for the rest of the trace (`start_before_end` is the
+/// way to the clock's end).
+pub(super) fn boundary_gaps(scenario: &Scenario) -> Vec<u64> {
+    let tiers = scenario
+        .tiers
+        .iter()
+        .map(|tier| ConfigSpec::new(tier.capacity, tier.rate.clone()));
+    let scheduled = scenario
+        .reconfigure
+        .schedule
+        .iter()
+        .map(|entry| ConfigSpec::new(entry.capacity, entry.rate.clone()));
+    let targets = scenario.reconfigure.configs.iter().map(|c| c.0.clone());
+    let mut gaps: Vec<u64> = std::iter::once(scenario.setup.0.config.clone())
+        .chain(tiers)
+        .chain(scheduled)
+        .chain(targets)
+        .filter_map(|spec| Boundaries::of(&spec).ok())
+        .flat_map(|boundaries| boundaries.gaps_within_clock())
+        .collect();
+    gaps.sort_unstable();
+    gaps.dedup();
+    gaps
+}
+
 /// The lazy op stream of one scenario and seed. Build it with [`Scenario::expand`].
 pub struct Expansion {
     scenario: Scenario,
@@ -44,6 +73,7 @@ pub struct Expansion {
     zipf: Option<WeightedTable>,
     costs: WeightedTable,
     boundary_period: u64,
+    boundary_gaps: Vec<u64>,
     schedule: Vec<ScheduledReconfig>,
     // Streams.
     keys_rng: ChaCha8Rng,
@@ -57,6 +87,7 @@ pub struct Expansion {
     frozen: Chance,
     rollback: Chance,
     jump: Chance,
+    boundary: Chance,
     sweep: Chance,
     forget: Chance,
     reconfigure: Chance,
@@ -119,6 +150,7 @@ impl Expansion {
             zipf,
             costs,
             boundary_period,
+            boundary_gaps: boundary_gaps(scenario),
             schedule,
             keys_rng: sample::stream(seed, streams::KEYS),
             arrivals_rng: sample::stream(seed, streams::ARRIVALS),
@@ -136,6 +168,7 @@ impl Expansion {
                 .jump
                 .as_ref()
                 .map_or(Chance::NEVER, |j| j.probability.chance()),
+            boundary: clock.boundary.chance(),
             sweep: scenario.maintenance.sweep.chance(),
             forget: scenario.maintenance.forget.chance(),
             reconfigure: scenario.reconfigure.probability.chance(),
@@ -195,6 +228,15 @@ impl Expansion {
             self.jumped = self.jumped.saturating_add(jump.size.0);
             self.true_time = self.true_time.saturating_add(jump.size.0);
             self.on_until = self.on_until.saturating_add(jump.size.0);
+        }
+        if step > 0 && self.boundary.hit(&mut self.clock_rng) {
+            // Validation keeps the menu non-empty when the chance is not zero.
+            let index = sample::below(&mut self.clock_rng, self.boundary_gaps.len() as u64);
+            if let Some(&gap) = self.boundary_gaps.get(index as usize) {
+                self.jumped = self.jumped.saturating_add(gap);
+                self.true_time = self.true_time.saturating_add(gap);
+                self.on_until = self.on_until.saturating_add(gap);
+            }
         }
         if step < arrivals.initial_burst.max(1) {
             return; // the burst (and the first op) come at the start time
@@ -475,6 +517,35 @@ mod tests {
         assert_eq!(t[0], u64::MAX - 1_000_000_000);
         assert!(t.windows(2).all(|w| w[1] >= w[0]));
         assert_eq!(*t.last().unwrap(), u64::MAX);
+    }
+
+    /// With `boundary = 1` and a fixed arrival gap of 0, every step after the first leaps by one of
+    /// the configs' boundary gaps within the clock: the default's and the reconfiguration target's.
+    #[test]
+    fn boundary_steps_leap_by_the_configs_boundary_gaps() {
+        let s = scenario(
+            "[arrivals]\npattern = \"fixed\"\ngap = 0\n[clock]\nboundary = 1.0\n\
+             [reconfigure]\nprobability = 0.01\n\
+             configs = [{ capacity = 5000000000, rate = \"1000000000/s\" }]\n",
+        );
+        let menu = boundary_gaps(&s);
+        let wide = Boundaries::of(&ConfigSpec::new(5_000_000_000, "1000000000/s")).unwrap();
+        // The wide config's 2^64 line: ceil(2^64 / 10^9) ns.
+        assert!(menu.contains(&18_446_744_074) && wide.gaps.contains(&18_446_744_074));
+        assert!(menu.iter().all(|&gap| gap < u64::MAX));
+        let t = times(&s.expand(4).collect::<Vec<_>>());
+        // Until the leaps have used up the clock (times saturate at its end).
+        let leaps: Vec<u64> = t
+            .windows(2)
+            .filter(|w| w[1] < u64::MAX)
+            .map(|w| w[1] - w[0])
+            .collect();
+        assert!(leaps.iter().all(|leap| menu.contains(leap)), "{leaps:?}");
+        let distinct: std::collections::BTreeSet<_> = leaps.iter().collect();
+        assert!(distinct.len() > 10, "{distinct:?}");
+        // A zero chance draws nothing: the same ops as without the key.
+        let off = scenario("[clock]\nboundary = 0.0\n");
+        assert_eq!(off.prefix(4, 200), scenario("").prefix(4, 200));
     }
 
     #[test]

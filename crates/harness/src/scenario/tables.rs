@@ -287,6 +287,11 @@ pub struct Clock {
     pub frozen: Probability,
     /// Leaps of the true time.
     pub jump: Option<Jump>,
+    /// With this probability per step, the true time also advances by one of the boundary gaps of
+    /// the scenario's configs ([`crate::boundary`]): the idle times at which a refill's arithmetic
+    /// crosses a line (`2^64` or `2^128`, the packed-balance line, the Redis exactness line, full).
+    #[serde(default)]
+    pub boundary: Probability,
 }
 
 /// `[[reconfigure.schedule]]`: at op `step`, key `key` moves to a new config.

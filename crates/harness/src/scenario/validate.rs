@@ -231,6 +231,12 @@ fn check_tables(s: &Scenario) -> Result<(), Broken> {
             "clock: give start or start_before_end, not both",
         ));
     }
+    if s.clock.boundary.0 > 0.0 && super::expand::boundary_gaps(s).is_empty() {
+        return Err(broken(
+            &[Key("clock"), Key("boundary")],
+            "clock.boundary needs a config that refills: a rate of 0 has no boundary gaps",
+        ));
+    }
     let zero_default_rate = s
         .setup
         .0
@@ -285,6 +291,25 @@ fn check_tables(s: &Scenario) -> Result<(), Broken> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_boundary_chance_needs_a_config_that_refills() {
+        let text = |rate: &str| {
+            format!(
+                "length = 10\nreach = [\"allowed\"]\n[setup]\ncapacity = 3\nrate = \"{rate}\"\n\
+                 [clock]\nboundary = 0.1\n"
+            )
+        };
+        let path = std::path::Path::new("t.toml");
+        let error = Scenario::parse(&text("0/s"), path).unwrap_err().to_string();
+        assert!(
+            error.contains("clock.boundary needs a config that refills"),
+            "{error}"
+        );
+        assert!(Scenario::parse(&text("1/s"), path).is_ok());
+        let above_one = text("1/s").replace("0.1", "1.5");
+        assert!(Scenario::parse(&above_one, path).is_err());
+    }
 
     #[test]
     fn overlapping_tier_ranges_count_each_key_once() {
