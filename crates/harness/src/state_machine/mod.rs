@@ -72,9 +72,10 @@ use std::fmt;
 use std::ops::Range;
 
 pub use self::driver::run;
+use crate::boundary::Boundaries;
 use crate::runner::{Failure, RunOptions};
 use crate::subject::{Subject, SubjectError};
-use crate::trace::{Setup, Trace};
+use crate::trace::{ConfigSpec, InvalidConfigSpec, Setup, Trace};
 
 /// Builds the subject under test for a setup, once per case (a closure, a [`Registry`](crate::Registry)
 /// lookup: `|setup| registry.build("core", setup)`).
@@ -125,6 +126,20 @@ pub struct ExtraValues {
     pub costs: Vec<u64>,
 }
 
+impl ExtraValues {
+    /// The boundary values of `config`'s own arithmetic ([`crate::boundary::Boundaries`]): the gaps
+    /// at which its refill products cross the 2^53, 2^62, 2^64 and 2^128 lines, instants at the end
+    /// of the clock, costs at and around the capacity and the unit lines.
+    pub fn boundaries_of(config: &ConfigSpec) -> Result<ExtraValues, InvalidConfigSpec> {
+        let boundaries = Boundaries::of(config)?;
+        Ok(ExtraValues {
+            gaps: boundaries.gaps_within_clock(),
+            instants: boundaries.instants,
+            costs: boundaries.costs,
+        })
+    }
+}
+
 /// What to generate, how many cases, and where regressions go.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -165,15 +180,18 @@ pub struct Options {
 impl Options {
     /// Defaults around `setup`: three keys, request ids `0..3`, every op kind, reconfigures to rates
     /// `1/3s`, `5/s`, `7/9s` and `0/s`, 1 to 39 ops per case, [`DEFAULT_CASES`] cases, 10,000 shrink runs,
-    /// no regression file, random seeds, every oracle.
+    /// no regression file, random seeds, every oracle, and the boundary values of the setup's config
+    /// on the menu ([`ExtraValues::boundaries_of`]).
     pub fn new(setup: Setup) -> Options {
+        // An invalid config has no boundaries; `check` refuses it by name before any case runs.
+        let extra = ExtraValues::boundaries_of(&setup.config).unwrap_or_default();
         Options {
             setup,
             keys: 3,
             request_ids: 3,
             tier_rates: ["1/3s", "5/s", "7/9s", "0/s"].map(String::from).to_vec(),
             ops: OpKinds::all(),
-            extra: ExtraValues::default(),
+            extra,
             ops_per_case: 1..40,
             cases: DEFAULT_CASES,
             max_shrink_iters: 10_000,

@@ -1,0 +1,52 @@
+//! The harness's state machine against the catalogue's arithmetic mutants: on the configs on the
+//! lines (`boundary::configs`, whose boundary values `Options::new` puts on the menu) it kills each
+//! mutant a single line value reveals, with a counterexample of at most 6 ops. (The configs do most
+//! of the work here: the state machine already jumps by years and to the end of the clock, so on
+//! these configs an empty menu kills the same three.)
+
+use bucketproof_harness::scenario::duration::SECOND;
+use bucketproof_harness::state_machine::{self, OpKinds, Options, Outcome};
+use bucketproof_harness::{ConfigSpec, Registry, Setup, boundary};
+use bucketproof_mutants::MutantSubjects;
+
+/// The mistakes a single value on an arithmetic line reveals. `packed-line-off-by-one` and
+/// `clock-end-exclusive` need two ops in a row on their lines (empty the bucket, then land exactly on
+/// the line); the state machine draws those rarely, and the kill runner's arithmetic family and the
+/// `packed-line` and `clock-end-exact` scenarios kill them.
+const ARITHMETIC: [&str; 3] = [
+    "mutant:wrapping-credit",
+    "mutant:capacity-units-u64",
+    "mutant:wrapping-refill-sum",
+];
+
+fn options(config: ConfigSpec) -> Options {
+    let mut setup = Setup::new(config);
+    setup.dedupe_window_ns = 5 * SECOND;
+    let mut options = Options::new(setup);
+    options.ops = OpKinds::acquires_only();
+    options.keys = 1;
+    options.cases = 256;
+    options.deterministic = true;
+    options
+}
+
+fn outcome(name: &str, options: &Options) -> Outcome {
+    let registry = Registry::default().with(MutantSubjects);
+    state_machine::run(&|setup| registry.build(name, setup), options).unwrap()
+}
+
+#[test]
+fn the_boundary_menu_kills_every_arithmetic_mutant_in_at_most_6_ops() {
+    // The configs on the lines: each mutant's line lies within the clock for at least one of them.
+    for name in ARITHMETIC {
+        let caught = boundary::configs()
+            .into_iter()
+            .map(|config| outcome(name, &options(config)))
+            .find(|outcome| matches!(outcome, Outcome::Violated { .. }));
+        let Some(Outcome::Violated { trace, .. }) = &caught else {
+            panic!("{name} survived the state machine on every config on the lines");
+        };
+        eprintln!("{name}: {} ops", trace.ops.len());
+        assert!(trace.ops.len() <= 6, "{name}: {}", caught.as_ref().unwrap());
+    }
+}
