@@ -146,3 +146,53 @@ fn a_balance_back_below_2_62_units_moves_into_its_bucket_and_frees_an_empty_side
     limiter.acquire_at(&2, 1_000_000_000, 0).unwrap();
     assert_eq!(packing(&limiter, 2), (true, false, None));
 }
+
+/// The room scan at the key bound inspects its 32 entries even across the table's vacant slots (it
+/// may step over four slots per wanted entry): an evictable bucket that is the 32nd live entry from
+/// the sweep cursor, more than 36 slots on, is found and makes room; one that is the 33rd is not
+/// looked at, and the new key is refused.
+#[test]
+fn the_room_scan_reaches_the_32nd_entry_across_vacant_slots_and_no_further() {
+    const SECOND: Nanos = NANOS_PER_SECOND;
+    let config = Config::new(2, Rate::per_second(1)).unwrap();
+    let keys = 200u64;
+    // The scan's reach in slots when the evictable bucket is the `nth` live entry from the cursor,
+    // and whether a new key then gets in.
+    let make_room_with_evictable = |nth: usize| {
+        let limiter: Limiter<u64> = Limiter::builder(config)
+            .shards(1)
+            .max_keys(keys as usize, EvictionPolicy::EvictFull)
+            .sweep_per_op(0)
+            .hasher_seed(7)
+            .build();
+        for key in 0..keys {
+            limiter.acquire_at(&key, 1, SECOND).unwrap();
+        }
+        let reach = {
+            let mut shard = lock(&limiter.shards[0].0);
+            let slots = shard.entries.slots();
+            let cursor = shard.sweep_cursor % slots;
+            let (reach, pos) = (0..slots)
+                .map(|step| (step + 1, (cursor + step) % slots))
+                .filter(|&(_, pos)| shard.entries.get(pos).is_some())
+                .nth(nth - 1)
+                .unwrap();
+            let key = *shard.entries.get(pos).unwrap().0;
+            shard.store(pos, &key, BucketState::full(&config, SECOND));
+            reach
+        };
+        (reach, limiter.acquire_at(&keys, 1, SECOND).is_ok())
+    };
+    let (reach, admitted) = make_room_with_evictable(32);
+    assert!(
+        (37..=128).contains(&reach),
+        "the 32nd entry is {reach} slots on"
+    );
+    assert!(
+        admitted,
+        "the 32nd entry, {reach} slots on, was not inspected"
+    );
+    let (reach, admitted) = make_room_with_evictable(33);
+    assert!(reach <= 128, "the 33rd entry is {reach} slots on");
+    assert!(!admitted, "the scan inspected a 33rd entry");
+}
