@@ -402,6 +402,28 @@ mod tests {
         assert!(grew > 30, "grew {grew} times");
     }
 
+    /// The table grows exactly when an insert would make it fuller than 85% (17/20), never earlier:
+    /// at a size where 85% is a whole number of entries (260 slots, 221 entries) it fills up to it.
+    #[test]
+    fn the_table_grows_only_when_an_insert_would_pass_85_percent() {
+        let mut map = Map::with_hasher(hasher());
+        let mut filled_to_the_bound = false;
+        // Short enough for Miri unscaled: the first exact fit is at 221 entries.
+        for key in 0..300 {
+            let (len, slots) = (map.len(), map.slots());
+            map.insert_new(map.hasher.hash_one(key), key, Value(key));
+            let over_the_bound = (len + 1) * MAX_LOAD_DEN > slots * MAX_LOAD_NUM;
+            assert_eq!(
+                map.slots() != slots,
+                over_the_bound,
+                "insert {} into {slots} slots",
+                len + 1
+            );
+            filled_to_the_bound |= (len + 1) * MAX_LOAD_DEN == slots * MAX_LOAD_NUM;
+        }
+        assert!(filled_to_the_bound, "no size was filled to exactly 85%");
+    }
+
     /// A walk over the positions that looks at a position again after removing there (what
     /// `keyed/eviction.rs` does) sees every entry, although removals move entries back.
     #[test]
