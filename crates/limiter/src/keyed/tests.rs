@@ -196,3 +196,35 @@ fn the_room_scan_reaches_the_32nd_entry_across_vacant_slots_and_no_further() {
     assert!(reach <= 128, "the 33rd entry is {reach} slots on");
     assert!(!admitted, "the scan inspected a 33rd entry");
 }
+
+/// `EvictLeastRecent` among equally old buckets drops the first the room scan meets from the sweep
+/// cursor (a later one of the same age does not displace it), so which key a tie costs follows the
+/// cursor's rotation rather than the end of the sample.
+#[test]
+fn evict_least_recent_breaks_a_tie_by_the_first_bucket_from_the_cursor() {
+    const SECOND: Nanos = NANOS_PER_SECOND;
+    let config = Config::new(2, Rate::per_second(1)).unwrap();
+    let limiter: Limiter<u64> = Limiter::builder(config)
+        .shards(1)
+        .max_keys(6, EvictionPolicy::EvictLeastRecent)
+        .sweep_per_op(0)
+        .hasher_seed(11)
+        .build();
+    for key in 0..6 {
+        limiter.acquire_at(&key, 1, SECOND).unwrap();
+    }
+    let first = {
+        let shard = lock(&limiter.shards[0].0);
+        let slots = shard.entries.slots();
+        let cursor = shard.sweep_cursor % slots;
+        (0..slots)
+            .map(|step| (cursor + step) % slots)
+            .find_map(|pos| shard.entries.get(pos).map(|(key, _)| *key))
+            .unwrap()
+    };
+    limiter.acquire_at(&6, 1, SECOND).unwrap();
+    let gone: Vec<u64> = (0..6)
+        .filter(|key| limiter.inspect(key).is_none())
+        .collect();
+    assert_eq!(gone, [first]);
+}
