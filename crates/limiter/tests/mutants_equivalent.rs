@@ -391,6 +391,9 @@ fn the_equivalent_mutants_file_matches_the_code_and_the_config() {
     assert!(found.is_empty(), "\n{}", report.join("\n"));
 }
 
+/// Whether a reported problem is the one a broken entry should cause.
+type IsExpected = fn(&Problem) -> bool;
+
 /// The checker itself: a moved line, a changed operator, a renamed function, a duplicate, a missing
 /// reason and a config out of step are each reported (and a current entry is not).
 #[test]
@@ -408,7 +411,7 @@ fn stale_or_broken_entries_are_reported() {
     let config = config_for(&["src/a.rs:4:7: replace + with - in spin"]);
     assert_eq!(problems(current, &config, &read), vec![]);
 
-    let cases: [(&str, fn(&Problem) -> bool); 6] = [
+    let cases: [(&str, IsExpected); 6] = [
         ("- `src/a.rs:1:7: replace + with - in spin`: moved", |p| {
             matches!(p, Problem::OperatorMoved { .. })
         }),
