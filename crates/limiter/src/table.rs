@@ -325,6 +325,7 @@ mod tests {
     /// entry is reachable: no vacant slot lies between a key's home and its position.
     fn check(map: &Map, model: &HashMap<u64, u64>) {
         assert_eq!(map.len(), model.len());
+        assert_eq!(map.is_empty(), model.is_empty());
         let slots = map.slots();
         for (key, value) in model {
             let hash = map.hasher.hash_one(key);
@@ -350,6 +351,7 @@ mod tests {
     fn the_flat_map_agrees_with_a_hash_map() {
         let mut map = Map::with_hasher(hasher());
         let mut model = HashMap::new();
+        check(&map, &model);
         let mut random = XorShift(0x2545_F491_4F6C_DD1D);
         let steps = scaled(20_000);
         for step in 0..steps {
