@@ -228,3 +228,41 @@ fn evict_least_recent_breaks_a_tie_by_the_first_bucket_from_the_cursor() {
         .collect();
     assert_eq!(gone, [first]);
 }
+
+/// A room scan that evicts leaves the sweep cursor on the slot after the evicted one (a slot
+/// position, below the table's size), so the next walk starts there: it neither rescans from the
+/// table's start nor looks again at the slot just freed.
+#[test]
+fn a_room_scan_that_evicts_leaves_the_cursor_on_the_next_slot() {
+    const SECOND: Nanos = NANOS_PER_SECOND;
+    let config = Config::new(2, Rate::per_second(1)).unwrap();
+    let keys = 60u64;
+    let limiter: Limiter<u64> = Limiter::builder(config)
+        .shards(1)
+        .max_keys(keys as usize, EvictionPolicy::EvictFull)
+        .sweep_per_op(0)
+        .hasher_seed(13)
+        .build();
+    for key in 0..keys {
+        limiter.acquire_at(&key, 1, SECOND).unwrap();
+    }
+    for nth in [10, 20] {
+        let (evicted_pos, slots) = {
+            let mut shard = lock(&limiter.shards[0].0);
+            let slots = shard.entries.slots();
+            let cursor = shard.sweep_cursor % slots;
+            let pos = (0..slots)
+                .map(|step| (cursor + step) % slots)
+                .filter(|&pos| shard.entries.get(pos).is_some())
+                .nth(nth - 1)
+                .unwrap();
+            let key = *shard.entries.get(pos).unwrap().0;
+            shard.store(pos, &key, BucketState::full(&config, SECOND));
+            (pos, slots)
+        };
+        limiter.acquire_at(&(keys + nth as u64), 1, SECOND).unwrap();
+        let shard = lock(&limiter.shards[0].0);
+        assert_eq!(shard.entries.slots(), slots, "the table grew at its bound");
+        assert_eq!(shard.sweep_cursor, (evicted_pos + 1) % slots);
+    }
+}
