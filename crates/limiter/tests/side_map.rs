@@ -76,3 +76,56 @@ fn request_id_records_survive_a_wide_balance_moving_back_into_its_slot() {
     assert_eq!(retry.decision, first.decision);
     assert_eq!(limiter.peek_at(&1, 0).remaining, narrowing.remaining());
 }
+
+/// The packed slot holds balances below `2^62` units; exactly `2^62` is wide. Kills `keyed/shard.rs`
+/// `replace < with <= / ==` in `Shard<K>::store` and `replace < with <=` in `Shard<K>::store_slow`:
+/// a balance of exactly `2^62` stored in the slot would set the `WIDE` flag bit and lose the key.
+#[test]
+fn a_balance_of_exactly_two_to_the_62_units_is_kept_wide() {
+    const LINE: u128 = 1 << 62;
+    const UNITS_PER_TOKEN: u128 = 1_000_000_000;
+    // 1 token/s is one unit per ns, so a refill can land on any unit.
+    let config = Config::new(4_611_686_020, Rate::per_second(1)).expect("a valid config");
+    let sub_token = (LINE % UNITS_PER_TOKEN) as u64;
+    let deny = |limiter: &Limiter<u64>, now: u64| {
+        let denied = limiter
+            .acquire_at(&1, config.capacity(), now)
+            .expect("a valid cost");
+        assert!(!denied.is_allowed());
+    };
+    let balance = |limiter: &Limiter<u64>| limiter.inspect(&1).map(|(state, _)| state.balance());
+
+    // From wide down to exactly the line: `store_slow` must keep it wide.
+    let limiter: Limiter<u64> = Limiter::builder(config).shards(1).build();
+    limiter.acquire_at(&1, 2, 0).expect("a valid cost");
+    deny(&limiter, SECOND + sub_token); // refilled to 2^62 + 1 token: wide
+    limiter
+        .acquire_at(&1, 1, SECOND + sub_token)
+        .expect("a valid cost");
+    assert_eq!(balance(&limiter), Some(LINE), "from above");
+
+    // From the slot (narrow) up to exactly the line: `store` must take the wide path.
+
+    let limiter: Limiter<u64> = Limiter::builder(config).shards(1).build();
+    limiter.acquire_at(&1, 2, 0).expect("a valid cost");
+    assert_eq!(balance(&limiter), Some(LINE - u128::from(sub_token)));
+    deny(&limiter, sub_token); // refilled from narrow to exactly 2^62
+    assert_eq!(balance(&limiter), Some(LINE), "from below");
+    assert_eq!(limiter.len(), 1);
+}
+
+/// Kills `keyed/shard.rs` `replace > with >= in Shard<K>::acquire`: with no room for records
+/// (`per_key` 0) a request id records nothing, so a retry is charged again (and recording into no
+/// room would never end).
+#[test]
+fn with_no_room_for_records_a_retry_is_charged_again() {
+    let limiter: Limiter<u64> = Limiter::builder(Config::new(2, Rate::per_second(1)).unwrap())
+        .shards(1)
+        .dedupe(Duration::from_secs(60), 0)
+        .build();
+    let request = || Request::cost(1).at(0).id(7u64);
+    let first = limiter.acquire_with(&1, request()).expect("a valid cost");
+    let retry = limiter.acquire_with(&1, request()).expect("a valid cost");
+    assert!(!first.replayed && !retry.replayed);
+    assert_eq!(retry.decision.remaining().whole(), 0);
+}
