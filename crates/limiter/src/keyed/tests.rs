@@ -266,3 +266,14 @@ fn a_room_scan_that_evicts_leaves_the_cursor_on_the_next_slot() {
         assert_eq!(shard.sweep_cursor, (evicted_pos + 1) % slots);
     }
 }
+
+/// With a fixed seed, a key's shard is the same on every run and every machine (what verification
+/// runs rely on to place keys identically), so the placement is pinned here like the seeded hash:
+/// a change to the shard remix is a change to every recorded run.
+#[test]
+fn a_seeded_limiter_places_keys_in_pinned_shards() {
+    let config = Config::new(2, Rate::per_second(1)).unwrap();
+    let limiter: Limiter<u64> = Limiter::builder(config).shards(8).hasher_seed(7).build();
+    let placement: Vec<usize> = (0..16u64).map(|key| limiter.shard_of(&key)).collect();
+    assert_eq!(placement, [3, 4, 3, 4, 4, 5, 7, 2, 1, 5, 7, 4, 1, 7, 0, 2]);
+}
