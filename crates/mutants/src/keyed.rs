@@ -11,8 +11,12 @@
 //! (`tests/kill.rs`, [`control`]) checks that with no hook overridden the wrapper agrees with the
 //! reference model on every generated trace, so a kill is the mistake's doing, not the wrapper's.
 //!
-//! What the wrapper does not model: the key bound and amortized sweeping (the mutants are about the
-//! transition; a subject without a bound is always consistent with the model, which has none).
+//! Expiry is modelled as the limiter does it: a sweep at `s` judges each bucket at its effective time
+//! `j = max(s, last_refill)`, drops it if it is full with no live record and no override, and raises
+//! one horizon (the wrapper is one shard) to `j`; a fresh bucket starts at `max(now, horizon)`.
+//! Request-id records are stamped and judged in the key's effective time. What the wrapper does not
+//! model: the key bound and amortized sweeping (the mutants are about the transition; a subject
+//! without a bound is always consistent with the model, which has none).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -75,6 +79,22 @@ pub trait Mistake: Send + Sync + 'static {
     fn honours_request_ids(&self) -> bool {
         true
     }
+
+    /// Steps 2 and 6: the clock request-id records are stamped and judged in, given the caller's
+    /// `now` and the key's effective time `max(now, last_refill)`: the key's own, which never moves
+    /// back.
+    fn record_clock(&self, now: Nanos, effective: Nanos) -> Nanos {
+        let _ = now;
+        effective
+    }
+
+    /// Expiry: the eviction horizon after dropping a bucket whose stored cursor is `stored_cursor`
+    /// and which was judged evictable at `judged_at = max(s, stored_cursor)`: the judgment time, so
+    /// a fresh bucket never starts before the time the old one was seen full with no live record.
+    fn horizon_after_drop(&self, horizon: Nanos, judged_at: Nanos, stored_cursor: Nanos) -> Nanos {
+        let _ = stored_cursor;
+        horizon.max(judged_at)
+    }
 }
 
 /// `lag + ceil(short_units / units_per_ns)` ns from `now`: `After(0)` when nothing is short, `Never`
@@ -110,11 +130,37 @@ pub fn control(setup: &Setup) -> Result<Keyed<Exact>, SubjectError> {
     Keyed::new("mutant-control", Exact, setup)
 }
 
+/// Mutant 14: dropping a bucket raises the horizon only to its stored cursor, not to the time it was
+/// judged evictable. Emptied at 10 s and swept full at 13 s, it comes back at 10 s under a rollback
+/// and hands out the tokens it refilled by 13 s a second time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HorizonAtStoredCursor;
+
+impl Mistake for HorizonAtStoredCursor {
+    fn horizon_after_drop(&self, horizon: Nanos, judged_at: Nanos, stored_cursor: Nanos) -> Nanos {
+        let _ = judged_at;
+        horizon.max(stored_cursor)
+    }
+}
+
+/// Mutant 15: no eviction horizon at all: a dropped bucket comes back at the caller's `now`, however
+/// far back the clock ran.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoHorizon;
+
+impl Mistake for NoHorizon {
+    fn horizon_after_drop(&self, horizon: Nanos, judged_at: Nanos, stored_cursor: Nanos) -> Nanos {
+        let _ = (judged_at, stored_cursor);
+        horizon
+    }
+}
+
 #[derive(Clone, Debug)]
 struct Record {
     request_id: u64,
     observed: Observed,
-    at: Nanos,
+    /// In the mistake's [`Mistake::record_clock`] (the key's effective time for the exact rule).
+    stamped_at: Nanos,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -134,15 +180,21 @@ pub struct Keyed<M> {
     dedupe_window: Nanos,
     dedupe_per_key: usize,
     entries: BTreeMap<u64, Entry>,
+    /// The latest judgment time of a dropped bucket (as the mistake raises it): fresh buckets start
+    /// no earlier.
+    horizon: Nanos,
+    /// Sweep before every acquire ([`Keyed::sweeping_before_every_acquire`]).
+    eager_sweep: bool,
 }
 
 fn build_error(error: impl std::fmt::Display) -> SubjectError {
     SubjectError::Build(error.to_string())
 }
 
-/// `now < at + window`, without overflow; a window of 0 disables request ids.
-fn is_live(at: Nanos, window: Nanos, now: Nanos) -> bool {
-    window > 0 && (now as u128) < at as u128 + window as u128
+/// A record stamped at `stamped_at` is live at `at` while `at < stamped_at + window`, without
+/// overflow. In the key's effective time `at >= stamped_at`, so a window of 0 keeps nothing live.
+fn is_live(stamped_at: Nanos, window: Nanos, at: Nanos) -> bool {
+    (at as u128) < stamped_at as u128 + window as u128
 }
 
 impl<M: Mistake> Keyed<M> {
@@ -155,7 +207,24 @@ impl<M: Mistake> Keyed<M> {
             dedupe_window: setup.dedupe_window_ns,
             dedupe_per_key: setup.dedupe_per_key,
             entries: BTreeMap::new(),
+            horizon: 0,
+            eager_sweep: false,
         })
+    }
+
+    /// The same wrapper, sweeping every bucket evictable at an acquire's `now` just before it: the
+    /// most eager expiry a lossless implementation may do (docs/semantics.md, "Expiry and the key
+    /// bound"), so that a drop followed by a rolled-back call, which an explicit sweep op rarely sets
+    /// up, happens on every trace with a rollback. With no hook overridden it still agrees with the
+    /// model (`tests/expiry.rs` runs it as a control); the expiry mutants are built this way.
+    pub fn sweeping_before_every_acquire(mut self) -> Self {
+        self.eager_sweep = true;
+        self
+    }
+
+    /// A fresh bucket for a key this wrapper does not hold: full, at `now` or the horizon if later.
+    fn fresh(&self, config: &Config, now: Nanos) -> BucketState {
+        BucketState::full(config, now.max(self.horizon))
     }
 
     fn config_of(&self, key: u64) -> Config {
@@ -219,6 +288,9 @@ impl<M: Mistake> Subject for Keyed<M> {
             .mistake
             .cost_units(&config, cost)
             .ok_or(SubjectError::InvalidCost)?;
+        if self.eager_sweep {
+            self.sweep(now)?;
+        }
         let held = self.bucket_at(key, now);
         if held.is_none() {
             // Dropped for idling (only a mutant with an idle TTL does this): records go with it.
@@ -227,13 +299,16 @@ impl<M: Mistake> Subject for Keyed<M> {
         let request_id = acquire
             .request_id
             .filter(|_| self.mistake.honours_request_ids());
-        if let (Some(id), Some(entry)) = (request_id, self.entries.get(&key)) {
+        if let (Some(id), Some(entry), Some(bucket)) = (request_id, self.entries.get(&key), held) {
             let window = self.dedupe_window;
+            let at = self
+                .mistake
+                .record_clock(now, now.max(bucket.last_refill()));
             let live = entry
                 .records
                 .iter()
                 .rev()
-                .find(|r| r.request_id == id && is_live(r.at, window, now));
+                .find(|r| r.request_id == id && is_live(r.stamped_at, window, at));
             if let Some(record) = live {
                 return Ok(Observed {
                     replayed: true,
@@ -243,7 +318,7 @@ impl<M: Mistake> Subject for Keyed<M> {
             }
         }
         let created = held.is_none();
-        let state = held.unwrap_or_else(|| BucketState::full(&config, now));
+        let state = held.unwrap_or_else(|| self.fresh(&config, now));
         let (next, allowed, retry_after) = self.decide(&config, state, cost_units, now);
         let lag = next.last_refill().saturating_sub(now);
         let short_of_full = config.capacity_units().saturating_sub(next.balance());
@@ -264,15 +339,18 @@ impl<M: Mistake> Subject for Keyed<M> {
             replayed: false,
         };
         let per_key = self.dedupe_per_key;
+        let stamped_at = self.mistake.record_clock(now, next.last_refill());
+        let window = self.dedupe_window;
         let entry = self.entries.entry(key).or_default();
         entry.bucket = Some(next);
-        if let Some(id) = request_id {
+        // A window of 0 turns ids off: nothing is recorded (docs/semantics.md, step 6).
+        if let Some(id) = request_id.filter(|_| window > 0) {
             // As the spec: a new record of an id replaces its older one (docs/semantics.md, step 6).
             entry.records.retain(|record| record.request_id != id);
             entry.records.push_back(Record {
                 request_id: id,
                 observed,
-                at: now,
+                stamped_at,
             });
             while entry.records.len() > per_key {
                 entry.records.pop_front();
@@ -286,7 +364,7 @@ impl<M: Mistake> Subject for Keyed<M> {
         let old = self.config_of(key);
         let state = self
             .bucket_at(key, now)
-            .unwrap_or_else(|| BucketState::full(&old, now));
+            .unwrap_or_else(|| self.fresh(&old, now));
         let next = self.mistake.reconfigure(&old, &new, state, now);
         let entry = self.entries.entry(key).or_default();
         entry.bucket = Some(next);
@@ -301,24 +379,36 @@ impl<M: Mistake> Subject for Keyed<M> {
 
     fn sweep(&mut self, now: u64) -> Result<(), SubjectError> {
         let window = self.dedupe_window;
-        let doomed: Vec<u64> = self
+        // Each bucket is judged at its effective time j = max(now, last_refill).
+        let doomed: Vec<(u64, Nanos)> = self
             .entries
             .iter()
-            .filter(|(key, entry)| {
-                if entry.bucket.is_none() {
-                    return false;
-                }
-                let Some(live) = self.bucket_at(**key, now) else {
-                    return true; // idled past the mutant's TTL
+            .filter_map(|(key, entry)| {
+                let stored = entry.bucket?;
+                let judged_at = now.max(stored.last_refill());
+                let Some(live) = self.bucket_at(*key, now) else {
+                    return Some((*key, judged_at)); // idled past the mutant's TTL
                 };
                 let config = entry.config.unwrap_or(self.default);
-                entry.config.is_none()
+                let at = self.mistake.record_clock(now, judged_at);
+                let evictable = entry.config.is_none()
                     && self.mistake.refill(&config, live, now).balance() >= config.capacity_units()
-                    && !entry.records.iter().any(|r| is_live(r.at, window, now))
+                    && !entry
+                        .records
+                        .iter()
+                        .any(|r| is_live(r.stamped_at, window, at));
+                evictable.then_some((*key, judged_at))
             })
-            .map(|(key, _)| *key)
             .collect();
-        for key in doomed {
+        for (key, judged_at) in doomed {
+            let stored_cursor = self
+                .entries
+                .get(&key)
+                .and_then(|entry| entry.bucket)
+                .map_or(judged_at, |bucket| bucket.last_refill());
+            self.horizon = self
+                .mistake
+                .horizon_after_drop(self.horizon, judged_at, stored_cursor);
             self.drop_bucket(key);
         }
         Ok(())
@@ -332,7 +422,7 @@ impl<M: Mistake> Subject for Keyed<M> {
         };
         let state = self
             .bucket_at(key, now)
-            .unwrap_or_else(|| BucketState::full(&config, now));
+            .unwrap_or_else(|| self.fresh(&config, now));
         Some(self.decide(&config, state, cost_units, now).1)
     }
 

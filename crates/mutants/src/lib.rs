@@ -7,7 +7,9 @@
 //! is.
 //!
 //! - [`keyed`]: the one keyed wrapper all sequential mutants share, with the exact transition split
-//!   into hooks ([`keyed::Mistake`]); each mutant overrides one hook ([`mistakes`]);
+//!   into hooks ([`keyed::Mistake`]); each mutant overrides one hook ([`mistakes`], and the
+//!   expiry mutants 14 and 15 beside the wrapper's horizon in [`keyed`], which sweeps before
+//!   every acquire so that a drop meets every rollback);
 //! - [`race`]: mutant 6, the read-modify-write split in two critical sections (this crate's own
 //!   wrapper around the limiter's transition), killed by two real threads and the arrival-curve
 //!   oracle;
@@ -64,7 +66,7 @@ impl Mutant {
     }
 }
 
-const CATALOGUE: [Mutant; 13] = [
+const CATALOGUE: [Mutant; 15] = [
     Mutant {
         number: 1,
         slug: "wall-clock-elapsed",
@@ -156,6 +158,20 @@ const CATALOGUE: [Mutant; 13] = [
         seen: "crates/float tests: textbook over-admission after many small refills",
         kill_by: KillBy::Traces,
     },
+    Mutant {
+        number: 14,
+        slug: "horizon-stored-cursor",
+        mistake: "a dropped bucket raises the eviction horizon to its stored cursor, not to the time it was judged full",
+        seen: "an eviction horizon kept as the evicted buckets' last cursor (lossless only under a monotone clock)",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 15,
+        slug: "no-horizon",
+        mistake: "no eviction horizon: a dropped bucket comes back at the caller's now after a rollback",
+        seen: "TTL-expired Redis buckets under a lagging client clock (\"recreate full at now\")",
+        kill_by: KillBy::Traces,
+    },
 ];
 
 /// Every mutant, in issue order.
@@ -173,6 +189,17 @@ fn keyed<M: Mistake>(
     setup: &Setup,
 ) -> Result<Box<dyn Subject>, SubjectError> {
     Keyed::new(name, mistake, setup).map(|subject| Box::new(subject) as Box<dyn Subject>)
+}
+
+/// An expiry mutant: the keyed wrapper sweeping before every acquire, so its mistake in what a drop
+/// leaves behind meets every rollback.
+fn expiring<M: Mistake>(
+    name: &str,
+    mistake: M,
+    setup: &Setup,
+) -> Result<Box<dyn Subject>, SubjectError> {
+    Keyed::new(name, mistake, setup)
+        .map(|subject| Box::new(subject.sweeping_before_every_acquire()) as Box<dyn Subject>)
 }
 
 impl SubjectFactory for MutantSubjects {
@@ -199,6 +226,8 @@ impl SubjectFactory for MutantSubjects {
             "float-drift" => {
                 FloatTextbookSubject::new(setup).map(|s| Box::new(s) as Box<dyn Subject>)
             }
+            "horizon-stored-cursor" => expiring(name, keyed::HorizonAtStoredCursor, setup),
+            "no-horizon" => expiring(name, keyed::NoHorizon, setup),
             _ => return None,
         })
     }
@@ -213,7 +242,7 @@ mod tests {
     fn every_catalogue_name_builds_and_unknown_names_are_not_ours() {
         let setup = Setup::new(ConfigSpec::new(3, "3/2s"));
         let factory = MutantSubjects;
-        assert_eq!(factory.names().len(), 13);
+        assert_eq!(factory.names().len(), catalogue().len());
         for name in factory.names() {
             assert!(
                 factory.build(&name, &setup).is_some_and(|b| b.is_ok()),
@@ -223,6 +252,6 @@ mod tests {
         assert!(factory.build("core", &setup).is_none());
         assert!(factory.build("mutant:nope", &setup).is_none());
         let numbers: Vec<u8> = catalogue().iter().map(|m| m.number).collect();
-        assert_eq!(numbers, (1..=13).collect::<Vec<_>>());
+        assert_eq!(numbers, (1..=catalogue().len() as u8).collect::<Vec<_>>());
     }
 }

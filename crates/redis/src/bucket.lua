@@ -21,7 +21,8 @@
 -- ARGV[8]  request id, '' for none
 -- ARGV[9]  dedupe window, seconds       ARGV[10] dedupe window, nanoseconds within the second
 -- ARGV[11] request-id records kept per key (0 = do not record)
--- ARGV[12] TTL floor in ms (0 with server time; used with injected time, whose clock is not the server's)
+-- ARGV[12] TTL floor in ms (0 with server time; with injected time, whose clock is not the server's, the
+--          lag the injected clock may fall behind Redis's before an expiry could lose anything)
 -- ARGV[13] default units per token (q * 1e9)    ARGV[14] default capacity in whole tokens
 --
 -- A per-key override (set by RedisLimiter::reconfigure, atomically, with WATCH/MULTI) is the hash field
@@ -117,12 +118,18 @@ local cost = cost_tokens * unit
 
 -- Step 2: a live record for this request id answers with the recorded decision; nothing changes.
 -- Record: slot,exp_s,exp_n,allowed,balance,reset,retry,t_s,t_n,now_s,now_n,seq,cost,ov,oc,on,oq
+-- exp = t + window, t the effective time of the acquire that made it; live while this call's effective
+-- time max(now, stored cursor) is before exp. The key's time never moves back, so a rollback of the
+-- caller's clock is not special and a record dead once stays dead.
 if rid ~= '' and h[1] then
   local rec = redis.call('HGET', key, 'r' .. rid)
   if rec then
     local f = {}
     for x in string.gmatch(rec, '[^,]+') do f[#f + 1] = tonumber(x) end
-    if before(now_s, now_n, f[2], f[3]) then
+    local es, en = now_s, now_n
+    local cs, cn = tonumber(h[2]), tonumber(h[3])
+    if before(es, en, cs, cn) then es, en = cs, cn end
+    if before(es, en, f[2], f[3]) then
       return {1, 0, f[4], f[5], f[6], f[7], f[8], f[9], f[10], f[11], f[12], f[13], f[14], f[15],
         f[16], f[17]}
     end
@@ -184,7 +191,8 @@ end
 -- that could push out another id's live record (docs/semantics.md, step 6).
 local xs, xn = tonumber(h[6]), tonumber(h[7])
 if recording then
-  local ex_s, ex_n = now_s + win_s, now_n + win_n
+  -- Stamped with the effective time t (ts, tn), not the caller's now.
+  local ex_s, ex_n = ts + win_s, tn + win_n
   if ex_n >= E9 then ex_s = ex_s + 1; ex_n = ex_n - E9 end
   local q = redis.call('HMGET', key, 'qh', 'qt', 'qc')
   local qh, qt, qc = tonumber(q[1]) or 0, tonumber(q[2]) or 0, tonumber(q[3]) or 0
@@ -218,8 +226,14 @@ if recording then
 end
 
 -- TTL: until the bucket is full as seen from now (lag included), and never before the newest live
--- request-id record dies. Never 0. A bucket that can never refill (p = 0, not full) must not expire,
--- and neither may a key holding an override.
+-- request-id record dies; with an injected clock, plus the floor. Never 0. A bucket that can never
+-- refill (p = 0, not full) must not expire, and neither may a key holding an override.
+-- Why plus, not at least: Redis expires the key by its own clock. A key dropped once it is full with
+-- no live record loses nothing only if the caller's next `now` is at least that late in the key's
+-- time; with server time it is (one clock), with an injected clock it is as long as the injected
+-- clock has fallen at most `ttl_floor` behind Redis's since this write. A later call that finds the
+-- key gone cannot know its old cursor (the hash was the one place it lived), so the floor is the
+-- whole of the margin.
 local ttl = -1
 if reset >= 0 and ov == 0 then
   local lag_s, lag_n = ts - now_s, tn - now_n
@@ -229,7 +243,7 @@ if reset >= 0 and ov == 0 then
     local rttl = ms_until(now_s, now_n, xs, xn)
     if rttl > ttl then ttl = rttl end
   end
-  if ttl < ttl_floor then ttl = ttl_floor end
+  ttl = ttl + ttl_floor
   if ttl < 1 then ttl = 1 end
   redis.call('PEXPIRE', key, fmt(ttl))
 else

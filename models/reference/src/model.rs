@@ -28,15 +28,15 @@ pub struct Outcome {
     pub created: bool,
 }
 
-/// One request-id record: "(id -> decision, now)".
+/// One request-id record: "(id -> decision, t)".
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Record {
     /// The caller's request id.
     request_id: u64,
     /// The decision returned the first time, returned unchanged on a replay.
     decision: ModelDecision,
-    /// "a record made at time `r`": the `now` of the acquire that made it.
-    recorded_at: u64,
+    /// "stamped with the effective time `t` of the acquire that made it (not the caller's `now`)".
+    stamped_at: u64,
 }
 
 /// Everything the model holds for one key. An entry exists while it holds a bucket or an override config.
@@ -50,14 +50,36 @@ struct Entry {
     version: u64,
     /// Oldest first. Non-empty only while `bucket` is `Some`.
     records: VecDeque<Record>,
+    /// The time `j` at which [`Model::sweep`] judged the key's bucket evictable and dropped it: the key
+    /// continues from there ("a fresh bucket's cursor is `max(now, j)`"). `None` while it holds a
+    /// bucket, and for a key never swept.
+    dropped_at: Option<u64>,
 }
 
 impl Entry {
-    /// Step 2: "If `request_id` is given and the key holds a record for it that is still in the dedupe window".
-    /// The newest such record (see [`Model::acquire`]).
+    /// Step 2: "If `request_id` is given and the key holds a record for it that is still in the dedupe window",
+    /// judged at the key's effective time `max(now, last_refill)`. The newest such record (see [`Model::acquire`]).
     fn live_record(&self, request_id: u64, window: u64, now: u64) -> Option<&Record> {
+        let at = self.effective_time(now);
         (self.records.iter().rev())
-            .find(|r| r.request_id == request_id && is_live(r.recorded_at, window, now))
+            .find(|r| r.request_id == request_id && is_live(r.stamped_at, window, at))
+    }
+
+    /// The key's effective time at `now`: "`t = max(now, last_refill)`, the key's own clock, which never moves
+    /// back". A key without a bucket is fresh at `max(now, j)` when a sweep dropped it at `j`, else at `now`.
+    fn effective_time(&self, now: u64) -> u64 {
+        match &self.bucket {
+            Some(bucket) => now.max(bucket.last_refill()),
+            None => now.max(self.dropped_at.unwrap_or(0)),
+        }
+    }
+
+    /// The bucket an operation at `now` works on: the held one, else a fresh one ("`tokens = capacity`") at the
+    /// key's effective time.
+    fn bucket_at(&self, config: &ModelConfig, now: u64) -> ModelBucket {
+        self.bucket
+            .clone()
+            .unwrap_or_else(|| ModelBucket::fresh(config, self.effective_time(now)))
     }
 
     /// The invariants, asserted after every mutation: "`tokens` (a rational in `[0, capacity]`)", the tokens lie on
@@ -81,7 +103,7 @@ impl Entry {
 
     /// Holds nothing that distinguishes the key from an unknown one (the entry can go).
     fn is_empty(&self) -> bool {
-        self.bucket.is_none() && self.override_config.is_none()
+        self.bucket.is_none() && self.override_config.is_none() && self.dropped_at.is_none()
     }
 }
 
@@ -90,7 +112,7 @@ impl Entry {
 pub struct Model {
     /// "else the default config".
     default_config: ModelConfig,
-    /// The dedupe window: a record made at `r` is live while `now < r + window`.
+    /// The dedupe window: a record stamped at `r` is live while the key's effective time is before `r + window`.
     dedupe_window_ns: u64,
     /// "only the newest `dedupe_per_key` records of a key are kept (FIFO)".
     dedupe_per_key: usize,
@@ -98,11 +120,11 @@ pub struct Model {
     entries: BTreeMap<u64, Entry>,
 }
 
-/// Step 2: "a record made at time `r` is live at `now` while `now < r + window` (a `now` before `r`, i.e. a
-/// rollback, counts as inside)". Computed without overflow.
-/// "A window of 0 turns request ids off": no record is ever live.
-fn is_live(recorded_at: u64, window: u64, now: u64) -> bool {
-    window > 0 && Integer::from(now) < Integer::from(recorded_at) + Integer::from(window)
+/// Step 2: a record stamped at `r` "is live at a later operation iff that operation's effective time `t' =
+/// max(now', last_refill)` satisfies `t' < r + window`". Computed without overflow. `t' >= r` always (a key's
+/// effective time never moves back), so "a window of 0 turns request ids off": no record is ever live.
+fn is_live(stamped_at: u64, window: u64, at: u64) -> bool {
+    Integer::from(at) < Integer::from(stamped_at) + Integer::from(window)
 }
 
 impl Model {
@@ -174,12 +196,12 @@ impl Model {
             .map(|(k, _)| *k)
     }
 
-    /// The key's request-id records as `(request_id, recorded_at)`, oldest first (inspection only).
+    /// The key's request-id records as `(request_id, stamped_at)`, oldest first (inspection only).
     pub fn records(&self, key: u64) -> Vec<(u64, u64)> {
         self.entries.get(&key).map_or_else(Vec::new, |e| {
             e.records
                 .iter()
-                .map(|r| (r.request_id, r.recorded_at))
+                .map(|r| (r.request_id, r.stamped_at))
                 .collect()
         })
     }
@@ -189,9 +211,10 @@ impl Model {
     ///    record)."
     /// 2. "If `request_id` is given and the key holds a record for it that is still in the dedupe window, return the
     ///    recorded decision unchanged (`replayed`). Nothing changes, nothing is charged."
-    /// 3. - 5. Refill, decide, report: [`ModelBucket::decide`] (a key with no state is fresh at this `now`).
-    /// 6. "If `request_id` was given, record (id -> decision, now) on the key (evicting its oldest record beyond
-    ///    `dedupe_per_key`)."
+    /// 3. - 5. Refill, decide, report: [`ModelBucket::decide`] (a key with no state is fresh at this `now`, or
+    ///         at the time a sweep dropped it if that is later).
+    /// 6. "If `request_id` was given, record (id -> decision, t) on the key (evicting its oldest record beyond
+    ///    `dedupe_per_key`)", stamped with the effective time `t`; with a window of 0 (ids off) nothing is kept.
     ///
     /// Step 6 replaces an older (necessarily no longer live) record of the same id rather than appending beside it:
     /// a dead record holding a FIFO slot could push out another id's live record, and that request would then be
@@ -225,11 +248,12 @@ impl Model {
         // Steps 3-5.
         let held = held_entry.and_then(|e| e.bucket.as_ref());
         let created = held.is_none();
-        let (after, decision) = match held {
-            Some(before) => before.decide(config, now, cost)?,
-            None => ModelBucket::fresh(config, now).decide(config, now, cost)?,
+        let before = match held_entry {
+            Some(entry) => entry.bucket_at(config, now),
+            None => ModelBucket::fresh(config, now),
         };
-        let before_refill = held.map_or(now, ModelBucket::last_refill);
+        let (after, decision) = before.decide(config, now, cost)?;
+        let before_refill = before.last_refill();
         assert!(
             after.last_refill() >= before_refill,
             "last_refill is monotone per key"
@@ -239,14 +263,16 @@ impl Model {
             .override_config
             .as_ref()
             .unwrap_or(&self.default_config);
+        let stamped_at = after.last_refill();
         entry.bucket = Some(after);
+        entry.dropped_at = None;
         // Step 6: "replacing any older record of the same id".
-        if let Some(id) = request_id {
+        if let Some(id) = request_id.filter(|_| self.dedupe_window_ns > 0) {
             entry.records.retain(|record| record.request_id != id);
             entry.records.push_back(Record {
                 request_id: id,
                 decision: decision.clone(),
-                recorded_at: now,
+                stamped_at,
             });
             while entry.records.len() > self.dedupe_per_key {
                 entry.records.pop_front();
@@ -261,11 +287,11 @@ impl Model {
     }
 
     /// peek(key, now): "Read-only: what step 3 would compute (remaining, reset_after), without writing anything."
-    /// A key with no state is peeked as a fresh bucket at `now`.
+    /// A key with no state is peeked as a fresh bucket at its effective time.
     pub fn peek(&self, key: u64, now: u64) -> ModelPeek {
         let config = self.config_of(key);
-        match self.entries.get(&key).and_then(|e| e.bucket.as_ref()) {
-            Some(bucket) => bucket.peek(config, now),
+        match self.entries.get(&key) {
+            Some(entry) => entry.bucket_at(config, now).peek(config, now),
             None => ModelBucket::fresh(config, now).peek(config, now),
         }
     }
@@ -282,10 +308,8 @@ impl Model {
     pub fn reconfigure(&mut self, key: u64, new_config: ModelConfig, now: u64) -> u64 {
         let old_config = self.config_of(key).clone();
         let entry = self.entries.entry(key).or_default();
-        let before = entry
-            .bucket
-            .clone()
-            .unwrap_or_else(|| ModelBucket::fresh(&old_config, now));
+        let before = entry.bucket_at(&old_config, now);
+        entry.dropped_at = None;
         let after = before.reconfigured(&old_config, &new_config, now);
         assert!(
             after.last_refill() >= before.last_refill(),
@@ -305,9 +329,9 @@ impl Model {
         self.entries.remove(&key).is_some()
     }
 
-    /// "A bucket is *evictable* at time `s` when its refilled balance at `max(s, last_refill)` equals capacity and
-    /// it holds no live request-id record." A key holding no bucket is vacuously evictable (there is nothing to
-    /// lose).
+    /// "A bucket is evictable at sweep time `s` iff, at its judgment time `j = max(s, last_refill)`, it is full and
+    /// holds no record live at `j` (and has no override)." A key holding no bucket is vacuously evictable (there
+    /// is nothing to lose).
     pub fn is_evictable_at(&self, key: u64, s: u64) -> bool {
         let Some(entry) = self.entries.get(&key) else {
             return true;
@@ -315,13 +339,24 @@ impl Model {
         let Some(bucket) = entry.bucket.as_ref() else {
             return true;
         };
+        let judged_at = entry.effective_time(s);
         // "... and the key has no override config" (an override is explicit state, kept until forget).
         entry.override_config.is_none()
-            && bucket.is_full_at(self.config_of(key), s)
+            && bucket.is_full_at(self.config_of(key), judged_at)
             && !entry
                 .records
                 .iter()
-                .any(|r| is_live(r.recorded_at, self.dedupe_window_ns, s))
+                .any(|r| is_live(r.stamped_at, self.dedupe_window_ns, judged_at))
+    }
+
+    /// Whether an implementation may have dropped `key`'s bucket and started it afresh with its cursor at `c`:
+    /// the held bucket, refilled to `c`, is what a fresh bucket at `c` is (full, no record live at `c`, no
+    /// override). Refilling goes forward only, so `c` must not be before the held cursor: a fresh bucket at an
+    /// earlier cursor would credit the time in between a second time. A key holding no bucket may start at any
+    /// cursor (the caller bounds it by the times seen).
+    pub fn may_recreate_at(&self, key: u64, c: u64) -> bool {
+        self.state(key)
+            .is_none_or(|(_, last_refill)| last_refill <= c && self.is_evictable_at(key, c))
     }
 
     /// Drops the key's bucket and its request-id records, keeping its override config and version, whether or not
@@ -348,11 +383,15 @@ impl Model {
     pub fn recreate(&mut self, key: u64, cursor: u64) {
         self.evict(key);
         let config = self.config_of(key).clone();
-        self.entries.entry(key).or_default().bucket = Some(ModelBucket::fresh(&config, cursor));
+        let entry = self.entries.entry(key).or_default();
+        entry.bucket = Some(ModelBucket::fresh(&config, cursor));
+        entry.dropped_at = None;
         self.check_invariants(key);
     }
 
-    /// "`sweep(now)`: drops every bucket evictable at `now`." Overrides and versions stay. Returns the dropped keys,
+    /// "`sweep(now)`: drops every bucket evictable at `now`." Overrides and versions stay. Each dropped key
+    /// continues from its judgment time `j = max(now, last_refill)`: "dropping is 'refill to `j`, then forget
+    /// the now-redundant state'", so its next fresh bucket starts at `max(now', j)`. Returns the dropped keys,
     /// ascending.
     pub fn sweep(&mut self, now: u64) -> Vec<u64> {
         let dropped: Vec<u64> = self
@@ -361,7 +400,9 @@ impl Model {
             .filter(|&k| self.is_evictable_at(k, now))
             .collect();
         for &k in &dropped {
+            let judged_at = self.state(k).map_or(now, |(_, last)| now.max(last));
             self.evict(k);
+            self.entries.entry(k).or_default().dropped_at = Some(judged_at);
         }
         dropped
     }

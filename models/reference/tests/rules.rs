@@ -319,7 +319,7 @@ fn a_replay_inside_the_window_returns_the_recorded_decision_and_charges_nothing(
     assert!(again.replayed && !again.created);
     assert_eq!(again.decision, first.decision);
     assert_eq!(m.state(0).map(|(t, l)| (t.clone(), l)), state);
-    // A rollback before the record's time counts as inside the window.
+    // A rollback is judged at the key's effective time max(now, last_refill) = 0: inside the window.
     assert!(m.acquire(0, 0, 1, Some(7)).unwrap().replayed);
     // At exactly r + window the record is dead: a fresh decision, charged (1 + 10 tokens, clamped to 3, minus 3).
     let fresh = m.acquire(0, 10 * S, 3, Some(7)).unwrap();
@@ -330,7 +330,7 @@ fn a_replay_inside_the_window_returns_the_recorded_decision_and_charges_nothing(
     let replay = m.acquire(0, 19 * S, 3, Some(7)).unwrap();
     assert!(replay.replayed);
     assert_eq!(replay.decision, fresh.decision);
-    // During a rollback to 1 s the newest record answers.
+    // During a rollback to 1 s the key is still at 10 s: the newest record answers.
     assert_eq!(
         m.acquire(0, S, 3, Some(7)).unwrap().decision,
         fresh.decision
@@ -339,17 +339,21 @@ fn a_replay_inside_the_window_returns_the_recorded_decision_and_charges_nothing(
 
 #[test]
 fn a_reused_id_replaces_its_dead_record_so_it_cannot_push_out_a_live_one() {
-    // The history the linearizability checker found (window 5 ns, 3 records per key).
+    // The history the linearizability checker found (window 5 ns, 3 records per key): the key is at
+    // 20 from the first call on, so every record is stamped 20 and 200@7 is a replay of 200@1.
     let mut m = Model::new(cfg(100, 1, 1), 5, 3);
     m.acquire(0, 20, 1, Some(100)).unwrap();
     m.acquire(0, 1, 1, Some(200)).unwrap();
-    m.acquire(0, 7, 1, Some(200)).unwrap(); // 200@1 is dead at 7: charged, and it replaces 200@1
+    assert!(m.acquire(0, 7, 1, Some(200)).unwrap().replayed);
     m.acquire(0, 8, 1, Some(300)).unwrap();
-    assert_eq!(m.records(0), vec![(100, 20), (200, 7), (300, 8)]);
+    assert_eq!(m.records(0), vec![(100, 20), (200, 20), (300, 20)]);
     assert!(
         m.acquire(0, 8, 1, Some(100)).unwrap().replayed,
         "100 is still live: charged once"
     );
+    // A reuse after the window: 200@20 is dead at 25, charged, and the new record replaces it.
+    assert!(!m.acquire(0, 25, 1, Some(200)).unwrap().replayed);
+    assert_eq!(m.records(0), vec![(100, 20), (300, 20), (200, 25)]);
 }
 
 #[test]
@@ -381,7 +385,8 @@ fn only_the_newest_dedupe_per_key_records_are_kept_fifo() {
 
 #[test]
 fn a_zero_window_turns_request_ids_off() {
-    // "A window of 0 turns request ids off: no record is ever live", not even after a rollback.
+    // "A window of 0 turns request ids off: no record is ever live", not even after a rollback (the key's
+    // effective time never moves back, so no rollback reaches inside a window of 0).
     let mut m = Model::new(cfg(100, 1, 1), 0, 4);
     m.acquire(0, 50, 1, Some(1)).unwrap();
     assert!(!m.acquire(0, 50, 1, Some(2)).unwrap().replayed);

@@ -2,6 +2,11 @@
 //! its own only when that changes no later decision, and may refuse a new key at its key bound only
 //! when it holds keys it could not drop. These checks judge what a subject that evicts reported
 //! against what the model holds; the runner then makes the model follow the subject's choice.
+//!
+//! A recreation is judged exactly: a bucket the model still holds may come back fresh at cursor `c`
+//! iff `c` is within `[now, latest time seen]` and the old state, refilled to `c`, is what a fresh
+//! bucket at `c` is (full, no request-id record live at `c`, no override). Then dropping it was
+//! "refill to `c`, forget the redundant state", and no later call, under any clock, can tell.
 
 use super::{OracleKind, Violation};
 
@@ -58,31 +63,54 @@ pub struct Creation {
 pub struct Dropped {
     /// Its cursor.
     pub cursor: u64,
-    /// The subject was allowed to drop it (evictable at the latest time seen, or a lossy policy).
-    pub evictable: bool,
+    /// The subject's policy is lossy by contract (`EvictLeastRecent`): it may drop a bucket that is
+    /// not evictable, and the victim comes back full.
+    pub lossy: bool,
+    /// The model's state, refilled to the fresh cursor, is what a fresh bucket there is: full, no
+    /// request-id record live there, no override, and the fresh cursor not before its own
+    /// (`Model::may_recreate_at`).
+    pub evictable_at_cursor: bool,
 }
 
 impl Creation {
-    /// The dropped bucket must have been droppable, and the fresh cursor must lie in
-    /// `[at, latest time seen]` and not before the dropped bucket's cursor (no time credited twice).
+    /// The fresh cursor `c` must lie in `[at, latest time seen]`, and a bucket the model still held
+    /// must have been evictable *at `c`*: refilled to `c` (so `c` is not before its cursor) it is
+    /// full, holds no record live at `c`, and has no override. Then dropping it and starting fresh at
+    /// `c` changes nothing, whatever the clock does later, and this is exact: any other recreation
+    /// either credits time the old bucket had not refilled by `c` or revives a record dead at `c`
+    /// for a later call before it. A lossy policy may drop any bucket, but a fresh cursor before the
+    /// dropped one would still credit the time between twice.
     pub fn check(&self) -> Option<Violation> {
         let dropped = self.dropped.and_then(|dropped| {
-            if !(self.may_evict && dropped.evictable) {
+            if !self.may_evict {
                 Some(Violation::new(
                     OracleKind::Model,
-                    "the subject dropped a bucket that was not evictable",
+                    "the subject dropped a bucket but does not evict",
                     "the key's state kept",
                     "a fresh bucket",
                 ))
-            } else if self.cursor < dropped.cursor {
-                Some(Violation::new(
-                    OracleKind::Model,
-                    "a recreated bucket's cursor is before the dropped one's: time credited twice",
-                    format!("cursor >= {}", dropped.cursor),
-                    format!("cursor {}", self.cursor),
-                ))
+            } else if dropped.lossy {
+                (self.cursor < dropped.cursor).then(|| {
+                    Violation::new(
+                        OracleKind::Model,
+                        "a recreated bucket's cursor is before the dropped one's: time credited twice",
+                        format!("cursor >= {}", dropped.cursor),
+                        format!("cursor {}", self.cursor),
+                    )
+                })
             } else {
-                None
+                (!dropped.evictable_at_cursor).then(|| {
+                    Violation::new(
+                        OracleKind::Model,
+                        "the subject recreated a bucket that was not evictable at its fresh cursor",
+                        format!(
+                            "the key's state (cursor {}) kept, or a fresh cursor at which that \
+                             state is full with no live request id",
+                            dropped.cursor
+                        ),
+                        format!("a fresh bucket at cursor {}", self.cursor),
+                    )
+                })
             }
         });
         let newest = self.latest.max(self.at);
@@ -96,5 +124,68 @@ impl Creation {
                 )
             })
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn creation(cursor: u64, dropped: Option<Dropped>) -> Creation {
+        Creation {
+            may_evict: true,
+            at: 10,
+            latest: 13,
+            cursor,
+            dropped,
+        }
+    }
+
+    fn dropped(evictable_at_cursor: bool, lossy: bool) -> Option<Dropped> {
+        Some(Dropped {
+            cursor: 10,
+            lossy,
+            evictable_at_cursor,
+        })
+    }
+
+    #[test]
+    fn a_recreation_is_legal_only_where_the_dropped_state_was_evictable() {
+        // Emptied at 10, full by 12: a fresh cursor of 13 is legal, 10 is not, however the old
+        // state looked at the latest time seen.
+        assert!(creation(13, dropped(true, false)).check().is_none());
+        let illegal = creation(10, dropped(false, false)).check().unwrap();
+        assert_eq!(
+            illegal.what,
+            "the subject recreated a bucket that was not evictable at its fresh cursor"
+        );
+        // A subject that does not evict may not drop anything.
+        let mut keeps = creation(13, dropped(true, false));
+        keeps.may_evict = false;
+        assert!(keeps.check().is_some());
+    }
+
+    #[test]
+    fn a_lossy_policy_may_drop_anything_but_not_rewind_the_cursor() {
+        assert!(creation(10, dropped(false, true)).check().is_none());
+        let mut rewound = creation(10, dropped(false, true));
+        rewound.at = 5;
+        rewound.cursor = 5;
+        assert_eq!(
+            rewound.check().unwrap().what,
+            "a recreated bucket's cursor is before the dropped one's: time credited twice"
+        );
+    }
+
+    #[test]
+    fn a_fresh_cursor_lies_between_now_and_the_latest_time_seen() {
+        assert!(creation(10, None).check().is_none());
+        assert!(creation(13, None).check().is_none());
+        for cursor in [9, 14] {
+            assert_eq!(
+                creation(cursor, None).check().unwrap().what,
+                "a fresh bucket's cursor is outside [now, latest time seen]"
+            );
+        }
     }
 }

@@ -261,7 +261,9 @@ impl<'a> Lockstep<'a> {
     }
 
     /// The subject says it created `key`'s bucket at `at` (first sight, or after dropping it):
-    /// checks that this was legal ([`Creation::check`]) and makes the model follow.
+    /// checks that this was legal ([`Creation::check`]: the fresh cursor in `[at, latest]`, and the
+    /// model's old state evictable at that cursor, [`Model::may_recreate_at`]) and makes the model
+    /// follow, fresh at that cursor.
     fn follow_creation(&mut self, key: u64, at: u64) -> Option<Violation> {
         let latest = self.events.latest().unwrap_or(at);
         let inspected = self.subject.inspect(key);
@@ -275,10 +277,10 @@ impl<'a> Lockstep<'a> {
             at,
             latest,
             cursor,
-            dropped: held.map(|cursor| Dropped {
-                cursor,
-                evictable: self.policy == PolicySpec::EvictLeastRecent
-                    || self.model.is_evictable_at(key, latest),
+            dropped: held.map(|held_cursor| Dropped {
+                cursor: held_cursor,
+                lossy: self.policy == PolicySpec::EvictLeastRecent,
+                evictable_at_cursor: self.model.may_recreate_at(key, cursor),
             }),
         };
         if held.is_some() || cursor != at {

@@ -282,7 +282,7 @@ mod tests {
                 now: 10 * SECOND,
                 request_id: None,
             }),
-            // Key 0 is full again by 20 s: the sweep drops it and the horizon moves past 10 s.
+            // Key 0 is full again by 20 s: the sweep drops it and the horizon moves to 20 s.
             Op::Sweep { now: 20 * SECOND },
             Op::Reconfigure {
                 key,
@@ -305,6 +305,74 @@ mod tests {
         for subject in [&mut core as &mut dyn Subject, wrapper.as_mut()] {
             let failure = failure_of(&trace, subject, &RunOptions::default());
             assert_eq!(failure, None, "{}", subject.name());
+        }
+    }
+
+    /// The core followed through an expiry under a rolled-back clock: a bucket emptied at 10 s and
+    /// dropped full at 13 s (by an explicit sweep, or by the sweep another key's insertion on its
+    /// shard runs) comes back at 13 s, which the eviction oracle accepts because the model's state is
+    /// evictable there; a request id dead at the sweep stays dead. A core whose horizon kept the
+    /// stored cursor (10 s) recreated the key where the model's state was empty: an illegal
+    /// recreation.
+    #[test]
+    fn the_core_passes_expiry_under_a_rolled_back_clock() {
+        use crate::scenario::duration::SECOND;
+        let at = |key, cost, now, request_id| {
+            Op::Acquire(Acquire {
+                key,
+                cost,
+                now,
+                request_id,
+            })
+        };
+        let setup = Setup::new(ConfigSpec::new(2, "1/s"));
+        let placement = CoreSubject::new(&setup).unwrap();
+        let limiter = placement.limiter();
+        let neighbour = (1..)
+            .find(|k| limiter.shard_of(k) == limiter.shard_of(&0))
+            .unwrap();
+        let swept = vec![
+            at(0, 2, 10 * SECOND, None),
+            Op::Sweep { now: 13 * SECOND },
+            at(0, 2, 10 * SECOND, None),
+            at(0, 2, 12 * SECOND, None),
+        ];
+        let amortized = vec![
+            at(0, 2, 10 * SECOND, None),
+            at(neighbour, 1, 13 * SECOND, None),
+            at(0, 2, 10 * SECOND, None),
+            at(0, 2, 12 * SECOND, None),
+        ];
+        let mut with_ids = Setup::new(ConfigSpec::new(5, "1/s"));
+        with_ids.dedupe_window_ns = SECOND;
+        with_ids.dedupe_per_key = 4;
+        let record = vec![
+            at(0, 1, 10 * SECOND, Some(7)),
+            Op::Sweep { now: 12 * SECOND },
+            at(0, 1, 10 * SECOND + SECOND / 2, Some(7)),
+            at(0, 1, 9 * SECOND, Some(7)),
+        ];
+        for (name, setup, ops) in [
+            ("explicit sweep", setup.clone(), swept),
+            ("amortized sweep", setup, amortized),
+            ("request id", with_ids, record),
+        ] {
+            let trace = Trace { setup, ops };
+            let mut core = CoreSubject::new(&trace.setup).unwrap();
+            let run = run_trace(
+                &trace.setup,
+                trace.ops.iter().cloned(),
+                &mut core,
+                &RunOptions::default(),
+            )
+            .unwrap();
+            assert_eq!(run.verdict, Verdict::Pass, "{name}");
+            assert_eq!(
+                run.events.get("evicted"),
+                Some(&1),
+                "{name}: {:?}",
+                run.events
+            );
         }
     }
 }

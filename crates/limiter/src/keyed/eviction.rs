@@ -2,9 +2,12 @@
 //!
 //! What it owns: [`EvictionPolicy`], the evictability rule, the amortized sweep, the full sweep's
 //! walk and the room scan at the key bound. What it promises:
-//! - only *evictable* buckets are dropped without loss: refilled to capacity at `now`, no override,
-//!   no live request-id record (a fresh bucket would be the same), and every eviction raises the
-//!   shard's horizon so a fresh bucket never starts before a dropped cursor;
+//! - only *evictable* buckets are dropped without loss: judged at the key's effective time `j =
+//!   max(now, last_refill)`, full, no override, no request-id record live at `j`; and every eviction
+//!   raises the shard's horizon to `j`, so a fresh bucket starts no earlier than `j`. The old bucket
+//!   refilled to `j` and a fresh bucket at any cursor `>= j` are the same (full, no live record), so
+//!   a drop is "refill to `j`, then forget what is now redundant": nothing before `j` is credited
+//!   twice, and no record dead at `j` is alive again, whatever the caller's clock does later;
 //! - the room scan inspects at most `ROOM_SCAN` entries over at most `ROOM_SCAN_SLOTS` slots, so an
 //!   attacker cannot turn a request into a full scan; only [`EvictionPolicy::EvictLeastRecent`]
 //!   drops a non-evictable bucket (counted as lossy);
@@ -43,7 +46,9 @@ const ROOM_SCAN: usize = 32;
 const ROOM_SCAN_SLOTS: usize = 4 * ROOM_SCAN;
 
 impl<K: Hash + Eq + Clone> Shard<K> {
-    /// Evictable at `now`: dropping it changes no later decision at `now >= last_refill`.
+    /// Evictable when judged at `now`: at the key's effective time `j = max(now, last_refill)` it is
+    /// full and holds no override and no record live at `j`. Dropping it then (with [`Shard::evict`]
+    /// at the same `now`) changes nothing a fresh bucket at a cursor `>= j` would not.
     pub(super) fn is_evictable(
         &self,
         key: &K,
@@ -51,10 +56,11 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         now: Nanos,
         settings: &Settings<K>,
     ) -> bool {
+        let judged_at = now.max(bucket.last_refill);
         if bucket.has_extra()
             && self
                 .extra(key)
-                .is_some_and(|extra| extra.pins(now, settings.dedupe_window))
+                .is_some_and(|extra| extra.pins(judged_at, settings.dedupe_window))
         {
             return false;
         }
@@ -88,7 +94,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             };
             let bucket = *bucket;
             if shard.is_evictable(key, bucket, now, settings) {
-                shard.evict(here);
+                shard.evict(here, now);
                 shard.stats.evicted_lossless += 1;
                 made_room = true;
                 return ControlFlow::Break(());
@@ -108,7 +114,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         }
         match (settings.policy, oldest) {
             (EvictionPolicy::EvictLeastRecent, Some((victim, _))) => {
-                self.evict(victim);
+                self.evict(victim, now);
                 self.stats.evicted_lossy += 1;
                 Ok(())
             }
@@ -130,7 +136,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             if let Some((key, bucket)) = shard.entries.get(here)
                 && shard.is_evictable(key, *bucket, now, settings)
             {
-                shard.evict(here);
+                shard.evict(here, now);
                 shard.stats.evicted_lossless += 1;
                 dropped += 1;
             }
@@ -180,10 +186,14 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         self.sweep_cursor = pos;
     }
 
-    /// Drops an entry by eviction (not by `forget`): its cursor raises the horizon.
-    pub(super) fn evict(&mut self, pos: usize) {
+    /// Drops an entry by eviction (not by `forget`) judged at `now`: the horizon rises to the time
+    /// it was judged at, `max(now, last_refill)`, not just to its stored cursor. A bucket emptied at
+    /// 10 s and judged full at 13 s must come back at 13 s: at 10 s a fresh bucket would hand out
+    /// the tokens it refilled by 13 s a second time.
+    pub(super) fn evict(&mut self, pos: usize, now: Nanos) {
         if let Some((_, bucket)) = self.entries.get(pos) {
-            self.evicted_horizon = self.evicted_horizon.max(bucket.last_refill);
+            let judged_at = now.max(bucket.last_refill);
+            self.evicted_horizon = self.evicted_horizon.max(judged_at);
         }
         self.remove(pos);
     }

@@ -10,10 +10,14 @@
 //!   an attacker cannot aim at one shard;
 //! - memory is bounded: at most `max_keys` (rounded up to a multiple of the shard count) live keys;
 //!   what happens at the bound is the explicit [`EvictionPolicy`];
-//! - expiry is lossless: a bucket is dropped by the amortized sweep only when it is *evictable*
-//!   (refilled to capacity, no override, no live request-id record), which a fresh bucket would be too;
-//!   and a fresh bucket's cursor starts no earlier than the latest cursor the shard ever evicted, so a
-//!   clock that runs backwards after an expiry cannot be credited the same interval twice;
+//! - a key is judged in its own time, `max(now, last_refill)`, which never moves back: its
+//!   request-id records are stamped and judged there, so a rollback of the caller's clock is not
+//!   special, and a dedupe window of 0 turns request ids off;
+//! - expiry is lossless: a bucket is dropped by a sweep at `s` only when it is *evictable* judged at
+//!   `j = max(s, last_refill)` (full, no override, no record live at `j`), which a fresh bucket at a
+//!   cursor `>= j` would be too; and a fresh bucket's cursor starts no earlier than the latest such
+//!   `j` of its shard, so a clock that runs backwards after an expiry cannot be credited the same
+//!   interval twice, nor bring a dead record back;
 //! - an error changes nothing; a replayed request id charges nothing;
 //! - the amortized sweep runs when a shard inserts a new key (the only time its memory grows), not
 //!   on every call: a call on a known key does no work for other keys.

@@ -1,11 +1,14 @@
 //! Request-id records: what makes a retried acquire charge once.
 //!
 //! What it owns: [`RequestId`], and a key's records (oldest first) with the decision each one got.
-//! What it promises: a record is live for the dedupe window after the time it was made at (a `now`
-//! before it, a rollback, counts as inside the window); a replay returns the recorded decision of
+//! What it promises: every time here is the key's *effective time* `max(now, last_refill)`, which
+//! never moves back (docs/semantics.md, acquire steps 2 and 6): a record is stamped with the
+//! effective time of the acquire that made it and is live at a later effective time `t` while
+//! `t < stamp + window`, so a rollback of the caller's clock is not special, a window of 0 keeps
+//! nothing live, and a key's records are in time order. A replay returns the recorded decision of
 //! the newest live record of that id; a new record of an id replaces the older one, so a dead
-//! record never holds a place that could push out another id's live record (docs/semantics.md,
-//! acquire step 6); at most `per_key` records are kept, the oldest dropped first.
+//! record never holds a place that could push out another id's live record (acquire step 6); at
+//! most `per_key` records are kept, the oldest dropped first.
 
 use std::collections::VecDeque;
 
@@ -22,43 +25,47 @@ impl From<u64> for RequestId {
     }
 }
 
-/// One key's request-id records, oldest first: `(id, recorded at, decision)`.
+/// One key's request-id records, oldest first: `(id, stamped at, decision)`, stamped with the
+/// effective time of the acquire that made them.
 #[derive(Default)]
 pub(super) struct Records(VecDeque<(RequestId, Nanos, Decision)>);
 
-/// A record made at `recorded_at` is live at `now` within `window`.
-fn is_live(recorded_at: Nanos, now: Nanos, window: Nanos) -> bool {
-    // A `now` before the record (a rollback) counts as inside the window.
-    now.saturating_sub(recorded_at) < window
+/// A record stamped at `stamped_at` is live at the key's effective time `at` within `window`:
+/// `at < stamped_at + window`, exactly (no overflow). `at >= stamped_at` always holds for a key's own
+/// records, so nothing is live at a window of 0.
+fn is_live(stamped_at: Nanos, at: Nanos, window: Nanos) -> bool {
+    (at as u128) < stamped_at as u128 + window as u128
 }
 
 impl Records {
-    /// The recorded decision of the newest live record of `request_id`, if any.
+    /// The recorded decision of the newest record of `request_id` live at the effective time `at`.
     pub(super) fn replay(
         &self,
         request_id: RequestId,
-        now: Nanos,
+        at: Nanos,
         window: Nanos,
     ) -> Option<Decision> {
         self.0
             .iter()
             .rev()
-            .find(|(id, recorded_at, _)| *id == request_id && is_live(*recorded_at, now, window))
+            .find(|(id, stamped_at, _)| *id == request_id && is_live(*stamped_at, at, window))
             .map(|(_, _, decision)| *decision)
     }
 
-    /// True if any record is live at `now` (which keeps the key's bucket from being evicted).
-    pub(super) fn any_live(&self, now: Nanos, window: Nanos) -> bool {
+    /// True if any record is live at the effective time `at` (which keeps the key's bucket from
+    /// being evicted).
+    pub(super) fn any_live(&self, at: Nanos, window: Nanos) -> bool {
         self.0
             .iter()
-            .any(|(_, recorded_at, _)| is_live(*recorded_at, now, window))
+            .any(|(_, stamped_at, _)| is_live(*stamped_at, at, window))
     }
 
-    /// Records `decision` for `request_id` at `now`, keeping at most `per_key` records (`per_key > 0`).
+    /// Records `decision` for `request_id` stamped at the effective time `at`, keeping at most
+    /// `per_key` records (`per_key > 0`).
     pub(super) fn record(
         &mut self,
         request_id: RequestId,
-        now: Nanos,
+        at: Nanos,
         decision: Decision,
         per_key: usize,
     ) {
@@ -69,7 +76,7 @@ impl Records {
         while requests.len() >= per_key {
             requests.pop_front();
         }
-        requests.push_back((request_id, now, decision));
+        requests.push_back((request_id, at, decision));
     }
 
     pub(super) fn is_empty(&self) -> bool {

@@ -32,9 +32,11 @@ pub(super) struct Shard<K> {
     /// Override configs, request-id records and wide balances, for the keys whose bucket has
     /// `HAS_EXTRA` set (and only those: an entry here exists exactly when its key is live and flagged).
     pub(super) extras: HashMap<K, Extra, KeyHasher>,
-    /// The latest `last_refill` of any bucket this shard dropped by eviction. A new bucket starts with
-    /// its cursor at `max(now, evicted_horizon)`, so a key that was dropped and comes back under a
-    /// clock that ran backwards is never credited the same time twice.
+    /// The latest time at which this shard judged a bucket it dropped by eviction: `max(s,
+    /// last_refill)` for a drop at `s` (not the dropped bucket's stored cursor, which can be earlier).
+    /// A new bucket starts with its cursor at `max(now, evicted_horizon)`, so a key that was dropped
+    /// and comes back under a clock that ran backwards continues from where it was judged full with
+    /// no live record: never credited the same time twice, and no dead record alive again.
     pub(super) evicted_horizon: Nanos,
     /// Where the amortized sweep and the room scan resume (a slot position in `entries`).
     pub(super) sweep_cursor: usize,
@@ -108,9 +110,10 @@ pub(super) struct Extra {
 }
 
 impl Extra {
-    /// Keeps this key's bucket from being evicted at `now`: an override, or a live request-id record.
-    pub(super) fn pins(&self, now: Nanos, window: Nanos) -> bool {
-        self.config_override.is_some() || self.requests.any_live(now, window)
+    /// Keeps this key's bucket from being evicted when judged at the key's effective time `at`: an
+    /// override, or a request-id record live at `at`.
+    pub(super) fn pins(&self, at: Nanos, window: Nanos) -> bool {
+        self.config_override.is_some() || self.requests.any_live(at, window)
     }
 }
 
@@ -276,10 +279,12 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         }
         if let (Some((bucket, _)), Some(request_id)) = (found, request_id) {
             let replayed = if bucket.has_extra() {
+                // Judged at the key's effective time, which never moves back (step 2).
+                let at = now.max(bucket.last_refill);
                 self.extra(key).and_then(|extra| {
                     extra
                         .requests
-                        .replay(request_id, now, settings.dedupe_window)
+                        .replay(request_id, at, settings.dedupe_window)
                 })
             } else {
                 None
@@ -307,9 +312,11 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         self.store(pos, key, next);
         if let Some(request_id) = request_id {
             let per_key = settings.dedupe_per_key;
-            if per_key > 0 {
+            // A window of 0 keeps nothing live, so nothing is kept (step 6: ids are off).
+            if per_key > 0 && settings.dedupe_window > 0 {
+                // Stamped with this acquire's effective time, the refilled cursor (step 6).
                 let requests = &mut self.extra_mut(key, pos).requests;
-                requests.record(request_id, now, decision, per_key);
+                requests.record(request_id, next.last_refill(), decision, per_key);
             }
         }
         if decision.is_allowed() {

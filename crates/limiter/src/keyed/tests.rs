@@ -277,3 +277,19 @@ fn a_seeded_limiter_places_keys_in_pinned_shards() {
     let placement: Vec<usize> = (0..16u64).map(|key| limiter.shard_of(&key)).collect();
     assert_eq!(placement, [3, 4, 3, 4, 4, 5, 7, 2, 1, 5, 7, 4, 1, 7, 0, 2]);
 }
+
+/// A dedupe window of 0 turns request ids off (docs/semantics.md, acquire step 6): no record is ever
+/// live, so none is kept either, and the key needs no side-map entry for one.
+#[test]
+fn a_zero_dedupe_window_keeps_no_request_id_record() {
+    let config = Config::new(5, Rate::per_second(1)).unwrap();
+    let limiter: Limiter<u64> = Limiter::builder(config)
+        .dedupe(std::time::Duration::ZERO, 4)
+        .hasher_seed(1)
+        .build();
+    for now in [10 * NANOS_PER_SECOND, 5 * NANOS_PER_SECOND] {
+        let request = Request::cost(1).at(now).id(7u64);
+        assert!(!limiter.acquire_with(&0, request).unwrap().replayed);
+    }
+    assert_eq!(packing(&limiter, 0), (false, false, None));
+}

@@ -2,8 +2,8 @@
 //! (`bucketproof_model::ModelBucket`, docs/semantics.md in big rationals) plus the per-key bookkeeping of
 //! docs/semantics.md (request-id records, override config and its version, eviction).
 //!
-//! The bookkeeping follows `bucketproof_model::Model` rule for rule (records keyed by id, newest kept
-//! FIFO, a window of 0 disables ids, an override pins the key, eviction keeps the override); it is
+//! The bookkeeping follows `bucketproof_model::Model` rule for rule (records keyed by id, stamped and
+//! judged at the key's effective time, newest kept FIFO, a window of 0 disables ids, an override pins the key, eviction keeps the override); it is
 //! restated here for one key so that the checker can also start a bucket at a cursor later than the
 //! op's `now` (implementations may start new buckets at an eviction horizon), which `Model`'s committed
 //! API cannot express, and so that a state hashes cheaply for memoization. All arithmetic (refill,
@@ -33,10 +33,11 @@ pub struct KeySpec {
     records: VecDeque<(u64, ModelDecision, u64)>,
 }
 
-/// "A record made at time `r` is live at `now` while `now < r + window` (a `now` before `r` counts as
-/// inside)"; a window of 0 turns request ids off.
-fn is_live(recorded_at: u64, window: u64, now: u64) -> bool {
-    window > 0 && (now as u128) < recorded_at as u128 + window as u128
+/// "A record stamped at `r` is live at a later operation whose effective time `t' = max(now',
+/// last_refill)` satisfies `t' < r + window`"; `r` is the effective time of the acquire that made it,
+/// so `t' >= r` and a window of 0 keeps nothing live.
+fn is_live(stamped_at: u64, window: u64, at: u64) -> bool {
+    (at as u128) < stamped_at as u128 + window as u128
 }
 
 impl KeySpec {
@@ -96,12 +97,13 @@ impl KeySpec {
                 capacity: config.capacity(),
             });
         }
-        if let Some(id) = request_id {
+        if let (Some(id), Some(bucket)) = (request_id, &self.bucket) {
             let window = self.dedupe_window;
+            let at = now.max(bucket.last_refill());
             if let Some((_, decision, _)) = self
                 .records
                 .iter()
-                .find(|(rid, _, at)| *rid == id && is_live(*at, window, now))
+                .find(|(rid, _, stamped)| *rid == id && is_live(*stamped, window, at))
             {
                 return Ok(Outcome {
                     decision: decision.clone(),
@@ -116,10 +118,11 @@ impl KeySpec {
             .take()
             .unwrap_or_else(|| ModelBucket::fresh(&config, now));
         let (after, decision) = before.decide(&config, now, cost)?;
+        let after_refill = after.last_refill();
         self.bucket = Some(after);
-        if let Some(id) = request_id {
+        if let Some(id) = request_id.filter(|_| self.dedupe_window > 0) {
             self.records.retain(|(rid, _, _)| *rid != id);
-            self.records.push_back((id, decision.clone(), now));
+            self.records.push_back((id, decision.clone(), after_refill));
             while self.records.len() > self.dedupe_per_key {
                 self.records.pop_front();
             }
@@ -154,18 +157,19 @@ impl KeySpec {
         self.version
     }
 
-    /// Evictable at `s`: refilled to capacity at `max(s, last_refill)`, no live request-id record, no
-    /// override. A key without a bucket is vacuously evictable.
+    /// Evictable at `s`: judged at `j = max(s, last_refill)`, full, no request-id record live at `j`,
+    /// no override. A key without a bucket is vacuously evictable.
     pub fn is_evictable_at(&self, s: u64) -> bool {
         let Some(bucket) = &self.bucket else {
             return true;
         };
+        let judged_at = s.max(bucket.last_refill());
         self.override_config.is_none()
-            && bucket.is_full_at(&self.config(), s)
+            && bucket.is_full_at(&self.config(), judged_at)
             && !self
                 .records
                 .iter()
-                .any(|(_, _, at)| is_live(*at, self.dedupe_window, s))
+                .any(|(_, _, stamped)| is_live(*stamped, self.dedupe_window, judged_at))
     }
 
     /// Drops the bucket and its records (the override and version stay).

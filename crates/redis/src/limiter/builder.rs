@@ -54,9 +54,20 @@ impl RedisBuilder {
         self
     }
 
-    /// Lowest TTL for keys written with an injected `now`. Injected time is not the server's clock, so
-    /// a TTL computed in injected time could expire a bucket in real time before it is full in the
-    /// trace's time; this floor keeps such keys for the duration of a test run. Default 1 h.
+    /// Extra TTL for keys written with an injected `now`: how far the injected clock may fall behind
+    /// the Redis server's before an expiry could cost anything. Default 1 h.
+    ///
+    /// Redis expires a key by its own clock; the script computes the time until the key is full (and
+    /// its newest request-id record dead) in injected time and adds this floor. An expired key is
+    /// gone, cursor and all, and a later call starts it fresh at its own `now`. That is lossless
+    /// exactly when that `now` is no earlier than the time the key would have been full with no live
+    /// record: guaranteed while, between any write of a key and the next call on it, Redis's clock
+    /// advances at most `floor` more than the injected clock (a rollback of the injected clock counts
+    /// as falling behind by its size). Beyond that, a key can be found expired and fresh while it was
+    /// not yet full in injected time, and the difference is admitted again. No script can tell: the
+    /// one hash per user is the only place its cursor lives, and keeping it past the TTL (a
+    /// tombstone per user forever) would make memory unbounded. With server time there is one clock
+    /// and no floor is needed.
     pub fn injected_ttl_floor(mut self, floor: Duration) -> Self {
         self.injected_ttl_floor = floor;
         self
