@@ -109,4 +109,21 @@ mod tests {
         assert_eq!(hasher.hash_one(42u64), hasher.hash_one(42u64));
         assert_eq!(hasher.hash_one(42u64), 14_063_276_355_716_485_768);
     }
+
+    /// Keys hashed as bytes (strings, and any key through a `HashMap` built on the hasher) go
+    /// through `write`: both hashers tell such keys apart, and the seeded one is pinned for them too.
+    #[test]
+    fn keys_hashed_as_bytes_are_told_apart_by_both_hashers() {
+        let seeded = KeyHasher::seeded(0x6275_636b_6574_7072);
+        for hasher in [KeyHasher::random(), seeded.clone()] {
+            assert_ne!(hasher.hash_one("alice"), hasher.hash_one("bob"));
+            let mut state = hasher.build_hasher();
+            state.write(b"alice");
+            let mut other = hasher.build_hasher();
+            other.write(b"bob");
+            assert_ne!(state.finish(), other.finish());
+        }
+        assert_eq!(seeded.hash_one("alice"), seeded.hash_one("alice"));
+        assert_eq!(seeded.hash_one("alice"), 1_892_823_273_051_725_079);
+    }
 }

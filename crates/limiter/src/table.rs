@@ -325,6 +325,7 @@ mod tests {
     /// entry is reachable: no vacant slot lies between a key's home and its position.
     fn check(map: &Map, model: &HashMap<u64, u64>) {
         assert_eq!(map.len(), model.len());
+        assert_eq!(map.is_empty(), model.is_empty());
         let slots = map.slots();
         for (key, value) in model {
             let hash = map.hasher.hash_one(key);
@@ -350,6 +351,7 @@ mod tests {
     fn the_flat_map_agrees_with_a_hash_map() {
         let mut map = Map::with_hasher(hasher());
         let mut model = HashMap::new();
+        check(&map, &model);
         let mut random = XorShift(0x2545_F491_4F6C_DD1D);
         let steps = scaled(20_000);
         for step in 0..steps {
@@ -400,6 +402,28 @@ mod tests {
             }
         }
         assert!(grew > 30, "grew {grew} times");
+    }
+
+    /// The table grows exactly when an insert would make it fuller than 85% (17/20), never earlier:
+    /// at a size where 85% is a whole number of entries (260 slots, 221 entries) it fills up to it.
+    #[test]
+    fn the_table_grows_only_when_an_insert_would_pass_85_percent() {
+        let mut map = Map::with_hasher(hasher());
+        let mut filled_to_the_bound = false;
+        // Short enough for Miri unscaled: the first exact fit is at 221 entries.
+        for key in 0..300 {
+            let (len, slots) = (map.len(), map.slots());
+            map.insert_new(map.hasher.hash_one(key), key, Value(key));
+            let over_the_bound = (len + 1) * MAX_LOAD_DEN > slots * MAX_LOAD_NUM;
+            assert_eq!(
+                map.slots() != slots,
+                over_the_bound,
+                "insert {} into {slots} slots",
+                len + 1
+            );
+            filled_to_the_bound |= (len + 1) * MAX_LOAD_DEN == slots * MAX_LOAD_NUM;
+        }
+        assert!(filled_to_the_bound, "no size was filled to exactly 85%");
     }
 
     /// A walk over the positions that looks at a position again after removing there (what

@@ -1,6 +1,7 @@
 //! Tests for what cargo-mutants found untested in this crate (one run, recorded in
 //! `reports/mutants.md`): each test names the mutants it kills. Missed mutants that no test can
-//! tell apart from the original (equivalent mutants) are listed in the report instead, with why.
+//! tell apart from the original (equivalent mutants) are listed, with why, in
+//! `mutants-equivalent.md`, which `tests/mutants_equivalent.rs` keeps current.
 
 use std::sync::Arc;
 use std::time::Duration;

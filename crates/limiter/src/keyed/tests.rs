@@ -147,6 +147,137 @@ fn a_balance_back_below_2_62_units_moves_into_its_bucket_and_frees_an_empty_side
     assert_eq!(packing(&limiter, 2), (true, false, None));
 }
 
+/// The room scan at the key bound inspects its 32 entries even across the table's vacant slots (it
+/// may step over four slots per wanted entry): an evictable bucket that is the 32nd live entry from
+/// the sweep cursor, more than 36 slots on, is found and makes room; one that is the 33rd is not
+/// looked at, and the new key is refused.
+#[test]
+fn the_room_scan_reaches_the_32nd_entry_across_vacant_slots_and_no_further() {
+    const SECOND: Nanos = NANOS_PER_SECOND;
+    let config = Config::new(2, Rate::per_second(1)).unwrap();
+    let keys = 200u64;
+    // The scan's reach in slots when the evictable bucket is the `nth` live entry from the cursor,
+    // and whether a new key then gets in.
+    let make_room_with_evictable = |nth: usize| {
+        let limiter: Limiter<u64> = Limiter::builder(config)
+            .shards(1)
+            .max_keys(keys as usize, EvictionPolicy::EvictFull)
+            .sweep_per_op(0)
+            .hasher_seed(7)
+            .build();
+        for key in 0..keys {
+            limiter.acquire_at(&key, 1, SECOND).unwrap();
+        }
+        let reach = {
+            let mut shard = lock(&limiter.shards[0].0);
+            let slots = shard.entries.slots();
+            let cursor = shard.sweep_cursor % slots;
+            let (reach, pos) = (0..slots)
+                .map(|step| (step + 1, (cursor + step) % slots))
+                .filter(|&(_, pos)| shard.entries.get(pos).is_some())
+                .nth(nth - 1)
+                .unwrap();
+            let key = *shard.entries.get(pos).unwrap().0;
+            shard.store(pos, &key, BucketState::full(&config, SECOND));
+            reach
+        };
+        (reach, limiter.acquire_at(&keys, 1, SECOND).is_ok())
+    };
+    let (reach, admitted) = make_room_with_evictable(32);
+    assert!(
+        (37..=128).contains(&reach),
+        "the 32nd entry is {reach} slots on"
+    );
+    assert!(
+        admitted,
+        "the 32nd entry, {reach} slots on, was not inspected"
+    );
+    let (reach, admitted) = make_room_with_evictable(33);
+    assert!(reach <= 128, "the 33rd entry is {reach} slots on");
+    assert!(!admitted, "the scan inspected a 33rd entry");
+}
+
+/// `EvictLeastRecent` among equally old buckets drops the first the room scan meets from the sweep
+/// cursor (a later one of the same age does not displace it), so which key a tie costs follows the
+/// cursor's rotation rather than the end of the sample.
+#[test]
+fn evict_least_recent_breaks_a_tie_by_the_first_bucket_from_the_cursor() {
+    const SECOND: Nanos = NANOS_PER_SECOND;
+    let config = Config::new(2, Rate::per_second(1)).unwrap();
+    let limiter: Limiter<u64> = Limiter::builder(config)
+        .shards(1)
+        .max_keys(6, EvictionPolicy::EvictLeastRecent)
+        .sweep_per_op(0)
+        .hasher_seed(11)
+        .build();
+    for key in 0..6 {
+        limiter.acquire_at(&key, 1, SECOND).unwrap();
+    }
+    let first = {
+        let shard = lock(&limiter.shards[0].0);
+        let slots = shard.entries.slots();
+        let cursor = shard.sweep_cursor % slots;
+        (0..slots)
+            .map(|step| (cursor + step) % slots)
+            .find_map(|pos| shard.entries.get(pos).map(|(key, _)| *key))
+            .unwrap()
+    };
+    limiter.acquire_at(&6, 1, SECOND).unwrap();
+    let gone: Vec<u64> = (0..6)
+        .filter(|key| limiter.inspect(key).is_none())
+        .collect();
+    assert_eq!(gone, [first]);
+}
+
+/// A room scan that evicts leaves the sweep cursor on the slot after the evicted one (a slot
+/// position, below the table's size), so the next walk starts there: it neither rescans from the
+/// table's start nor looks again at the slot just freed.
+#[test]
+fn a_room_scan_that_evicts_leaves_the_cursor_on_the_next_slot() {
+    const SECOND: Nanos = NANOS_PER_SECOND;
+    let config = Config::new(2, Rate::per_second(1)).unwrap();
+    let keys = 60u64;
+    let limiter: Limiter<u64> = Limiter::builder(config)
+        .shards(1)
+        .max_keys(keys as usize, EvictionPolicy::EvictFull)
+        .sweep_per_op(0)
+        .hasher_seed(13)
+        .build();
+    for key in 0..keys {
+        limiter.acquire_at(&key, 1, SECOND).unwrap();
+    }
+    for nth in [10, 20] {
+        let (evicted_pos, slots) = {
+            let mut shard = lock(&limiter.shards[0].0);
+            let slots = shard.entries.slots();
+            let cursor = shard.sweep_cursor % slots;
+            let pos = (0..slots)
+                .map(|step| (cursor + step) % slots)
+                .filter(|&pos| shard.entries.get(pos).is_some())
+                .nth(nth - 1)
+                .unwrap();
+            let key = *shard.entries.get(pos).unwrap().0;
+            shard.store(pos, &key, BucketState::full(&config, SECOND));
+            (pos, slots)
+        };
+        limiter.acquire_at(&(keys + nth as u64), 1, SECOND).unwrap();
+        let shard = lock(&limiter.shards[0].0);
+        assert_eq!(shard.entries.slots(), slots, "the table grew at its bound");
+        assert_eq!(shard.sweep_cursor, (evicted_pos + 1) % slots);
+    }
+}
+
+/// With a fixed seed, a key's shard is the same on every run and every machine (what verification
+/// runs rely on to place keys identically), so the placement is pinned here like the seeded hash:
+/// a change to the shard remix is a change to every recorded run.
+#[test]
+fn a_seeded_limiter_places_keys_in_pinned_shards() {
+    let config = Config::new(2, Rate::per_second(1)).unwrap();
+    let limiter: Limiter<u64> = Limiter::builder(config).shards(8).hasher_seed(7).build();
+    let placement: Vec<usize> = (0..16u64).map(|key| limiter.shard_of(&key)).collect();
+    assert_eq!(placement, [3, 4, 3, 4, 4, 5, 7, 2, 1, 5, 7, 4, 1, 7, 0, 2]);
+}
+
 /// A dedupe window of 0 turns request ids off (docs/semantics.md, acquire step 6): no record is ever
 /// live, so none is kept either, and the key needs no side-map entry for one.
 #[test]
