@@ -16,3 +16,26 @@ pub const DEDUPE_WINDOW: Nanos = 60 * NANOS_PER_SECOND;
 
 /// Request-id records kept per key.
 pub const DEDUPE_PER_KEY: usize = 8;
+
+/// Shards per CPU of the default shard count: enough that two threads rarely share a lock.
+pub const SHARDS_PER_CPU: usize = 4;
+
+/// The default shard count on a machine with `cpus` CPUs: [`SHARDS_PER_CPU`] per CPU, rounded up to
+/// a power of two (the shard of a key is a mask of its hash).
+pub fn shards_for(cpus: usize) -> usize {
+    cpus.saturating_mul(SHARDS_PER_CPU)
+        .checked_next_power_of_two()
+        .unwrap_or(1 << (usize::BITS - 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_shard_count_is_four_per_cpu_rounded_up_to_a_power_of_two() {
+        let shards: Vec<usize> = [1, 2, 3, 5, 8].into_iter().map(shards_for).collect();
+        assert_eq!(shards, [4, 8, 16, 32, 32]);
+        assert_eq!(shards_for(usize::MAX), 1 << (usize::BITS - 1));
+    }
+}

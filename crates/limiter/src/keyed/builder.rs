@@ -154,7 +154,7 @@ impl<K: Hash + Eq + Clone> Limiter<K, MonotonicClock> {
         Builder {
             default_config,
             clock: MonotonicClock::new(),
-            shards: (cpus * 4).next_power_of_two(),
+            shards: defaults::shards_for(cpus),
             max_keys: defaults::MAX_KEYS,
             policy: EvictionPolicy::default(),
             sweep_per_op: defaults::SWEEP_PER_OP,
