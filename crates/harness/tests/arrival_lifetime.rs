@@ -76,7 +76,7 @@ impl Subject for Sweeping {
     }
 
     fn sweep(&mut self, now: u64) -> Result<(), SubjectError> {
-        let config = self.config.clone();
+        let config = self.config;
         let full: Vec<(u64, u64)> = self
             .buckets
             .iter()
@@ -161,6 +161,18 @@ fn the_arrival_curve_alone_kills_a_bucket_recreated_at_a_rolled_back_now() {
     assert_eq!(failure.step, 2);
     assert_eq!(failure.violation.oracle, OracleKind::ArrivalCurve);
     println!("{}", failure.violation);
+}
+
+/// An oracle switched off judges nothing: with none on, the same run passes.
+#[test]
+fn with_every_oracle_off_the_same_run_passes() {
+    let trace = recreated_under_rollback();
+    let mut buggy = Sweeping::new(&trace.setup, Horizon::StoredCursor);
+    let options = RunOptions {
+        oracles: OracleSet::NONE,
+        ..RunOptions::default()
+    };
+    assert_eq!(failure_of(&trace, &mut buggy, &options), None);
 }
 
 #[test]
