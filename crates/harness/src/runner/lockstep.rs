@@ -356,7 +356,8 @@ impl<'a> Lockstep<'a> {
     /// The arrival curve across the key's whole life (`oracle::arrival`): a first use starts its
     /// segment; a recreation continues it at the fresh bucket's effective time, or is a declared,
     /// counted reset under the lossy `EvictLeastRecent`. Only the subject's own reports (its
-    /// `created` flag and its shown cursor) and the setup's policy are used, never the model.
+    /// `created` flag and its shown cursor), the setup's policy and the key's config are used,
+    /// never the model's state.
     fn check_arrival(&mut self, acquire: Acquire, observed: &Observed) -> Option<Violation> {
         let key = acquire.key;
         if !self.arrival.knows(key) {
