@@ -1,11 +1,20 @@
-//! The kill runner: goes after every mutant of the catalogue and records who killed it, how fast and
-//! with how small a counterexample; writes `reports/mutants.md`.
+//! The kill runner: goes after a mutant and records who killed it, how fast and with how small a
+//! counterexample, and which oracles kill it alone; writes `reports/mutants.md` for the catalogue.
+//!
+//! Subjects come from a [`SubjectFactory`] the caller hands in ([`MutantSubjects`] for the
+//! catalogue), so a user can go after their own broken limiter: a name the factory does not build,
+//! or cannot build for a generated setup, is a [`KillError`], never a survival.
 //!
 //! For a mutant killed by traces, generated traces ([`crate::traces`]) are tried shortest first (every
 //! family at every seed for one length, then the next length) through the harness's lockstep runner
 //! ([`failure_of`]) with all oracles on; the first failing trace is cut after its failing step and
 //! shrunk with the harness's shrinker ([`shrink`]), which keeps only candidates failing the same way.
-//! The racy mutant is hunted by [`crate::race::hunt_race`].
+//! Then the same traces are tried with each oracle alone (the others switched off, [`OracleSet`]):
+//! [`Kill::alone`] lists the oracles that kill the mutant by themselves. A mutant only the model
+//! kills is a weakness for limiters checked without the model. The racy mutant is hunted by
+//! [`crate::race::hunt_race`], whose one oracle is the arrival curve; that hunt drives the
+//! catalogue's racy wrapper directly (threads share one limiter, which a `Subject` cannot), so it
+//! serves only that catalogue entry.
 //!
 //! Everything in a [`Kill`] is deterministic (same traces, same verdicts, same counterexamples)
 //! except `time_to_kill`, measured with `std::time::Instant`, and, for the race, which round
@@ -16,11 +25,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bucketproof_harness::engine::{Engine, EngineOptions, Status};
-use bucketproof_harness::oracle::Violation;
+use bucketproof_harness::oracle::{OracleKind, OracleSet, Violation};
 use bucketproof_harness::runner::{Failure, RunOptions, failure_of};
 use bucketproof_harness::scenario::{Scenario, load_all};
 use bucketproof_harness::shrink::{ShrinkBudget, shrink};
-use bucketproof_harness::{Registry, SubjectFactory, Trace};
+use bucketproof_harness::{Registry, Subject, SubjectError, SubjectFactory, Trace};
 
 use crate::race::{hunt_race, racy_acquire};
 use crate::traces::{Family, generate};
@@ -39,6 +48,8 @@ pub struct KillOptions {
     pub race_budget: Duration,
     /// At most this many race rounds.
     pub race_rounds: u64,
+    /// Also try every oracle alone on the same traces ([`Kill::alone`]).
+    pub alone: bool,
 }
 
 impl Default for KillOptions {
@@ -49,6 +60,7 @@ impl Default for KillOptions {
             shrink: true,
             race_budget: Duration::from_secs(20),
             race_rounds: 2_000_000,
+            alone: true,
         }
     }
 }
@@ -70,7 +82,44 @@ pub struct Kill {
     pub counterexample: Option<Trace>,
     /// Ops in the shrunk counterexample (for the race: the concurrent acquires of the bad round).
     pub shrunk_ops: Option<usize>,
+    /// The oracles that kill it alone, in [`OracleSet::SWITCHABLE`] order (empty unless
+    /// [`KillOptions::alone`]; for the race, the arrival curve when it breaks).
+    pub alone: Vec<OracleKind>,
 }
+
+/// Why the kill runner could not go after a mutant (as opposed to the mutant surviving).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KillError {
+    /// The factory does not build a subject of this name.
+    UnknownSubject(String),
+    /// The factory knows the name but cannot build it for a generated setup.
+    Build {
+        /// The subject name.
+        name: String,
+        /// The factory's error.
+        error: SubjectError,
+    },
+    /// A mutant to be hunted by threads that is not the catalogue's racy mutant.
+    NoThreadedHunt(String),
+}
+
+impl std::fmt::Display for KillError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KillError::UnknownSubject(name) => {
+                write!(f, "the subject factory does not build `{name}`")
+            }
+            KillError::Build { name, error } => write!(f, "cannot build `{name}`: {error}"),
+            KillError::NoThreadedHunt(name) => write!(
+                f,
+                "`{name}` is to be killed by threads, and only the catalogue's racy mutant has a \
+                 thread hunt"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for KillError {}
 
 impl Kill {
     /// True if an oracle fired.
@@ -79,85 +128,185 @@ impl Kill {
     }
 }
 
-/// Runs `trace` against the subject `name` (any name [`MutantSubjects`] builds) with every oracle;
-/// returns the first violation. A subject that cannot run the trace to the end (unsupported op)
-/// returns whatever it violated before that point.
-pub fn first_violation(name: &str, trace: &Trace) -> Option<Violation> {
-    first_failure(name, trace).map(|failure| failure.violation)
-}
-
-/// The step at which `name` fails `trace`, and how, if it does.
-fn first_failure(name: &str, trace: &Trace) -> Option<Failure> {
-    let mut subject = MutantSubjects.build(name, &trace.setup)?.ok()?;
-    failure_of(trace, subject.as_mut(), &RunOptions::default())
-}
-
-/// Goes after one mutant.
-pub fn kill(mutant: &Mutant, options: &KillOptions) -> Kill {
-    match mutant.kill_by {
-        KillBy::Traces => kill_by_traces(mutant, options),
-        KillBy::Threads => kill_by_threads(mutant, options),
+/// Builds `name` for `setup` with `factory`: an unknown name or a failed build is an error.
+fn build(
+    factory: &dyn SubjectFactory,
+    name: &str,
+    setup: &bucketproof_harness::Setup,
+) -> Result<Box<dyn Subject>, KillError> {
+    match factory.build(name, setup) {
+        None => Err(KillError::UnknownSubject(name.to_owned())),
+        Some(built) => built.map_err(|error| KillError::Build {
+            name: name.to_owned(),
+            error,
+        }),
     }
 }
 
-fn kill_by_traces(mutant: &Mutant, options: &KillOptions) -> Kill {
-    let name = mutant.name();
-    let started = Instant::now();
+/// Runs `trace` against the subject `name` built by `factory` ([`MutantSubjects`] for the
+/// catalogue) with every oracle; returns the first violation. A subject that cannot run the trace to
+/// the end (unsupported op) returns whatever it violated before that point.
+pub fn first_violation(
+    factory: &dyn SubjectFactory,
+    name: &str,
+    trace: &Trace,
+) -> Result<Option<Violation>, KillError> {
+    first_failure(factory, name, trace, OracleSet::ALL)
+        .map(|failure| failure.map(|failure| failure.violation))
+}
+
+/// The step at which `name` fails `trace` judged by `oracles`, and how, if it does.
+fn first_failure(
+    factory: &dyn SubjectFactory,
+    name: &str,
+    trace: &Trace,
+    oracles: OracleSet,
+) -> Result<Option<Failure>, KillError> {
+    let mut subject = build(factory, name, &trace.setup)?;
+    let options = RunOptions {
+        oracles,
+        ..RunOptions::default()
+    };
+    Ok(failure_of(trace, subject.as_mut(), &options))
+}
+
+/// The first generated trace, in the runner's order, that `name` fails when judged by `oracles`:
+/// the trace, its failure and where it came from; and how many traces were tried.
+struct Search {
+    found: Option<(Trace, Failure, String)>,
+    attempts: u64,
+}
+
+fn search(
+    factory: &dyn SubjectFactory,
+    name: &str,
+    options: &KillOptions,
+    oracles: OracleSet,
+) -> Result<Search, KillError> {
     let mut attempts = 0;
     for &len in &options.lengths {
         for seed in 0..options.seeds {
             for family in Family::ALL {
                 let trace = generate(family, seed, len);
                 attempts += 1;
-                let Some(Failure {
-                    step, violation, ..
-                }) = first_failure(&name, &trace)
-                else {
-                    continue;
-                };
-                let time_to_kill = started.elapsed();
-                // Ops after the failing step cannot matter to it.
-                let cut = Trace {
-                    setup: trace.setup.clone(),
-                    ops: trace.ops[..=step as usize].to_vec(),
-                };
-                let (small, violation) = if options.shrink {
-                    let shrunk = shrink(cut, &violation, &ShrinkBudget::default(), |candidate| {
-                        first_failure(&name, candidate)
+                if let Some(failure) = first_failure(factory, name, &trace, oracles)? {
+                    let label = format!("{} seed {seed}, {len} ops", family.name());
+                    return Ok(Search {
+                        found: Some((trace, failure, label)),
+                        attempts,
                     });
-                    (shrunk.trace, shrunk.violation)
-                } else {
-                    (cut, violation)
-                };
-                return Kill {
-                    mutant: *mutant,
-                    violation: Some(violation),
-                    found_by: format!("{} seed {seed}, {len} ops", family.name()),
-                    attempts,
-                    time_to_kill: Some(time_to_kill),
-                    shrunk_ops: Some(small.ops.len()),
-                    counterexample: Some(small),
-                };
+                }
             }
         }
     }
-    Kill {
-        mutant: *mutant,
-        violation: None,
-        found_by: "survived every generated trace".into(),
+    Ok(Search {
+        found: None,
         attempts,
-        time_to_kill: None,
-        counterexample: None,
-        shrunk_ops: None,
+    })
+}
+
+/// Goes after one mutant, building its subjects with `factory` ([`MutantSubjects`] for the
+/// catalogue, or a user's own).
+pub fn kill(
+    mutant: &Mutant,
+    factory: &dyn SubjectFactory,
+    options: &KillOptions,
+) -> Result<Kill, KillError> {
+    match mutant.kill_by {
+        KillBy::Traces => kill_by_traces(mutant, factory, options),
+        KillBy::Threads => kill_by_threads(mutant, options),
     }
 }
 
-fn kill_by_threads(mutant: &Mutant, options: &KillOptions) -> Kill {
+fn kill_by_traces(
+    mutant: &Mutant,
+    factory: &dyn SubjectFactory,
+    options: &KillOptions,
+) -> Result<Kill, KillError> {
+    let name = mutant.name();
+    let started = Instant::now();
+    let Search { found, attempts } = search(factory, &name, options, OracleSet::ALL)?;
+    let time_to_kill = started.elapsed();
+    let alone = if options.alone {
+        killed_alone(mutant, factory, options)?
+    } else {
+        Vec::new()
+    };
+    let Some((
+        trace,
+        Failure {
+            step, violation, ..
+        },
+        found_by,
+    )) = found
+    else {
+        return Ok(Kill {
+            mutant: *mutant,
+            violation: None,
+            found_by: "survived every generated trace".into(),
+            attempts,
+            time_to_kill: None,
+            counterexample: None,
+            shrunk_ops: None,
+            alone,
+        });
+    };
+    // Ops after the failing step cannot matter to it.
+    let cut = Trace {
+        setup: trace.setup.clone(),
+        ops: trace.ops[..=step as usize].to_vec(),
+    };
+    let (small, violation) = if options.shrink {
+        let shrunk = shrink(cut, &violation, &ShrinkBudget::default(), |candidate| {
+            // A candidate the factory cannot build does not fail the same way.
+            first_failure(factory, &name, candidate, OracleSet::ALL)
+                .ok()
+                .flatten()
+        });
+        (shrunk.trace, shrunk.violation)
+    } else {
+        (cut, violation)
+    };
+    Ok(Kill {
+        mutant: *mutant,
+        violation: Some(violation),
+        found_by,
+        attempts,
+        time_to_kill: Some(time_to_kill),
+        shrunk_ops: Some(small.ops.len()),
+        counterexample: Some(small),
+        alone,
+    })
+}
+
+/// The oracles that kill `mutant` alone on the same generated traces.
+fn killed_alone(
+    mutant: &Mutant,
+    factory: &dyn SubjectFactory,
+    options: &KillOptions,
+) -> Result<Vec<OracleKind>, KillError> {
+    let mut alone = Vec::new();
+    for kind in OracleSet::SWITCHABLE {
+        let found = search(factory, &mutant.name(), options, OracleSet::only(kind))?.found;
+        if found.is_some() {
+            alone.push(kind);
+        }
+    }
+    Ok(alone)
+}
+
+fn kill_by_threads(mutant: &Mutant, options: &KillOptions) -> Result<Kill, KillError> {
+    if !catalogue()
+        .iter()
+        .any(|entry| entry == mutant && entry.kill_by == KillBy::Threads)
+    {
+        return Err(KillError::NoThreadedHunt(mutant.name()));
+    }
     let started = Instant::now();
     let outcome = hunt_race(racy_acquire, options.race_budget, options.race_rounds);
     let time_to_kill = started.elapsed();
     let killed = outcome.violation.is_some();
-    Kill {
+    Ok(Kill {
         mutant: *mutant,
         found_by: if killed {
             format!("2 threads, round {}", outcome.rounds)
@@ -169,12 +318,21 @@ fn kill_by_threads(mutant: &Mutant, options: &KillOptions) -> Kill {
         time_to_kill: killed.then_some(time_to_kill),
         counterexample: None,
         shrunk_ops: killed.then_some(outcome.ops),
-    }
+        // The hunt's one oracle is the arrival curve.
+        alone: if killed && options.alone {
+            vec![OracleKind::ArrivalCurve]
+        } else {
+            Vec::new()
+        },
+    })
 }
 
-/// Goes after every mutant of the catalogue, in order.
-pub fn kill_all(options: &KillOptions) -> Vec<Kill> {
-    catalogue().iter().map(|m| kill(m, options)).collect()
+/// Goes after every mutant of the catalogue, in order, with [`MutantSubjects`].
+pub fn kill_all(options: &KillOptions) -> Result<Vec<Kill>, KillError> {
+    catalogue()
+        .iter()
+        .map(|m| kill(m, &MutantSubjects, options))
+        .collect()
 }
 
 /// What the scenario suite (`scenarios/*.toml`, the harness's scenario engine) does to one mutant.
@@ -351,6 +509,7 @@ pub fn render_markdown(kills: &[Kill], scenarios: &Result<Vec<ScenarioKills>, St
             over.join(", ")
         }
     );
+    render_alone(&mut out, kills);
     render_scenarios(&mut out, scenarios);
     let _ = writeln!(out, "## Where each mistake was seen\n");
     for kill in kills {
@@ -364,8 +523,8 @@ pub fn render_markdown(kills: &[Kill], scenarios: &Result<Vec<ScenarioKills>, St
     let _ = writeln!(out, "\n## Shrunk counterexamples\n");
     let _ = writeln!(
         out,
-        "Replay one with `bucketproof_mutants::kill::first_violation(name, &trace)`; the setup \
-         fields not shown are the defaults.\n"
+        "Replay one with `bucketproof_mutants::kill::first_violation(&MutantSubjects, name, \
+         &trace)`; the setup fields not shown are the defaults.\n"
     );
     for kill in kills {
         let _ = writeln!(out, "### `{}`\n", kill.mutant.name());
@@ -401,6 +560,68 @@ pub fn render_markdown(kills: &[Kill], scenarios: &Result<Vec<ScenarioKills>, St
     }
     let _ = write!(out, "{CARGO_MUTANTS_RUN}");
     out
+}
+
+/// The mutants only the model kills alone: the weaknesses of a check without the model.
+pub fn only_the_model(kills: &[Kill]) -> Vec<&Kill> {
+    kills
+        .iter()
+        .filter(|k| k.alone == [OracleKind::Model])
+        .collect()
+}
+
+fn render_alone(out: &mut String, kills: &[Kill]) {
+    let _ = writeln!(out, "## Which oracle kills alone\n");
+    let _ = writeln!(
+        out,
+        "Every mutant again, on the same generated traces, with one oracle switched on and the \
+         others off (`bucketproof_harness::oracle::OracleSet::only`). The model oracle is the \
+         decision-by-decision comparison and eviction legality (both judge against the model's \
+         state). `racy-rmw` is hunted by threads, whose one oracle is the arrival curve. Deterministic. \
+         A mutant only the model kills is flagged: a limiter checked without the model (one that does \
+         not promise exact equality with it) would let that mistake through.\n"
+    );
+    let _ = writeln!(out, "| oracle | mutants it kills alone |");
+    let _ = writeln!(out, "|---|---|");
+    for kind in OracleSet::SWITCHABLE {
+        let count = kills.iter().filter(|k| k.alone.contains(&kind)).count();
+        let _ = writeln!(out, "| {} | {count}/{} |", kind.name(), kills.len());
+    }
+    let _ = writeln!(out, "\n| mutant | killed alone by | |");
+    let _ = writeln!(out, "|---|---|---|");
+    for kill in kills {
+        let names: Vec<&str> = kill.alone.iter().map(|kind| kind.name()).collect();
+        let flag = if kill.alone == [OracleKind::Model] {
+            "**weakness: only the model sees it**"
+        } else if kill.alone.is_empty() {
+            "**no oracle alone kills it**"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {flag} |",
+            kill.mutant.name(),
+            if names.is_empty() {
+                "—".to_owned()
+            } else {
+                names.join(", ")
+            }
+        );
+    }
+    let weak: Vec<String> = only_the_model(kills)
+        .iter()
+        .map(|k| format!("`{}`", k.mutant.name()))
+        .collect();
+    let _ = writeln!(
+        out,
+        "\nOnly the model sees: {}.\n",
+        if weak.is_empty() {
+            "none".to_owned()
+        } else {
+            weak.join(", ")
+        }
+    );
 }
 
 fn render_scenarios(out: &mut String, scenarios: &Result<Vec<ScenarioKills>, String>) {
@@ -449,7 +670,7 @@ fn render_scenarios(out: &mut String, scenarios: &Result<Vec<ScenarioKills>, Str
 /// (relative to the working directory: run it from the repository root, as the CLI does) and writes
 /// the markdown report to `path`.
 pub fn write_report(path: &Path) -> std::io::Result<Vec<Kill>> {
-    let kills = kill_all(&KillOptions::default());
+    let kills = kill_all(&KillOptions::default()).map_err(std::io::Error::other)?;
     let scenarios = load_scenarios(Path::new("scenarios"))
         .map(|suite| scenario_kills(&suite, SCENARIO_SHRINK_BUDGET));
     if let Some(parent) = path.parent() {

@@ -8,10 +8,10 @@
 use bucketproof_harness::runner::{RunOptions, failure_of};
 use bucketproof_harness::{Acquire, ConfigSpec, Op, Setup, Trace};
 use bucketproof_limiter::Nanos;
-use bucketproof_mutants::catalogue;
 use bucketproof_mutants::keyed::{Exact, Keyed, Mistake};
 use bucketproof_mutants::kill::{KillOptions, MAX_SHRUNK_OPS, first_violation, kill};
 use bucketproof_mutants::traces::{Family, generate};
+use bucketproof_mutants::{MutantSubjects, catalogue};
 
 const SECOND: u64 = 1_000_000_000;
 
@@ -135,8 +135,13 @@ fn the_control_passes_the_expiry_traces_and_every_generated_trace_when_sweeping_
 #[test]
 fn a_horizon_at_the_stored_cursor_or_none_is_an_illegal_recreation() {
     for slug in ["horizon-stored-cursor", "no-horizon"] {
-        let violation = first_violation(&mutant_name(slug), &swept_then_rolled_back())
-            .unwrap_or_else(|| panic!("{slug} survived"));
+        let violation = first_violation(
+            &MutantSubjects,
+            &mutant_name(slug),
+            &swept_then_rolled_back(),
+        )
+        .expect("a catalogue mutant builds")
+        .unwrap_or_else(|| panic!("{slug} survived"));
         assert_eq!(
             violation.what,
             "the subject recreated a bucket that was not evictable at its fresh cursor",
@@ -161,7 +166,8 @@ fn request_ids_in_caller_time_are_seen_by_the_model() {
 fn the_kill_runner_kills_every_expiry_mutant_with_a_small_counterexample() {
     for slug in ["horizon-stored-cursor", "no-horizon"] {
         let found = catalogue().iter().find(|m| m.slug == slug).unwrap();
-        let killed = kill(found, &KillOptions::default());
+        let killed = kill(found, &MutantSubjects, &KillOptions::default())
+            .expect("a catalogue mutant builds");
         println!(
             "{slug}: {} after {} traces, {:?}, shrunk to {:?} ops",
             killed.found_by, killed.attempts, killed.violation, killed.shrunk_ops

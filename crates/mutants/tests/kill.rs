@@ -1,22 +1,24 @@
 //! The mutation self-test: every mutant is killed, each by a counterexample of at most
 //! six ops, with a median time to kill under 2 s (asserted in release builds; a debug build only
-//! reports it). And the controls that make a kill mean something: the shared wrapper with no
-//! mistake passes every trace the runner tries, the racy variant passes them sequentially, and the
-//! real limiter never breaches under the race hunt.
+//! reports it), and the oracle that kills it first also kills it alone. And the controls that make a
+//! kill mean something: the shared wrapper with no mistake passes every trace the runner tries, the
+//! racy variant passes them sequentially, and the real limiter never breaches under the race hunt.
+//! The kill runner takes any subject factory: a foreign mutant is killed, and a name the factory
+//! cannot build is an error, never a survival.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bucketproof_harness::runner::{EVENTS, RunOptions, Verdict, run_trace};
-use bucketproof_harness::{Subject, Trace};
-use bucketproof_mutants::KillBy;
-use bucketproof_mutants::keyed::control;
+use bucketproof_harness::{Setup, Subject, SubjectError, SubjectFactory, Trace};
+use bucketproof_mutants::keyed::{Keyed, Mistake, control};
 use bucketproof_mutants::kill::{
-    KillOptions, MAX_SHRUNK_OPS, first_violation, kill_all, load_scenarios, median_time_to_kill,
-    scenario_kills,
+    KillError, KillOptions, MAX_SHRUNK_OPS, first_violation, kill, kill_all, load_scenarios,
+    median_time_to_kill, scenario_kills,
 };
 use bucketproof_mutants::race::{RacySubject, exact_acquire, hunt_race};
 use bucketproof_mutants::traces::{Family, generate};
+use bucketproof_mutants::{KillBy, Mutant, MutantSubjects};
 
 /// Every trace the kill runner may try, in its order.
 fn search_space(options: &KillOptions) -> impl Iterator<Item = (String, Trace)> + '_ {
@@ -45,7 +47,7 @@ fn verdict(subject: &mut dyn Subject, trace: &Trace) -> Verdict {
 
 #[test]
 fn every_mutant_is_killed_by_a_small_counterexample() {
-    let kills = kill_all(&KillOptions::default());
+    let kills = kill_all(&KillOptions::default()).expect("the catalogue builds");
     let mut table = String::new();
     for kill in &kills {
         table.push_str(&format!(
@@ -73,6 +75,15 @@ fn every_mutant_is_killed_by_a_small_counterexample() {
         .map(|k| format!("{} ({} ops)", k.mutant.name(), k.shrunk_ops.unwrap_or(0)))
         .collect();
     assert!(survivors.is_empty(), "survivors: {survivors:?}\n{table}");
+    for kill in &kills {
+        let first = kill.violation.as_ref().map(|v| v.oracle);
+        assert!(
+            first.is_some_and(|oracle| kill.alone.contains(&oracle)),
+            "{}: killed first by {first:?}, alone by {:?}",
+            kill.mutant.name(),
+            kill.alone
+        );
+    }
     assert!(
         too_big.is_empty(),
         "counterexamples above {MAX_SHRUNK_OPS} ops: {too_big:?}\n{table}"
@@ -93,13 +104,15 @@ fn every_shrunk_counterexample_replays_to_the_same_violation() {
     let options = KillOptions {
         // The race is not a trace; the other kills are deterministic.
         race_rounds: 0,
+        alone: false,
         ..KillOptions::default()
     };
-    for kill in kill_all(&options) {
+    for kill in kill_all(&options).expect("the catalogue builds") {
         let (Some(trace), Some(violation)) = (&kill.counterexample, &kill.violation) else {
             continue;
         };
-        let again = first_violation(&kill.mutant.name(), trace);
+        let again = first_violation(&MutantSubjects, &kill.mutant.name(), trace)
+            .expect("the catalogue builds");
         assert_eq!(again.as_ref(), Some(violation), "{}", kill.mutant.name());
     }
 }
@@ -179,4 +192,83 @@ fn the_scenario_suite_kills_every_sequential_mutant() {
         }
     }
     assert!(survivors.is_empty(), "no scenario kills {survivors:?}");
+}
+
+/// A mistake defined here, outside the catalogue: a bucket that admits a request short of one unit
+/// (half a nanosecond of refill at most), the kind of rounding slip a user's own limiter may have.
+struct OneUnitShort;
+
+impl Mistake for OneUnitShort {
+    fn allows(&self, balance: u128, cost_units: u128) -> bool {
+        balance + 1 >= cost_units
+    }
+}
+
+const FOREIGN: Mutant = Mutant {
+    number: 0,
+    slug: "one-unit-short",
+    mistake: "admits a request one unit short of its cost",
+    seen: "this test",
+    kill_by: KillBy::Traces,
+};
+
+/// A user's factory: builds the foreign mutant and nothing else.
+struct Foreign;
+
+impl SubjectFactory for Foreign {
+    fn names(&self) -> Vec<String> {
+        vec![FOREIGN.name()]
+    }
+
+    fn build(&self, name: &str, setup: &Setup) -> Option<Result<Box<dyn Subject>, SubjectError>> {
+        (name == FOREIGN.name())
+            .then(|| Keyed::new(name, OneUnitShort, setup).map(|s| Box::new(s) as Box<dyn Subject>))
+    }
+}
+
+/// A factory that knows the name but cannot build it.
+struct Broken;
+
+impl SubjectFactory for Broken {
+    fn names(&self) -> Vec<String> {
+        vec![FOREIGN.name()]
+    }
+
+    fn build(&self, _name: &str, _setup: &Setup) -> Option<Result<Box<dyn Subject>, SubjectError>> {
+        Some(Err(SubjectError::Build("no such limiter here".into())))
+    }
+}
+
+#[test]
+fn a_foreign_mutant_is_killed_through_its_own_factory() {
+    let kill = kill(&FOREIGN, &Foreign, &KillOptions::default()).expect("the factory builds it");
+    assert!(kill.killed(), "{}", kill.found_by);
+    assert!(kill.shrunk_ops.is_some_and(|n| n <= MAX_SHRUNK_OPS));
+    assert!(!kill.alone.is_empty());
+    let trace = kill.counterexample.as_ref().expect("a trace kill");
+    assert_eq!(
+        first_violation(&Foreign, &FOREIGN.name(), trace).expect("builds"),
+        kill.violation
+    );
+}
+
+#[test]
+fn a_factory_that_cannot_build_the_mutant_is_an_error_not_a_survival() {
+    let options = KillOptions::default();
+    assert_eq!(
+        kill(&FOREIGN, &MutantSubjects, &options).err(),
+        Some(KillError::UnknownSubject(FOREIGN.name()))
+    );
+    assert!(matches!(
+        kill(&FOREIGN, &Broken, &options),
+        Err(KillError::Build { .. })
+    ));
+    let threaded = Mutant {
+        kill_by: KillBy::Threads,
+        ..FOREIGN
+    };
+    assert_eq!(
+        kill(&threaded, &Foreign, &options).err(),
+        Some(KillError::NoThreadedHunt(FOREIGN.name()))
+    );
 }

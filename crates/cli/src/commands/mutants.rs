@@ -1,9 +1,11 @@
-//! `bucketproof mutants`: the mutation self-test. Writes the report, prints the kill table, and
-//! fails (exit 1) if a mutant survives or its shrunk counterexample is longer than the gate allows.
+//! `bucketproof mutants`: the mutation self-test. Writes the report, prints the kill table and how
+//! many mutants each oracle kills alone (naming those only the model sees), and fails (exit 1) if a
+//! mutant survives or its shrunk counterexample is longer than the gate allows.
 
 use std::path::PathBuf;
 
 use bucketproof_harness::gate::MAX_COUNTEREXAMPLE_OPS;
+use bucketproof_harness::oracle::OracleSet;
 use bucketproof_mutants::kill;
 
 use crate::fatal::Fatal;
@@ -40,6 +42,21 @@ pub fn mutants(report: Option<PathBuf>, out: &mut Out) -> Result<u8, Fatal> {
         ))?;
         let too_big = kill.shrunk_ops.is_some_and(|n| n > MAX_COUNTEREXAMPLE_OPS);
         failed |= !kill.killed() || too_big;
+    }
+    let alone: Vec<String> = OracleSet::SWITCHABLE
+        .iter()
+        .map(|kind| {
+            let count = kills.iter().filter(|k| k.alone.contains(kind)).count();
+            format!("{} {count}", kind.name())
+        })
+        .collect();
+    out.line(format!("killed alone: {}", alone.join(", ")))?;
+    let weak: Vec<String> = kill::only_the_model(&kills)
+        .iter()
+        .map(|k| k.mutant.name())
+        .collect();
+    if !weak.is_empty() {
+        out.line(format!("only the model sees: {}", weak.join(", ")))?;
     }
     let killed = kills.iter().filter(|k| k.killed()).count();
     let median = kill::median_time_to_kill(&kills).map_or("-".to_owned(), millis);

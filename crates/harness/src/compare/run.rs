@@ -244,10 +244,9 @@ fn build_subject(
 pub(super) fn comparison_options() -> RunOptions {
     RunOptions {
         stop_at_first: false,
-        check_retry_after: true,
-        check_invariants: true,
         sample_key: None,
         max_samples: 2,
+        ..RunOptions::default()
     }
 }
 

@@ -1,16 +1,51 @@
 //! The arrival-curve oracle: no overselling, checked without the reference model.
 //!
-//! For every key and every interval `[a, b]` of one bucket epoch, the cost admitted at times in `[a, b]`
-//! must be at most `capacity + rate * (b - a)` (a balance never exceeds capacity, and refill adds
-//! `rate` per unit of time). From the start of an epoch this is `initial + rate * t` with a full initial
-//! bucket. All `a <= b` are covered in one streaming pass per op: with `S` the cumulative admitted cost,
-//! the worst `a` is the admitted op `j` maximizing `rate * t_j - S_before_j`, which is kept as a running
+//! # What it promises
+//!
+//! For every key and every interval `[a, b]` of one *segment* of the key's life, the cost admitted at
+//! times in `[a, b]` is at most `capacity + rate * (b - a)`, with the segment's capacity and rate (a
+//! balance never exceeds capacity, and refill adds `rate` per unit of time). The segments of a key:
+//!
+//! - **The whole life is one segment** across evictions and recreations. A bucket the subject drops
+//!   and later recreates is not a reset: a lossless eviction (the bucket was full when dropped) and
+//!   a correct recreation (fresh, with its cursor no earlier than the time it was judged evictable)
+//!   never break the bound, while a recreation that credits time twice does (capacity 2, rate 1/s:
+//!   2 admitted at 10 s, a sweep at 13 s drops the full bucket, 2 admitted again at a rolled-back
+//!   10 s is 4 tokens at one instant).
+//! - **A reconfiguration starts a new segment** at its effective time, with the new capacity and
+//!   rate; its initial balance is the converted balance, at most the new capacity, so the segment
+//!   is judged as if it started full. Intervals that straddle a reconfiguration are not judged.
+//! - **`forget` is a declared reset**: the key's next use starts a new segment, full, at that use's
+//!   time.
+//! - **A lossy eviction policy is a declared reset.** Under `EvictLeastRecent` a victim may be dropped
+//!   with tokens spent and comes back full: a burst of up to one capacity by contract. The subject
+//!   does not say which of its evictions were lossy (the `Subject` trait reports creations, not
+//!   losses, and the limiter's lossy count is per shard, not per key), so under that policy every
+//!   recreation of a key starts a new segment, full, at its effective time, and is counted
+//!   ([`ArrivalCurve::lossy_resets`]). Judging each segment alone is the same as allowing `k *
+//!   capacity` extra over an interval that contains `k` lossy recreations of the key. Under every
+//!   other policy a recreation is never a reset.
+//!
+//! # In which time
+//!
+//! The bound holds in the key's *effective* time: an op's effective time is the maximum of its own
+//! time and the effective times of the key's earlier ops (a clock that runs backwards does not stop
+//! the bucket's own clock), and for an op that recreated the key, also the fresh bucket's cursor as
+//! the subject shows it after the op, but never later than the latest time seen in the trace (the
+//! most a fresh cursor may legally be; a subject that cannot show its state is given that most). A
+//! fresh bucket that starts at its eviction horizon is therefore judged at the horizon, and one
+//! that restarts at a rolled-back `now` is judged at `now`.
+//!
+//! Effective time equals the caller's time for every op whose time is at least every time seen
+//! before it in the trace; under a clock that never runs backwards that is every op, and the bound
+//! holds in caller time. Across a rollback it holds in effective time only.
+//!
+//! # How
+//!
+//! All `a <= b` are covered in one streaming pass per op: with `S` the cumulative admitted cost, the
+//! worst `a` is the admitted op `j` maximizing `rate * t_j - S_before_j`, which is kept as a running
 //! maximum. Exact integer arithmetic in units of `1 / (q * 10^9)` token, with a big-integer fallback
 //! when an `i128` would overflow.
-//!
-//! Times are per-key *effective* times (`max` of the key's times so far): a clock that runs backwards
-//! does not stop the bucket's own clock. An epoch restarts when the bucket is created (first use, or
-//! after the subject dropped it), reconfigured or forgotten.
 
 use std::collections::BTreeMap;
 
@@ -38,11 +73,11 @@ struct KeyCurve {
     capacity_units: i128,
     units_per_token: i128,
     units_per_ns: i128,
-    epoch_start: u64,
+    segment_start: u64,
     effective_now: u64,
-    /// Cumulative admitted units in the epoch.
+    /// Cumulative admitted units in the segment.
     admitted: i128,
-    /// max over admitted ops j (and the epoch start) of `p * (t_j - epoch_start) - admitted_before_j`.
+    /// max over admitted ops j (and the segment start) of `p * (t_j - segment_start) - admitted_before_j`.
     best: i128,
     best_at: u64,
     /// Set once an `i128` would have overflowed: the same quantities as big integers.
@@ -59,6 +94,30 @@ struct WideCurve {
 #[derive(Clone, Debug, Default)]
 pub struct ArrivalCurve {
     keys: BTreeMap<u64, KeyCurve>,
+    lossy_resets: u64,
+}
+
+/// A subject reports it recreated a key the curve has seen (after dropping its bucket).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Recreation {
+    /// The op's time.
+    pub at: u64,
+    /// The fresh bucket's cursor after the op, as the subject shows it (`None`: it cannot show it).
+    pub cursor: Option<u64>,
+    /// The latest time seen in the trace so far: no fresh cursor may legally be later.
+    pub latest: u64,
+    /// The eviction policy is lossy by contract (`EvictLeastRecent`): the recreation is a declared
+    /// reset.
+    pub lossy: bool,
+}
+
+impl Recreation {
+    /// The time the recreated bucket is judged at: its cursor, at most the latest time seen (the
+    /// latest time seen when the subject cannot show its cursor), never before the op.
+    pub fn effective_time(&self) -> u64 {
+        let newest = self.latest.max(self.at);
+        self.cursor.unwrap_or(newest).clamp(self.at, newest)
+    }
 }
 
 /// A bucket config as the oracle needs it: capacity and the rate `p/q` per second.
@@ -73,8 +132,8 @@ pub struct CurveConfig {
 }
 
 impl ArrivalCurve {
-    /// Starts a new epoch for `key` at `now` with `config` (full bucket, or a reconfigured one whose
-    /// balance is at most the new capacity).
+    /// Starts a new segment for `key` at `now` (or at the key's effective time, if later) with
+    /// `config`: a full bucket, or a reconfigured one whose balance is at most the new capacity.
     pub fn restart(&mut self, key: u64, now: u64, config: CurveConfig) {
         let units_per_token =
             config.rate_denom as i128 * i128::from(bucketproof_limiter::NANOS_PER_SECOND);
@@ -88,7 +147,7 @@ impl ArrivalCurve {
                 capacity_units: config.capacity as i128 * units_per_token,
                 units_per_token,
                 units_per_ns: config.rate_numer as i128,
-                epoch_start: effective_now,
+                segment_start: effective_now,
                 effective_now,
                 admitted: 0,
                 best: 0,
@@ -98,12 +157,33 @@ impl ArrivalCurve {
         );
     }
 
-    /// Forgets `key`: its next use starts a new epoch.
+    /// Forgets `key` (a declared reset): its next use starts a new segment.
     pub fn forget(&mut self, key: u64) {
         self.keys.remove(&key);
     }
 
-    /// True if `key` has an epoch running.
+    /// Follows a recreation of `key`: a lossy one is a declared reset (a new segment, full, at its
+    /// effective time, counted); any other continues the segment, with the key's effective time
+    /// moved up to the recreated bucket's (see the module docs). A key the curve has not seen
+    /// starts its first segment.
+    pub fn recreated(&mut self, key: u64, recreation: Recreation, config: CurveConfig) {
+        let at = recreation.effective_time();
+        match self.keys.get_mut(&key) {
+            Some(curve) if !recreation.lossy => curve.effective_now = curve.effective_now.max(at),
+            Some(_) => {
+                self.lossy_resets += 1;
+                self.restart(key, at, config);
+            }
+            None => self.restart(key, at, config),
+        }
+    }
+
+    /// Lossy recreations taken as declared resets so far (all keys).
+    pub fn lossy_resets(&self) -> u64 {
+        self.lossy_resets
+    }
+
+    /// True if `key` has a segment running.
     pub fn knows(&self, key: u64) -> bool {
         self.keys.contains_key(&key)
     }
@@ -120,7 +200,7 @@ impl ArrivalCurve {
             return Ok(());
         }
         let t = curve.effective_now;
-        let elapsed = (t - curve.epoch_start) as i128; // < 2^64
+        let elapsed = (t - curve.segment_start) as i128; // < 2^64
         let cost_units = cost as i128 * curve.units_per_token; // < 2^126
         if curve.wide.is_none() {
             let fast = (|| {
@@ -251,6 +331,60 @@ mod tests {
                 .observe(Acquire::on_key_0(1, 5 * SECOND), true)
                 .is_err()
         );
+    }
+
+    /// The recreate-under-rollback shape: a recreation is not a reset, so a fresh bucket judged at a
+    /// rolled-back `now` breaks the bound, while one judged at its horizon does not.
+    #[test]
+    fn a_recreation_continues_the_segment_at_the_fresh_cursor() {
+        let recreation = |cursor| Recreation {
+            at: 10 * SECOND,
+            cursor: Some(cursor),
+            latest: 13 * SECOND,
+            lossy: false,
+        };
+        for (cursor, breaks) in [(10 * SECOND, true), (13 * SECOND, false)] {
+            let mut curve = ArrivalCurve::default();
+            curve.restart(0, 10 * SECOND, ONE_PER_SECOND);
+            curve
+                .observe(Acquire::on_key_0(2, 10 * SECOND), true)
+                .unwrap();
+            curve.recreated(0, recreation(cursor), ONE_PER_SECOND);
+            let again = curve.observe(Acquire::on_key_0(2, 10 * SECOND), true);
+            assert_eq!(again.is_err(), breaks, "cursor {cursor}");
+        }
+    }
+
+    #[test]
+    fn a_fresh_cursor_is_judged_no_later_than_the_latest_time_seen() {
+        let shown = |cursor| Recreation {
+            at: 5,
+            cursor,
+            latest: 9,
+            lossy: false,
+        };
+        assert_eq!(shown(Some(7)).effective_time(), 7);
+        assert_eq!(shown(Some(100)).effective_time(), 9);
+        assert_eq!(shown(Some(1)).effective_time(), 5);
+        assert_eq!(shown(None).effective_time(), 9);
+    }
+
+    #[test]
+    fn a_lossy_recreation_is_a_counted_reset() {
+        let mut curve = ArrivalCurve::default();
+        curve.restart(0, 0, ONE_PER_SECOND);
+        curve.observe(Acquire::on_key_0(2, 0), true).unwrap();
+        let lossy = Recreation {
+            at: 0,
+            cursor: Some(0),
+            latest: 0,
+            lossy: true,
+        };
+        curve.recreated(0, lossy, ONE_PER_SECOND);
+        assert_eq!(curve.lossy_resets(), 1);
+        // A full burst again: the victim came back full, by contract.
+        curve.observe(Acquire::on_key_0(2, 0), true).unwrap();
+        assert!(curve.observe(Acquire::on_key_0(1, 0), true).is_err());
     }
 
     #[test]

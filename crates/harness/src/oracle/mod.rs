@@ -9,6 +9,12 @@
 //!    fails 1 ns earlier, asked of the subject itself.
 //! 5. [`eviction`]: a subject that evicts on its own drops only buckets whose loss changes no later
 //!    decision, and refuses a key at its key bound only with cause.
+//!
+//! Each oracle can be switched off for a run ([`OracleSet`], in the runner's options); the default
+//! runs them all. The model oracle covers both checks against the model's state (1 and 5, which
+//! report as [`OracleKind::Model`]); with it off the runner still steps the model, to follow the
+//! subject's legal choices and count events, but judges nothing by it. A subject's own failure (a
+//! store error) is not an oracle and is always reported.
 
 pub mod arrival;
 pub mod differential;
@@ -44,6 +50,76 @@ impl OracleKind {
             OracleKind::RetryAfter => "retry-after",
             OracleKind::Subject => "subject",
         }
+    }
+}
+
+/// Which oracles a run judges by. Every oracle is on by default; [`OracleSet::only`] and
+/// [`OracleSet::without`] switch them one at a time (the mutants' per-oracle kill table runs each
+/// alone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OracleSet {
+    /// One bit per entry of [`OracleSet::SWITCHABLE`].
+    bits: u8,
+}
+
+impl OracleSet {
+    /// The oracles that can be switched, in report order. [`OracleKind::Subject`] is not one: a
+    /// subject that fails is always reported.
+    pub const SWITCHABLE: [OracleKind; 4] = [
+        OracleKind::Model,
+        OracleKind::Invariant,
+        OracleKind::ArrivalCurve,
+        OracleKind::RetryAfter,
+    ];
+
+    /// Every oracle on (the default).
+    pub const ALL: OracleSet = OracleSet {
+        bits: (1 << OracleSet::SWITCHABLE.len()) - 1,
+    };
+
+    /// Every switchable oracle off (a subject's failures are still reported).
+    pub const NONE: OracleSet = OracleSet { bits: 0 };
+
+    fn bit(kind: OracleKind) -> u8 {
+        OracleSet::SWITCHABLE
+            .iter()
+            .position(|&k| k == kind)
+            .map_or(0, |index| 1 << index)
+    }
+
+    /// `kind` alone.
+    pub fn only(kind: OracleKind) -> OracleSet {
+        OracleSet::NONE.with(kind)
+    }
+
+    /// This set with `kind` on.
+    pub fn with(self, kind: OracleKind) -> OracleSet {
+        OracleSet {
+            bits: self.bits | OracleSet::bit(kind),
+        }
+    }
+
+    /// This set with `kind` off.
+    pub fn without(self, kind: OracleKind) -> OracleSet {
+        OracleSet {
+            bits: self.bits & !OracleSet::bit(kind),
+        }
+    }
+
+    /// True if a violation of `kind` counts in this run (always, for [`OracleKind::Subject`]).
+    pub fn judges(self, kind: OracleKind) -> bool {
+        kind == OracleKind::Subject || self.bits & OracleSet::bit(kind) != 0
+    }
+
+    /// `violation` if its oracle is on.
+    pub fn keep(self, violation: Option<Violation>) -> Option<Violation> {
+        violation.filter(|v| self.judges(v.oracle))
+    }
+}
+
+impl Default for OracleSet {
+    fn default() -> Self {
+        OracleSet::ALL
     }
 }
 
@@ -99,5 +175,24 @@ impl std::fmt::Display for Violation {
             self.expected,
             self.got
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oracle_set_switches_each_oracle_alone_and_never_the_subject() {
+        for kind in OracleSet::SWITCHABLE {
+            assert!(OracleSet::ALL.judges(kind));
+            assert!(!OracleSet::ALL.without(kind).judges(kind));
+            let alone = OracleSet::only(kind);
+            for other in OracleSet::SWITCHABLE {
+                assert_eq!(alone.judges(other), other == kind);
+            }
+        }
+        assert!(OracleSet::NONE.judges(OracleKind::Subject));
+        assert_eq!(OracleSet::default(), OracleSet::ALL);
     }
 }

@@ -4,7 +4,8 @@
 //! the plot series) and the order of an acquire's steps: follow the subject's legal nondeterminism
 //! (a refusal at the key bound, a bucket it recreated) before asking the model, compare with the
 //! model, then the invariants, the arrival curve and retry-after tightness. Promises: the first
-//! violation of a step wins; the statistics count every one.
+//! violation of a step among the oracles switched on ([`crate::oracle::OracleSet`]) wins; the
+//! statistics count every one.
 
 use std::ops::{Deref, DerefMut};
 
@@ -14,10 +15,10 @@ use bucketproof_model::{Model, cmp_whole};
 use super::events::{Before, Event, Events};
 use super::sample::Sampler;
 use super::{Divergence, RunOptions};
-use crate::oracle::arrival::{ArrivalCurve, CurveConfig};
+use crate::oracle::arrival::{ArrivalCurve, CurveConfig, Recreation};
 use crate::oracle::differential::{Admission, compare_acquire};
 use crate::oracle::eviction::{Creation, Dropped, Refusal};
-use crate::oracle::{OracleKind, Violation, invariants, retry_after};
+use crate::oracle::{OracleKind, OracleSet, Violation, invariants, retry_after};
 use crate::subject::{Inspection, Observed, Subject, SubjectError};
 use crate::trace::{Acquire, ConfigSpec, Op, PolicySpec, Setup};
 
@@ -61,10 +62,10 @@ pub(super) struct Lockstep<'a> {
     pub sampler: Sampler,
 }
 
-/// Keeps the first violation of a step.
-fn keep_first(found: &mut Option<Violation>, violation: Option<Violation>) {
+/// Keeps the first violation of a step among the oracles switched on.
+fn keep_first(found: &mut Option<Violation>, oracles: OracleSet, violation: Option<Violation>) {
     if found.is_none() {
-        *found = violation;
+        *found = oracles.keep(violation);
     }
 }
 
@@ -108,12 +109,14 @@ impl<'a> Lockstep<'a> {
     }
 
     pub fn step(&mut self, op: &Op) -> StepResult {
-        match op {
+        let found = match op {
             Op::Acquire(acquire) => self.acquire(*acquire),
             Op::Reconfigure { key, now, config } => self.reconfigure(*key, *now, config),
             Op::Forget { key } => self.forget(*key),
             Op::Sweep { now } => self.sweep(*now),
-        }
+        };
+        // The acquire path already filters each check; the others return one violation directly.
+        found.map(|violation| self.options.oracles.keep(violation))
     }
 
     fn curve_config(&self, key: u64) -> CurveConfig {
@@ -204,31 +207,31 @@ impl<'a> Lockstep<'a> {
         self.events.note_time(now);
         let before = self.inspect_for_invariants(key);
         let got = self.subject.acquire(acquire);
+        let oracles = self.options.oracles;
         let mut found = None;
         match &got {
             Err(SubjectError::Unsupported(what)) => return Err(format!("unsupported: {what}")),
             Err(SubjectError::KeyLimitReached) => return Ok(self.follow_refusal(key, now)),
             Ok(observed) if observed.created == Some(true) => {
-                found = self.follow_creation(key, now);
+                found = oracles.keep(self.follow_creation(key, now));
             }
             _ => {}
         }
-        keep_first(&mut found, self.compare_with_model(acquire, &got));
+        let compared = self.compare_with_model(acquire, &got);
+        keep_first(&mut found, oracles, compared);
         let Ok(observed) = got else {
             // Both errored the same way (or the comparison above says otherwise): errors change nothing.
-            keep_first(&mut found, self.check_invariants(key, &before, &got, false));
+            let invariants = self.check_invariants(key, &before, &got, false);
+            keep_first(&mut found, oracles, invariants);
             return Ok(found);
         };
         let restarted = observed.created.unwrap_or(!self.arrival.knows(key));
-        keep_first(
-            &mut found,
-            self.check_invariants(key, &before, &Ok(observed), restarted),
-        );
-        keep_first(
-            &mut found,
-            self.check_arrival(acquire, &observed, restarted),
-        );
-        keep_first(&mut found, self.check_retry_after(acquire, &observed));
+        let invariants = self.check_invariants(key, &before, &Ok(observed), restarted);
+        keep_first(&mut found, oracles, invariants);
+        let arrival = self.check_arrival(acquire, &observed);
+        keep_first(&mut found, oracles, arrival);
+        let retry_after = self.check_retry_after(acquire, &observed);
+        keep_first(&mut found, oracles, retry_after);
         let admitted = observed.allowed && !observed.replayed;
         let remaining = &observed.remaining;
         self.sampler
@@ -237,7 +240,7 @@ impl<'a> Lockstep<'a> {
     }
 
     fn inspect_for_invariants(&mut self, key: u64) -> Inspection {
-        if self.options.check_invariants {
+        if self.options.oracles.judges(OracleKind::Invariant) {
             self.subject.inspect(key)
         } else {
             Inspection::Unsupported
@@ -260,9 +263,10 @@ impl<'a> Lockstep<'a> {
             holds_any: self.model.holds_any(),
             holds_pinned: self.model.holds_pinned(),
         };
+        // A legal refusal dropped a bucket evictable at the latest time seen: losslessly, so the
+        // arrival curve keeps the key's segment (see `check_arrival`).
         if refusal.is_legal() && refusal.held {
             self.model.evict(key);
-            self.arrival.forget(key);
         }
         refusal.check()
     }
@@ -352,7 +356,7 @@ impl<'a> Lockstep<'a> {
         got: &Result<Observed, SubjectError>,
         restarted: bool,
     ) -> Option<Violation> {
-        if !self.options.check_invariants {
+        if !self.options.oracles.judges(OracleKind::Invariant) {
             return None;
         }
         let after = self.subject.inspect(key);
@@ -361,14 +365,29 @@ impl<'a> Lockstep<'a> {
         violation
     }
 
-    fn check_arrival(
-        &mut self,
-        acquire: Acquire,
-        observed: &Observed,
-        restarted: bool,
-    ) -> Option<Violation> {
-        if restarted || !self.arrival.knows(acquire.key) {
-            self.restart_curve(acquire.key, acquire.now);
+    /// The arrival curve across the key's whole life (`oracle::arrival`): a first use starts its
+    /// segment; a recreation continues it at the fresh bucket's effective time, or is a declared,
+    /// counted reset under the lossy `EvictLeastRecent`. Only the subject's own reports (its
+    /// `created` flag and its shown cursor), the setup's policy and the key's config are used,
+    /// never the model's state.
+    fn check_arrival(&mut self, acquire: Acquire, observed: &Observed) -> Option<Violation> {
+        let key = acquire.key;
+        if !self.arrival.knows(key) {
+            self.restart_curve(key, acquire.now);
+        } else if observed.created == Some(true) {
+            let recreation = Recreation {
+                at: acquire.now,
+                cursor: self.subject.inspect(key).held().map(|s| s.last_refill),
+                latest: self.events.latest().unwrap_or(acquire.now),
+                lossy: self.policy == PolicySpec::EvictLeastRecent,
+            };
+            let config = self.curve_config(key);
+            let resets = self.arrival.lossy_resets();
+            self.arrival.recreated(key, recreation, config);
+            if self.arrival.lossy_resets() > resets {
+                self.divergence.lossy_resets += 1;
+                self.sampler.restart(key);
+            }
         }
         // A replay touches no bucket (not even its cursor), so the curve does not see it.
         if observed.replayed {
@@ -391,7 +410,10 @@ impl<'a> Lockstep<'a> {
     }
 
     fn check_retry_after(&mut self, acquire: Acquire, observed: &Observed) -> Option<Violation> {
-        if !self.options.check_retry_after || observed.allowed || observed.replayed {
+        if !self.options.oracles.judges(OracleKind::RetryAfter)
+            || observed.allowed
+            || observed.replayed
+        {
             return None;
         }
         let Some(Wait::After(wait)) = observed.retry_after else {

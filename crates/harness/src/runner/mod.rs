@@ -22,7 +22,7 @@ use serde::Serialize;
 
 pub use self::events::EVENTS;
 use self::lockstep::{Lockstep, SubjectSlot};
-use crate::oracle::Violation;
+use crate::oracle::{OracleSet, Violation};
 use crate::subject::{Subject, SubjectError};
 use crate::trace::{Op, Setup, Trace};
 
@@ -31,10 +31,10 @@ use crate::trace::{Op, Setup, Trace};
 pub struct RunOptions {
     /// Stop at the first violation (the gate). Off for comparisons, which count all divergences.
     pub stop_at_first: bool,
-    /// Run the retry-after tightness oracle (two side-effect-free probes per denial).
-    pub check_retry_after: bool,
-    /// Run the invariant oracle (inspects the subject's state around each acquire).
-    pub check_invariants: bool,
+    /// The oracles that judge the run (all by default). The invariant oracle inspects the subject's
+    /// state around each acquire and the retry-after oracle probes it twice per denial, so switching
+    /// them off also saves that work.
+    pub oracles: OracleSet,
     /// Keep a downsampled series of this key's balance for plots.
     pub sample_key: Option<u64>,
     /// At most this many samples.
@@ -45,8 +45,7 @@ impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
             stop_at_first: true,
-            check_retry_after: true,
-            check_invariants: true,
+            oracles: OracleSet::ALL,
             sample_key: None,
             max_samples: 512,
         }
@@ -105,6 +104,8 @@ pub struct Divergence {
     pub max_token_error: f64,
     /// Arrival-curve breaches.
     pub arrival_breaches: u64,
+    /// Recreations the arrival curve took as declared resets under a lossy eviction policy.
+    pub lossy_resets: u64,
     /// Other oracle violations (invariants, retry-after).
     pub other_violations: u64,
 }
@@ -118,9 +119,9 @@ pub struct Sample {
     pub subject_remaining: f64,
     /// The model's balance.
     pub model_remaining: f64,
-    /// Cost admitted by the subject on this key since its epoch began.
+    /// Cost admitted by the subject on this key since its arrival-curve segment began.
     pub admitted: u64,
-    /// The arrival-curve bound for `admitted`: capacity + rate * (at - epoch start), in tokens.
+    /// The arrival-curve bound for `admitted`: capacity + rate * (at - segment start), in tokens.
     pub bound: f64,
 }
 
