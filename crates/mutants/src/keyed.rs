@@ -485,3 +485,16 @@ mod tests {
         }
     }
 }
+
+/// Mutant 21: request-id records stamped and judged in the caller's `now`, where a rollback counts as
+/// inside the window: a retry from a lagging caller replays a record that is dead in the key's own
+/// time, and a record made while the caller lagged dies early.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CallerTimeRecords;
+
+impl Mistake for CallerTimeRecords {
+    fn record_clock(&self, now: Nanos, effective: Nanos) -> Nanos {
+        let _ = effective;
+        now
+    }
+}

@@ -66,7 +66,7 @@ impl Mutant {
     }
 }
 
-const CATALOGUE: [Mutant; 20] = [
+const CATALOGUE: [Mutant; 21] = [
     Mutant {
         number: 1,
         slug: "wall-clock-elapsed",
@@ -207,6 +207,13 @@ const CATALOGUE: [Mutant; 20] = [
         seen: "`wrapping_add` (or unchecked `+` in release) on a sum assumed to fit",
         kill_by: KillBy::Traces,
     },
+    Mutant {
+        number: 21,
+        slug: "caller-time-records",
+        mistake: "request-id records stamped and judged in the caller's now (a rollback counts as inside the window)",
+        seen: "idempotency keys expired by the client's timestamp, not the limiter's",
+        kill_by: KillBy::Traces,
+    },
 ];
 
 /// Every mutant, in issue order.
@@ -263,6 +270,7 @@ impl SubjectFactory for MutantSubjects {
             }
             "horizon-stored-cursor" => expiring(name, keyed::HorizonAtStoredCursor, setup),
             "no-horizon" => expiring(name, keyed::NoHorizon, setup),
+            "caller-time-records" => keyed(name, keyed::CallerTimeRecords, setup),
             "wrapping-credit" => keyed(name, WrappingCredit, setup),
             "capacity-units-u64" => keyed(name, CapacityUnitsU64, setup),
             "packed-line-off-by-one" => keyed(name, PackedLineOffByOne, setup),

@@ -116,8 +116,11 @@ impl Family {
                 reconfigure: 20,
                 ..base
             },
+            // Rollbacks too: a record's liveness is judged in the key's own time, which a caller
+            // clock that runs backwards must not move.
             Family::RequestIds => Weights {
                 request_id: 60,
+                rollback: 15,
                 ..base
             },
             Family::InvalidCost => Weights {

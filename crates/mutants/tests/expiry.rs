@@ -8,24 +8,12 @@
 use bucketproof_harness::runner::{RunOptions, failure_of};
 use bucketproof_harness::{Acquire, ConfigSpec, Op, Setup, Trace};
 use bucketproof_limiter::Nanos;
-use bucketproof_mutants::keyed::{Exact, Keyed, Mistake};
+use bucketproof_mutants::keyed::{CallerTimeRecords, Exact, Keyed, Mistake};
 use bucketproof_mutants::kill::{KillOptions, MAX_SHRUNK_OPS, first_violation, kill};
 use bucketproof_mutants::traces::{Family, generate};
 use bucketproof_mutants::{MutantSubjects, catalogue};
 
 const SECOND: u64 = 1_000_000_000;
-
-/// Request-id records stamped and judged in the caller's time, so a rollback counts as inside the
-/// window. Not in the catalogue: no generated trace family has both request ids and rollbacks, and
-/// without a rollback the caller's time is the key's.
-struct CallerTimeRecords;
-
-impl Mistake for CallerTimeRecords {
-    fn record_clock(&self, now: Nanos, effective: Nanos) -> Nanos {
-        let _ = effective;
-        now
-    }
-}
 
 fn acquire(cost: u64, now: u64, request_id: Option<u64>) -> Op {
     Op::Acquire(Acquire {
