@@ -7,7 +7,6 @@
 
 use bucketproof_harness::runner::{RunOptions, failure_of};
 use bucketproof_harness::{Acquire, ConfigSpec, Op, Setup, Trace};
-use bucketproof_limiter::Nanos;
 use bucketproof_mutants::keyed::{CallerTimeRecords, Exact, Keyed, Mistake};
 use bucketproof_mutants::kill::{KillOptions, MAX_SHRUNK_OPS, first_violation, kill};
 use bucketproof_mutants::traces::{Family, generate};
