@@ -8,6 +8,7 @@ use crate::hashing::KeyHasher;
 use crate::sync::lock;
 use crate::table::FlatMap;
 use crate::{NANOS_PER_SECOND, Nanos, Rate};
+use std::ops::ControlFlow;
 
 /// The side-map entry of `key` and its bucket's two flags: what a test of the packing can see.
 fn packing(limiter: &Limiter<u64>, key: u64) -> (bool, bool, Option<u128>) {
@@ -292,4 +293,32 @@ fn a_zero_dedupe_window_keeps_no_request_id_record() {
         assert!(!limiter.acquire_with(&0, request).unwrap().replayed);
     }
     assert_eq!(packing(&limiter, 0), (false, false, None));
+}
+
+/// A walk whose entry budget outlasts its slot limit steps over exactly `max_slots` slots from the
+/// cursor, occupied ones counted like vacant ones: it visits every entry among those slots and
+/// none beyond, and leaves the cursor on the first slot it did not step over (how the room scan's
+/// 128-slot bound ends a scan of a sparse table before its 32 entries).
+#[test]
+fn a_walk_ended_by_its_slot_limit_steps_over_exactly_max_slots_slots() {
+    let config = Config::new(2, Rate::per_second(1)).unwrap();
+    let limiter: Limiter<u64> = Limiter::builder(config).shards(1).hasher_seed(17).build();
+    for key in 0..40u64 {
+        limiter.acquire_at(&key, 1, NANOS_PER_SECOND).unwrap();
+    }
+    let mut shard = lock(&limiter.shards[0].0);
+    let slots = shard.entries.slots();
+    let (cursor, max_slots) = (3, slots / 2);
+    let within: Vec<usize> = (cursor..cursor + max_slots)
+        .filter(|&pos| shard.entries.get(pos).is_some())
+        .collect();
+    assert!(!within.is_empty() && within.len() < shard.entries.len());
+    shard.sweep_cursor = cursor;
+    let mut visited = Vec::new();
+    shard.walk_from_cursor(usize::MAX, max_slots, |_, pos| {
+        visited.push(pos);
+        ControlFlow::Continue(())
+    });
+    assert_eq!(visited, within, "{slots} slots");
+    assert_eq!(shard.sweep_cursor, cursor + max_slots);
 }
