@@ -9,6 +9,8 @@
 //!    fails 1 ns earlier, asked of the subject itself.
 //! 5. [`eviction`]: a subject that evicts on its own drops only buckets whose loss changes no later
 //!    decision, and refuses a key at its key bound only with cause.
+//! 6. [`replay`]: a retried request id is a replay exactly while its record is live, and repeats
+//!    the recorded decision, independently of the model.
 //!
 //! Each oracle can be switched off for a run ([`OracleSet`], in the runner's options); the default
 //! runs them all. The model oracle covers both checks against the model's state (1 and 5, which
@@ -20,6 +22,7 @@ pub mod arrival;
 pub mod differential;
 pub mod eviction;
 pub mod invariants;
+pub mod replay;
 pub mod retry_after;
 
 use serde::{Deserialize, Serialize};
@@ -36,6 +39,8 @@ pub enum OracleKind {
     ArrivalCurve,
     /// Retry-after tightness.
     RetryAfter,
+    /// Request-id replays.
+    Replay,
     /// The subject failed (store error, unsupported op).
     Subject,
 }
@@ -48,6 +53,7 @@ impl OracleKind {
             OracleKind::Invariant => "invariant",
             OracleKind::ArrivalCurve => "arrival-curve",
             OracleKind::RetryAfter => "retry-after",
+            OracleKind::Replay => "replay",
             OracleKind::Subject => "subject",
         }
     }
@@ -65,11 +71,12 @@ pub struct OracleSet {
 impl OracleSet {
     /// The oracles that can be switched, in report order. [`OracleKind::Subject`] is not one: a
     /// subject that fails is always reported.
-    pub const SWITCHABLE: [OracleKind; 4] = [
+    pub const SWITCHABLE: [OracleKind; 5] = [
         OracleKind::Model,
         OracleKind::Invariant,
         OracleKind::ArrivalCurve,
         OracleKind::RetryAfter,
+        OracleKind::Replay,
     ];
 
     /// Every oracle on (the default).

@@ -18,6 +18,7 @@ use super::{Divergence, RunOptions};
 use crate::oracle::arrival::{ArrivalCurve, CurveConfig, Recreation};
 use crate::oracle::differential::{Admission, compare_acquire};
 use crate::oracle::eviction::{Creation, Dropped, Refusal};
+use crate::oracle::replay::{Replays, Retry};
 use crate::oracle::{OracleKind, OracleSet, Violation, invariants, retry_after};
 use crate::subject::{Inspection, Observed, Subject, SubjectError};
 use crate::trace::{Acquire, ConfigSpec, Op, PolicySpec, Setup};
@@ -57,6 +58,7 @@ pub(super) struct Lockstep<'a> {
     policy: PolicySpec,
     options: RunOptions,
     arrival: ArrivalCurve,
+    replays: Replays,
     pub events: Events,
     pub divergence: Divergence,
     pub sampler: Sampler,
@@ -98,6 +100,7 @@ impl<'a> Lockstep<'a> {
             policy: setup.policy,
             options: options.clone(),
             arrival: ArrivalCurve::default(),
+            replays: Replays::new(setup.dedupe_window_ns, setup.dedupe_per_key),
             events: Events::new(),
             divergence: Divergence::default(),
             sampler: Sampler::new(options.sample_key, options.max_samples),
@@ -153,13 +156,17 @@ impl<'a> Lockstep<'a> {
         }
         // A reconfigure of a key the subject did not hold creates it, possibly with its cursor at
         // the subject's eviction horizon: follow that before the model reconfigures.
-        if before == Inspection::Absent
-            && let Some(v) = self.follow_creation(key, at)
-        {
-            return Ok(Some(v));
+        if before == Inspection::Absent {
+            // Created: whatever records the subject held for the key are gone (a drop).
+            let shown = self.subject.inspect(key).held().map(|s| s.last_refill);
+            self.replays.reset(key, shown);
+            if let Some(v) = self.follow_creation(key, at) {
+                return Ok(Some(v));
+            }
         }
         let raised = new.capacity() >= self.model.config_of(key).capacity();
         self.model.reconfigure(key, new, at);
+        self.replays.reconfigured(key, at);
         self.events.add(if raised {
             Event::ReconfiguredUp
         } else {
@@ -175,6 +182,7 @@ impl<'a> Lockstep<'a> {
         }
         self.model.forget(key);
         self.arrival.forget(key);
+        self.replays.forget(key);
         self.sampler.restart(key);
         self.events.add(Event::Forgotten);
         Ok(None)
@@ -232,6 +240,8 @@ impl<'a> Lockstep<'a> {
         keep_first(&mut found, oracles, arrival);
         let retry_after = self.check_retry_after(acquire, &observed);
         keep_first(&mut found, oracles, retry_after);
+        let replay = self.check_replay(acquire, &observed);
+        keep_first(&mut found, oracles, replay);
         let admitted = observed.allowed && !observed.replayed;
         let remaining = &observed.remaining;
         self.sampler
@@ -253,6 +263,8 @@ impl<'a> Lockstep<'a> {
     /// legal, and the model drops it too so that a later admission starts fresh on both sides.
     fn follow_refusal(&mut self, key: u64, at: u64) -> Option<Violation> {
         self.events.add(Event::KeyLimit);
+        // Whatever the subject held for the key is gone; the next use starts it fresh.
+        self.replays.forget(key);
         let latest = self.events.latest().unwrap_or(at);
         let refusal = Refusal {
             may_evict: self.subject.may_evict(),
@@ -363,6 +375,30 @@ impl<'a> Lockstep<'a> {
         let violation = invariants::check_acquire(before.held(), after.held(), got, restarted);
         self.divergence.other_violations += u64::from(violation.is_some());
         violation
+    }
+
+    /// The replay oracle (`oracle::replay`): a creation (first sight; a drop, legal only with every
+    /// record dead; or a lossy eviction) starts the key's records over at the fresh cursor the
+    /// subject shows (a recreation it cannot show is not judged). Only the subject's own reports are
+    /// used.
+    fn check_replay(&mut self, acquire: Acquire, observed: &Observed) -> Option<Violation> {
+        if observed.created == Some(true) {
+            let shown = self
+                .subject
+                .inspect(acquire.key)
+                .held()
+                .map(|s| s.last_refill);
+            // A key never seen before starts at `now` where the subject cannot show its cursor.
+            let first_sight = (!self.replays.knows(acquire.key)).then_some(acquire.now);
+            self.replays.reset(acquire.key, shown.or(first_sight));
+        }
+        self.replays.observe(Retry {
+            key: acquire.key,
+            now: acquire.now,
+            request_id: acquire.request_id,
+            replayed: observed.replayed,
+            allowed: observed.allowed,
+        })
     }
 
     /// The arrival curve across the key's whole life (`oracle::arrival`): a first use starts its
