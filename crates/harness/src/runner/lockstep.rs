@@ -158,7 +158,7 @@ impl<'a> Lockstep<'a> {
         // the subject's eviction horizon: follow that before the model reconfigures.
         if before == Inspection::Absent {
             // Created: whatever records the subject held for the key are gone (a drop).
-            let shown = self.subject.inspect(key).held().map(|s| s.last_refill);
+            let shown = self.shown_cursor(key);
             self.replays.reset(key, shown);
             if let Some(v) = self.follow_creation(key, at) {
                 return Ok(Some(v));
@@ -289,8 +289,7 @@ impl<'a> Lockstep<'a> {
     /// follow, fresh at that cursor.
     fn follow_creation(&mut self, key: u64, at: u64) -> Option<Violation> {
         let latest = self.events.latest().unwrap_or(at);
-        let inspected = self.subject.inspect(key);
-        let cursor = inspected.held().map_or(at, |state| state.last_refill);
+        let cursor = self.shown_cursor(key).unwrap_or(at);
         let held = self.model.state(key).map(|(_, last_refill)| last_refill);
         if held.is_some() {
             self.events.add(Event::Evicted);
@@ -377,17 +376,23 @@ impl<'a> Lockstep<'a> {
         violation
     }
 
+    /// The key's cursor as the subject shows it (`None`: it holds none, or cannot show it). After a
+    /// creation, the fresh bucket's cursor: what eviction legality, the arrival curve and the replay
+    /// oracle each judge a recreated key from.
+    fn shown_cursor(&mut self, key: u64) -> Option<u64> {
+        self.subject
+            .inspect(key)
+            .held()
+            .map(|state| state.last_refill)
+    }
+
     /// The replay oracle (`oracle::replay`): a creation (first sight; a drop, legal only with every
     /// record dead; or a lossy eviction) starts the key's records over at the fresh cursor the
     /// subject shows (a recreation it cannot show is not judged). Only the subject's own reports are
     /// used.
     fn check_replay(&mut self, acquire: Acquire, observed: &Observed) -> Option<Violation> {
         if observed.created == Some(true) {
-            let shown = self
-                .subject
-                .inspect(acquire.key)
-                .held()
-                .map(|s| s.last_refill);
+            let shown = self.shown_cursor(acquire.key);
             // A key never seen before starts at `now` where the subject cannot show its cursor.
             let first_sight = (!self.replays.knows(acquire.key)).then_some(acquire.now);
             self.replays.reset(acquire.key, shown.or(first_sight));
@@ -413,7 +418,7 @@ impl<'a> Lockstep<'a> {
         } else if observed.created == Some(true) {
             let recreation = Recreation {
                 at: acquire.now,
-                cursor: self.subject.inspect(key).held().map(|s| s.last_refill),
+                cursor: self.shown_cursor(key),
                 latest: self.events.latest().unwrap_or(acquire.now),
                 lossy: self.policy == PolicySpec::EvictLeastRecent,
             };
