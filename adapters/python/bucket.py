@@ -276,7 +276,8 @@ class Limiter:
         e = self.table.get(key)
         cfg = self.default if e is None or e.cfg is None else e.cfg
         if cost == 0 or cost > cfg.cap:
-            return error(rid, "invalid_cost", f"cost {cost} is not in [1, {cfg.cap}]")
+            shown = self.state(e) if inspect else None
+            return error(rid, "invalid_cost", f"cost {cost} is not in [1, {cfg.cap}]", shown)
         if request_id is not None and e is not None and e.recs:
             record = e.recs.get(request_id)
             if record is not None and max(now, e.last) < record[0] + self.window:
@@ -288,7 +289,8 @@ class Limiter:
         created = e is None
         if created:
             if not self.room_for_new_key(now):
-                return error(rid, "key_limit", f"key {key} is new and the bound {self.max_keys} is full")
+                return error(rid, "key_limit", f"key {key} is new and the bound {self.max_keys} is full",
+                             "null" if inspect else None)
             e = self.insert(key, now)
             before = "null"
         else:
@@ -327,13 +329,14 @@ class Limiter:
         return f'{{"id":{rid},{body},"created":{bool_text(created)},"replayed":false{tail}}}'
 
     def reconfigure(self, rid, key, now, new, inspect):
-        if new is None:
-            return error(rid, "unsupported", "invalid config")
         e = self.table.get(key)
         before = self.state(e)
+        if new is None:
+            return error(rid, "unsupported", "invalid config", before if inspect else None)
         if e is None:
             if not self.room_for_new_key(now):
-                return error(rid, "key_limit", f"key {key} is new and the bound {self.max_keys} is full")
+                return error(rid, "key_limit", f"key {key} is new and the bound {self.max_keys} is full",
+                             before if inspect else None)
             e = self.insert(key, now)
         old = self.default if e.cfg is None else e.cfg
         n, t = self.refilled(e, old, now)
@@ -409,8 +412,11 @@ def bool_text(value):
     return "true" if value else "false"
 
 
-def error(rid, kind, message):
-    return json.dumps({"id": rid, "error": {"kind": kind, "message": message}}, separators=(",", ":"))
+def error(rid, kind, message, shown=None):
+    """An error reply; `shown` (the key's state, unchanged by the error) adds `before` and `after`."""
+    text = json.dumps({"kind": kind, "message": message}, separators=(",", ":"))
+    tail = "" if shown is None else f',"before":{shown},"after":{shown}'
+    return f'{{"id":{rid},"error":{text}{tail}}}'
 
 
 def _shape(required, optional=()):
