@@ -36,6 +36,7 @@ BUGS = {
     "charge-denied": "a denial still subtracts the cost (down to 0)",
     "no-clamp": "refill is not clamped at capacity",
     "retry-floor": "waits are rounded down instead of up",
+    "no-horizon": "a dropped key comes back fresh at now, even under a clock that ran backwards",
 }
 
 
@@ -265,7 +266,8 @@ class Limiter:
         return False
 
     def insert(self, key, now):
-        e = Entry(key, self.default.cap_units, max(now, self.horizon))
+        cursor = now if self.bug == "no-horizon" else max(now, self.horizon)
+        e = Entry(key, self.default.cap_units, cursor)
         self.table[key] = e
         self.ring.append(e)
         return e
