@@ -112,6 +112,9 @@ def wait_text(value):
 
 
 class Limiter:
+    """The keyed limiter of one trace: the default config, the key bound and its policy, the
+    request-id window, and the held keys. Each operation answers with its reply line (a str)."""
+
     def __init__(self, bug=None):
         self.bug = bug
         self.setup(Config(1, 0, 1), U64_MAX, "reject_new_keys", 0, 0, 0)
@@ -463,7 +466,9 @@ def serve(limiter, stdin_fd=0, stdout=None):
     while True:
         chunk = os.read(stdin_fd, 1 << 16)
         if not chunk:
-            return
+            if not pending.strip():
+                return
+            chunk = b"\n"  # end of input: answer a last line that lacks its newline
         pending += chunk
         if b"\n" not in chunk:
             continue
