@@ -21,6 +21,10 @@ use crate::profile::Profile;
 /// Stderr lines kept for messages.
 const STDERR_LINES: usize = 20;
 
+/// An environment variable naming a file to which every request (`> ` line) and reply (`< ` line) is
+/// appended: for debugging an adapter, and for holding real sessions to the protocol's JSON Schema.
+pub const TRANSCRIPT_ENV: &str = "BUCKETPROOF_PROTOCOL_TRANSCRIPT";
+
 /// The child broke the protocol or died: a harness error, never a verdict.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Broken(pub String);
@@ -50,6 +54,7 @@ pub struct Process {
     /// Ids written and not yet answered, in order.
     outstanding: VecDeque<u64>,
     out: Vec<u8>,
+    transcript: Option<std::fs::File>,
     /// The handshake's answer.
     pub hello: Hello,
 }
@@ -105,6 +110,13 @@ impl Process {
             next_id: 0,
             outstanding: VecDeque::new(),
             out: Vec::new(),
+            transcript: std::env::var_os(TRANSCRIPT_ENV).and_then(|path| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .ok()
+            }),
             hello: Hello {
                 name: String::new(),
                 version: String::new(),
@@ -185,6 +197,13 @@ impl Process {
             self.out.push(b'\n');
             self.outstanding.push_back(request.id());
         }
+        if let Some(transcript) = self.transcript.as_mut() {
+            for line in self.out.split_inclusive(|&b| b == b'\n') {
+                let _ = transcript
+                    .write_all(b"> ")
+                    .and_then(|()| transcript.write_all(line));
+            }
+        }
         let Some(stdin) = self.stdin.as_mut() else {
             return Err(self.broken("its stdin is closed".into()));
         };
@@ -215,6 +234,9 @@ impl Process {
                 )));
             }
         };
+        if let Some(transcript) = self.transcript.as_mut() {
+            let _ = writeln!(transcript, "< {line}");
+        }
         let reply: Reply = serde_json::from_str(&line).map_err(|e| {
             self.broken(format!(
                 "answered {} (id {}) with a line that is not a reply ({e}): {}",
