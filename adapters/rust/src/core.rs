@@ -44,7 +44,7 @@ impl Subject for Core {
     };
 
     fn setup(setup: &Setup) -> Result<Core, Refusal> {
-        let config = config_of(&setup.config[..])?;
+        let config = config_of(&setup.config)?;
         let policy = match setup.policy {
             Policy::RejectNewKeys => EvictionPolicy::RejectNewKeys,
             Policy::EvictFull => EvictionPolicy::EvictFull,
@@ -87,8 +87,8 @@ impl Subject for Core {
         })
     }
 
-    fn reconfigure(&mut self, key: u64, now: u64, config: &Bandwidth) -> Result<(), Refusal> {
-        let config = config_of(std::slice::from_ref(config))?;
+    fn reconfigure(&mut self, key: u64, now: u64, config: &[Bandwidth]) -> Result<(), Refusal> {
+        let config = config_of(config)?;
         self.limiter
             .reconfigure_at(&key, config, now)
             .map(drop)

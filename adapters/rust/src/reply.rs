@@ -159,13 +159,20 @@ pub struct WouldAllowReply {
     pub allowed: bool,
 }
 
-/// `{"id":N,"error":{"kind":...,"message":...}}`.
+/// `{"id":N,"error":{"kind":...,"message":...}}`, with the key's state around the refused acquire
+/// or reconfigure when it asked for `inspect` (an error changes nothing, and the harness checks it).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ErrorReply {
     /// Request id.
     pub id: u64,
     /// What went wrong.
     pub error: Refusal,
+    /// `"inspect":true` only: the state before (`null`: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before: Option<Option<State>>,
+    /// `"inspect":true` only: the state after (`null`: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<Option<State>>,
 }
 
 /// A request the subject answers with an error instead of a result.
@@ -226,6 +233,8 @@ mod tests {
         let refusal = Reply::Error(ErrorReply {
             id: 3,
             error: Refusal::new(ErrorKind::KeyLimit, "full"),
+            before: None,
+            after: None,
         });
         assert_eq!(
             serde_json::to_string(&refusal).unwrap(),

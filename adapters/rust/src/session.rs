@@ -177,11 +177,19 @@ fn answer_acquire<S: Subject>(subject: &mut S, acquire: Acquire) -> Reply {
         probe_retry,
     } = acquire;
     let before = inspect.then(|| subject.inspect(key));
-    let outcome = match subject.acquire(key, now, cost, request_id) {
-        Ok(outcome) => outcome,
-        Err(refusal) => return refuse(id, refusal),
-    };
+    let outcome = subject.acquire(key, now, cost, request_id);
     let after = inspect.then(|| subject.inspect(key));
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            return Reply::Error(ErrorReply {
+                id,
+                error,
+                before,
+                after,
+            });
+        }
+    };
     // The retry probes belong to a denial with a finite wait `w` that was decided, not replayed.
     let retry = match outcome.retry_after {
         Some(Wait::After(w)) if probe_retry && !outcome.allowed && !outcome.replayed => {
@@ -216,34 +224,32 @@ fn answer_reconfigure<S: Subject>(subject: &mut S, reconfigure: Reconfigure) -> 
         config,
         inspect,
     } = reconfigure;
-    // Version 1 sends exactly one bandwidth; more (or none) is a config this subject cannot hold.
-    let [bandwidth] = &config[..] else {
-        return refuse(
-            id,
-            Refusal::new(
-                ErrorKind::Unsupported,
-                format!(
-                    "{} bandwidths per key; this subject holds exactly 1",
-                    config.len()
-                ),
-            ),
-        );
-    };
     let before = inspect.then(|| subject.inspect(key));
-    if let Err(refusal) = subject.reconfigure(key, now_ns, bandwidth) {
-        return refuse(id, refusal);
-    }
+    let result = subject.reconfigure(key, now_ns, &config);
     let after = inspect.then(|| subject.inspect(key));
-    Reply::Done(DoneReply {
-        id,
-        ok: true,
-        before,
-        after,
-    })
+    match result {
+        Ok(()) => Reply::Done(DoneReply {
+            id,
+            ok: true,
+            before,
+            after,
+        }),
+        Err(error) => Reply::Error(ErrorReply {
+            id,
+            error,
+            before,
+            after,
+        }),
+    }
 }
 
 fn refuse(id: u64, error: Refusal) -> Reply {
-    Reply::Error(ErrorReply { id, error })
+    Reply::Error(ErrorReply {
+        id,
+        error,
+        before: None,
+        after: None,
+    })
 }
 
 /// `Session::answer` routes hello, setup and reset itself, and ops only with a subject standing;

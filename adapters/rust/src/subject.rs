@@ -30,8 +30,9 @@ pub trait Subject: Sized {
         request_id: Option<u64>,
     ) -> Result<Outcome, Refusal>;
 
-    /// Give `key` its own `config` at `now` (creating it, at the key bound, if it holds no state).
-    fn reconfigure(&mut self, key: u64, now: u64, config: &Bandwidth) -> Result<(), Refusal>;
+    /// Give `key` its own `config` at `now` (creating it, at the key bound, if it holds no state);
+    /// a config of more bandwidths than [`Capabilities::bandwidths`] is `unsupported`.
+    fn reconfigure(&mut self, key: u64, now: u64, config: &[Bandwidth]) -> Result<(), Refusal>;
 
     /// Drop everything about `key`.
     fn forget(&mut self, key: u64);
