@@ -1,7 +1,7 @@
 //! `bucketproof-rust-subject`: bucketproof's keyed limiter as a subject of `bucketproof check`,
 //! speaking the subject protocol, version 1 (docs/subject-protocol.md), on stdin and stdout.
 //!
-//! Map: `values` (the protocol's value types), `request` and `reply` (its messages), `subject`
+//! Map: `values` (the protocol's value types), `request` and `reply` (its messages), `parse` (a line into a request), `subject`
 //! (the trait a limiter implements), `core` (bucketproof's limiter behind it), `session` (the
 //! conversation), `transport` (batched lines), `error` (why it stops). To serve another limiter,
 //! implement `Subject` for it in place of `core::Core`.
@@ -12,6 +12,7 @@
 
 mod core;
 mod error;
+mod parse;
 mod reply;
 mod request;
 mod session;

@@ -1,16 +1,13 @@
-//! Requests of protocol version 1, one typed struct per `op`.
+//! Requests of protocol version 1, one typed struct per `op` (`parse.rs` reads them).
 //!
-//! Promises: a request parses only if it is exactly one of these shapes. A missing, unknown,
-//! duplicated or mistyped field, an unknown `op`, or trailing text on the line is a parse error,
-//! so a typo in either party never passes silently (docs/subject-protocol.md, "Transport").
-
-use serde::Deserialize;
+//! Promises: each struct holds exactly the fields its `op` may carry, with the optional ones
+//! defaulted (`inspect` and `probe_retry` false, no `request_id`), so the session never meets a
+//! half-formed request.
 
 use crate::values::{Bandwidth, Policy};
 
 /// One request line.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(tag = "op", rename_all = "snake_case")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
     /// The first request: which protocol versions the harness speaks.
     Hello(Hello),
@@ -48,15 +45,24 @@ impl Request {
         }
     }
 
-    /// Parses one line (without or with its `\n`).
-    pub fn parse(line: &[u8]) -> serde_json::Result<Request> {
-        serde_json::from_slice(line)
+    /// The request's `op`, for messages.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Hello(_) => "hello",
+            Request::Setup(_) => "setup",
+            Request::Acquire(_) => "acquire",
+            Request::Reconfigure(_) => "reconfigure",
+            Request::Forget(_) => "forget",
+            Request::Sweep(_) => "sweep",
+            Request::Inspect(_) => "inspect",
+            Request::WouldAllow(_) => "would_allow",
+            Request::Reset(_) => "reset",
+        }
     }
 }
 
 /// `{"op":"hello","protocol":[1]}`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
     /// Request id.
     pub id: u64,
@@ -65,8 +71,7 @@ pub struct Hello {
 }
 
 /// The settings of one trace.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Setup {
     /// Request id.
     pub id: u64,
@@ -85,8 +90,7 @@ pub struct Setup {
 }
 
 /// Take `cost` tokens for `key` at `now_ns`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Acquire {
     /// Request id.
     pub id: u64,
@@ -97,19 +101,15 @@ pub struct Acquire {
     /// Whole tokens.
     pub cost: u64,
     /// Makes a retry idempotent within the dedupe window.
-    #[serde(default)]
     pub request_id: Option<u64>,
     /// Report the key's state before and after.
-    #[serde(default)]
     pub inspect: bool,
     /// For a denial with a finite wait `w`: would the same acquire pass at `now + w` and `now + w - 1`.
-    #[serde(default)]
     pub probe_retry: bool,
 }
 
 /// Move `key` to its own `config` at `now_ns`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reconfigure {
     /// Request id.
     pub id: u64,
@@ -120,13 +120,11 @@ pub struct Reconfigure {
     /// The key's new config (one bandwidth in version 1).
     pub config: Vec<Bandwidth>,
     /// Report the key's state before and after.
-    #[serde(default)]
     pub inspect: bool,
 }
 
 /// Drop `key`'s bucket, override and records.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Forget {
     /// Request id.
     pub id: u64,
@@ -135,8 +133,7 @@ pub struct Forget {
 }
 
 /// Drop every bucket evictable at `now_ns`.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sweep {
     /// Request id.
     pub id: u64,
@@ -145,8 +142,7 @@ pub struct Sweep {
 }
 
 /// Show `key`'s stored state.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Inspect {
     /// Request id.
     pub id: u64,
@@ -155,8 +151,7 @@ pub struct Inspect {
 }
 
 /// Would `cost` for `key` at `now_ns` be admitted.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WouldAllow {
     /// Request id.
     pub id: u64,
@@ -169,65 +164,8 @@ pub struct WouldAllow {
 }
 
 /// Drop every key, record and override; a `setup` follows.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reset {
     /// Request id.
     pub id: u64,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_acquire_parses_with_and_without_its_optional_fields() {
-        let full = br#"{"id":7,"op":"acquire","key":18446744073709551615,"now_ns":1,"cost":2,"request_id":41,"inspect":true,"probe_retry":true}"#;
-        let Request::Acquire(acquire) = Request::parse(full).unwrap() else {
-            panic!("not an acquire")
-        };
-        assert_eq!((acquire.key, acquire.request_id), (u64::MAX, Some(41)));
-        assert!(acquire.inspect && acquire.probe_retry);
-        let bare = br#"{"op":"acquire","id":8,"key":1,"now_ns":1,"cost":2}"#;
-        let Request::Acquire(acquire) = Request::parse(bare).unwrap() else {
-            panic!("not an acquire")
-        };
-        assert!(acquire.request_id.is_none() && !acquire.inspect && !acquire.probe_retry);
-    }
-
-    #[test]
-    fn a_setup_parses() {
-        let line = br#"{"id":1,"op":"setup","config":[{"capacity":10,"rate_per_s":"5/1","rate":"5/s"}],"max_keys":100000,"policy":"evict_full","sweep_per_op":4,"dedupe_window_ns":60000000000,"dedupe_per_key":4}"#;
-        let Request::Setup(setup) = Request::parse(line).unwrap() else {
-            panic!("not a setup")
-        };
-        assert_eq!(setup.config[0].rate_per_s.numer, 5);
-        assert_eq!(setup.policy, Policy::EvictFull);
-    }
-
-    #[test]
-    fn every_malformed_request_is_refused() {
-        for bad in [
-            r#"{"id":1,"op":"sweep","now_ns":1,"nowns":2}"#, // unknown field
-            r#"{"id":1,"op":"sweep"}"#,                      // missing field
-            r#"{"id":1,"op":"sweep","now_ns":-1}"#,          // wrong type
-            r#"{"id":1,"op":"sweep","now_ns":1.5}"#,         // a float is not a time
-            r#"{"id":1,"op":"sweep","now_ns":18446744073709551616}"#, // past u64
-            r#"{"id":1,"op":"sweep","now_ns":1,"now_ns":2}"#, // duplicate field
-            r#"{"id":1,"op":"sweep","now_ns":1,"key":2}"#,   // a field of another op
-            r#"{"id":1,"op":"sweep","now_ns":1} x"#,         // trailing text
-            r#"{"id":1,"op":"sleep","now_ns":1}"#,           // unknown op
-            r#"{"id":1,"now_ns":1}"#,                        // no op
-            r#"{"op":"reset"}"#,                             // no id
-            r#"{"id":1,"op":"reset","inspect":null}"#,
-            r#"{"id":1,"op":"acquire","key":1,"now_ns":1,"cost":1,"inspect":1}"#,
-            r#"{"id":1,"op":"reconfigure","key":1,"now_ns":1,"config":[{"capacity":1,"rate_per_s":"1/0","rate":"x"}]}"#,
-            r#"[1]"#,
-            "",
-            "\u{feff}{}",
-        ] {
-            assert!(Request::parse(bad.as_bytes()).is_err(), "{bad}");
-        }
-        assert!(Request::parse(b"\xff").is_err());
-    }
 }

@@ -54,7 +54,7 @@ impl<S: Subject> Session<S> {
         self.next_id += 1;
         let out_of_order = |when| ProtocolError::OutOfOrder {
             id,
-            op: op_name(&request),
+            op: request.op(),
             when,
         };
         match (&request, self.greeted) {
@@ -262,19 +262,4 @@ fn unreachable_reply(id: u64) -> Reply {
             "internal error: request routed to the wrong handler",
         ),
     )
-}
-
-/// The `op` of a request, for messages.
-fn op_name(request: &Request) -> &'static str {
-    match request {
-        Request::Hello(_) => "hello",
-        Request::Setup(_) => "setup",
-        Request::Acquire(_) => "acquire",
-        Request::Reconfigure(_) => "reconfigure",
-        Request::Forget(_) => "forget",
-        Request::Sweep(_) => "sweep",
-        Request::Inspect(_) => "inspect",
-        Request::WouldAllow(_) => "would_allow",
-        Request::Reset(_) => "reset",
-    }
 }

@@ -9,7 +9,7 @@
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 
 use crate::error::{ProtocolError, ServeError};
-use crate::request::Request;
+use crate::parse;
 use crate::session::Session;
 use crate::subject::Subject;
 
@@ -48,7 +48,7 @@ fn answer_all<S: Subject>(
             return Err(ProtocolError::Unterminated { id }.into());
         }
         let request =
-            Request::parse(&line).map_err(|source| ProtocolError::Malformed { id, source })?;
+            parse::request(&line).map_err(|source| ProtocolError::Malformed { id, source })?;
         let reply = session.answer(request)?;
         serde_json::to_writer(&mut *writer, &reply).map_err(std::io::Error::from)?;
         writer.write_all(b"\n")?;
