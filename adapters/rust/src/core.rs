@@ -11,7 +11,7 @@ use bucketproof_limiter::{
     AcquireError, Config, EvictionPolicy, Limiter, Rate, Request, Wait as Waited,
 };
 
-use crate::reply::{Capabilities, ErrorKind, Refusal};
+use crate::reply::{Capabilities, ErrorKind, Profile, Refusal};
 use crate::request::Setup;
 use crate::subject::{Outcome, Subject};
 use crate::values::{Bandwidth, Policy, Ratio, State, Wait};
@@ -42,6 +42,8 @@ impl Subject for Core {
         batch: 1024,
         bandwidths: 1,
     };
+    // Integer units of `1 / (q * 10^9)` token: no decision rounds.
+    const PROFILE: Profile = Profile { name: "exact" };
 
     fn setup(setup: &Setup) -> Result<Core, Refusal> {
         let config = config_of(&setup.config)?;

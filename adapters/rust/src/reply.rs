@@ -68,7 +68,8 @@ pub struct Capabilities {
     pub bandwidths: u32,
 }
 
-/// What the subject promises: `exact` is checked decision by decision against the model.
+/// What the subject promises: `exact` is checked decision by decision against the model; a
+/// `safety` subject adds the profile's optional fields (`starts`, `time_resolution`, ...) here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Profile {
     /// `"exact"` or `"safety"`.

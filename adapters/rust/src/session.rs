@@ -9,8 +9,8 @@
 
 use crate::error::ProtocolError;
 use crate::reply::{
-    AcquireReply, DoneReply, ErrorKind, ErrorReply, HelloReply, InspectReply, Profile, Refusal,
-    Reply, RetryProbe, WouldAllowReply,
+    AcquireReply, DoneReply, ErrorKind, ErrorReply, HelloReply, InspectReply, Refusal, Reply,
+    RetryProbe, WouldAllowReply,
 };
 use crate::request::{Acquire, Hello, Reconfigure, Request};
 use crate::subject::Subject;
@@ -109,7 +109,7 @@ impl<S: Subject> Session<S> {
             name: S::NAME,
             version: S::VERSION,
             capabilities: S::CAPABILITIES,
-            profile: Profile { name: "exact" },
+            profile: S::PROFILE,
         })
     }
 }

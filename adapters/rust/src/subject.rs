@@ -5,7 +5,7 @@
 //! session (`session.rs`) composes them into replies (the `inspect` and retry probes of an acquire
 //! are `inspect` and `would_allow` calls made right after it), so a subject writes each rule once.
 
-use crate::reply::{Capabilities, Refusal};
+use crate::reply::{Capabilities, Profile, Refusal};
 use crate::request::Setup;
 use crate::values::{Bandwidth, Ratio, State, Wait};
 
@@ -17,6 +17,8 @@ pub trait Subject: Sized {
     const VERSION: &'static str;
     /// Which requests it answers; the harness sends no other.
     const CAPABILITIES: Capabilities;
+    /// What it promises: `exact` (checked against the model) or `safety`.
+    const PROFILE: Profile;
 
     /// A fresh limiter for one trace, or an `unsupported` refusal (the trace is skipped).
     fn setup(setup: &Setup) -> Result<Self, Refusal>;

@@ -165,4 +165,29 @@ mod tests {
         result.unwrap();
         assert!(output.contains("\"kind\":\"unsupported\""), "{output}");
     }
+
+    /// No input makes the adapter panic: every byte of a valid conversation, replaced by bytes
+    /// that matter to JSON, still ends in a reply stream or an error.
+    #[test]
+    fn no_mutated_conversation_panics() {
+        let valid = [
+            HELLO,
+            SETUP,
+            "{\"id\":2,\"op\":\"acquire\",\"key\":3,\"now_ns\":18446744073709551615,\"cost\":10,\"request_id\":1,\"inspect\":true,\"probe_retry\":true}\n",
+            "{\"id\":3,\"op\":\"reconfigure\",\"key\":3,\"now_ns\":0,\"config\":[{\"capacity\":1,\"rate_per_s\":\"0/1\",\"rate\":\"0/s\"}],\"inspect\":true}\n",
+            "{\"id\":4,\"op\":\"acquire\",\"key\":3,\"now_ns\":0,\"cost\":1,\"probe_retry\":true}\n",
+            "{\"id\":5,\"op\":\"would_allow\",\"key\":3,\"now_ns\":1,\"cost\":0}\n",
+            "{\"id\":6,\"op\":\"sweep\",\"now_ns\":1}\n",
+        ]
+        .concat()
+        .into_bytes();
+        run(std::str::from_utf8(&valid).unwrap()).0.unwrap();
+        for at in 0..valid.len() {
+            for byte in *b"0 9\"\\{}[],:-.e\n\xff" {
+                let mut input = valid.clone();
+                input[at] = byte;
+                let _ = serve::<Core>(&input[..], &mut Vec::new());
+            }
+        }
+    }
 }
