@@ -71,6 +71,10 @@ pub struct ExecSpec {
     /// The profile to check; `None`: the subject's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<Profile>,
+    /// At most this many requests outstanding, below what the subject declares (`None`: what it
+    /// declares; `Some(1)`: one round trip per request, as for measuring what batching saves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
 }
 
 /// A subject that cannot be started as written.
@@ -129,6 +133,7 @@ impl ExecSpec {
                 timeout: DEFAULT_TIMEOUT,
             },
             profile: None,
+            batch: None,
         })
     }
 
@@ -183,6 +188,7 @@ impl ExecSpec {
                 )),
             },
             profile,
+            batch: file.batch,
         })
     }
 }
@@ -199,6 +205,7 @@ struct SubjectFile {
     cwd: Option<PathBuf>,
     timeout: Option<DurationNs>,
     profile: Option<ProfileField>,
+    batch: Option<u64>,
 }
 
 /// `profile = "safety"` or `profile = { name = "safety", ... }`.

@@ -196,7 +196,11 @@ impl ExecSubject {
 
     /// Writes announced ops ahead, up to the child's batch, stopping at one it cannot run.
     fn fill(&mut self) -> Result<(), SubjectError> {
-        let batch = usize::try_from(self.capabilities().batch).unwrap_or(usize::MAX);
+        let batch = self
+            .capabilities()
+            .batch
+            .min(self.spec.batch.unwrap_or(u64::MAX));
+        let batch = usize::try_from(batch.max(1)).unwrap_or(usize::MAX);
         let mut requests = Vec::new();
         while self.sent.len() + requests.len() < batch {
             let Some(op) = self.queued.front() else { break };
@@ -500,8 +504,8 @@ impl Subject for ExecSubject {
 
     fn exec_spec(&self) -> Option<ExecSpec> {
         Some(ExecSpec {
-            command: self.spec.command.clone(),
             profile: Some(self.profile.clone()),
+            ..self.spec.clone()
         })
     }
 }
