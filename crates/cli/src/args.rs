@@ -41,6 +41,13 @@ pub enum Command {
     /// Float versus rational: identical traces through the exact core, the f64 buckets and governor
     /// over a grid of rates, capacities and horizons; writes `float-vs-rational.{md,json,svg}`.
     Compare(CompareArgs),
+    /// Serve a subject of this binary (e.g. `core`) over the subject protocol on stdin and stdout,
+    /// for `check --subject 'exec:bucketproof serve core'`: the protocol's own cost, and a check of
+    /// the exec path against a subject whose verdicts are known.
+    Serve {
+        /// The subject to serve.
+        subject: String,
+    },
     /// Mutation self-test: goes after every deliberately broken limiter with generated traces (and
     /// real threads for the race), runs the scenario suite against each, prints the kill table and
     /// writes `reports/mutants.md`. Exit 1 if a mutant survives or its counterexample is too long.

@@ -10,6 +10,7 @@
 //! - `compare`: float versus rational (the exact core, the f64 buckets and governor over a grid of
 //!   rates, capacities and horizons); writes `reports/float-vs-rational.{md,json,svg}`.
 //! - `mutants`: the mutation self-test; writes `reports/mutants.md`.
+//! - `serve SUBJECT`: one of this binary's subjects over the subject protocol on stdin and stdout.
 //!
 //! The binary is thin: the gate (jobs, verdicts, counts, every file written) is
 //! `bucketproof_harness::gate`; this crate parses arguments (`args`), knows the project's layout and
@@ -30,7 +31,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::args::{Cli, Command};
-use crate::commands::{check, compare, list, mutants, replay, run};
+use crate::commands::{check, compare, list, mutants, replay, run, serve};
 use crate::fatal::{Fatal, USAGE};
 use crate::out::{Out, note};
 
@@ -44,6 +45,7 @@ fn main() -> ExitCode {
         Command::List { paths } => list::list(&paths, &mut out),
         Command::Compare(args) => compare::compare(args, &mut out),
         Command::Mutants { report } => mutants::mutants(report, &mut out),
+        Command::Serve { subject } => serve::serve(&subject),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

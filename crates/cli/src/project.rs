@@ -9,12 +9,31 @@ use std::path::{Path, PathBuf};
 
 use bucketproof_harness::Registry;
 use bucketproof_harness::scenario::{self, Scenario};
+use bucketproof_harness::subjects::exec::ExecSubjects;
 
 use crate::fatal::Fatal;
 
-/// Every subject the CLI can build: the harness's own and the mutation catalogue (`mutant:<slug>`).
-pub fn registry() -> Registry {
-    Registry::default().with(bucketproof_mutants::MutantSubjects)
+/// Every subject the CLI can build: the harness's own, the mutation catalogue (`mutant:<slug>`),
+/// any `exec:<command line>` (run in the current directory) and the project's subject files
+/// (`subjects/<name>.toml` beside `scenarios/`). A subject file that does not parse is an error here,
+/// before anything runs.
+pub fn registry() -> Result<Registry, Fatal> {
+    Ok(Registry::default()
+        .with(bucketproof_mutants::MutantSubjects)
+        .with(exec_subjects()?))
+}
+
+/// The `exec:` factory with the project's subject files.
+pub fn exec_subjects() -> Result<ExecSubjects, Fatal> {
+    Ok(ExecSubjects::new(".").with_subject_files(&project_dir())?)
+}
+
+/// The directory holding `scenarios/`, `subjects/` and `reports/`: empty (the current directory,
+/// so paths stay relative, as in replay commands) when run from a clone.
+pub fn project_dir() -> PathBuf {
+    scenarios_dir()
+        .parent()
+        .map_or_else(PathBuf::new, Path::to_path_buf)
 }
 
 /// The project's scenarios: `./scenarios` (run from a clone), else the workspace's.
@@ -29,11 +48,7 @@ pub fn scenarios_dir() -> PathBuf {
 
 /// The project's reports directory: `reports/` beside [`scenarios_dir`] (`./reports` in a clone).
 pub fn reports_dir() -> PathBuf {
-    let scenarios = scenarios_dir();
-    match scenarios.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.join("reports"),
-        _ => PathBuf::from("reports"),
-    }
+    project_dir().join("reports")
 }
 
 /// The paths to load: those given, else the project's scenarios.

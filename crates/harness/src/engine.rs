@@ -15,10 +15,13 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::oracle::Violation;
+use crate::profile::Profile;
 use crate::runner::{Failure, RunOptions, RunReport, Verdict, failure_of, run_trace};
 use crate::scenario::Scenario;
 use crate::shrink::{ShrinkBudget, shrink};
+use crate::subject::{Subject, SubjectError};
 use crate::subjects::Registry;
+use crate::subjects::exec::{ExecSpec, ExecSubjects};
 use crate::trace::{Op, Setup, Trace};
 
 /// How a run ended, judged with the reach targets.
@@ -102,6 +105,17 @@ pub struct Counterexample {
     /// Shrinking stopped at its budget: `ops` still fails this way but may not be minimal.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shrink_budget_exhausted: bool,
+    /// The profile the subject was checked under (absent in older files: exact).
+    #[serde(default, skip_serializing_if = "is_exact")]
+    pub profile: Profile,
+    /// For a child-process subject, the command that starts it (and the profile), so `replay`
+    /// starts the same command without the subject file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<ExecSpec>,
+}
+
+fn is_exact(profile: &Profile) -> bool {
+    *profile == Profile::exact()
 }
 
 /// File format version of [`Counterexample`].
@@ -143,6 +157,8 @@ pub struct RunResult {
     pub counterexample: Option<Counterexample>,
     /// Wall time of the checking run (not the shrinking): for throughput lines only, never in reports.
     pub elapsed: Duration,
+    /// The profile the subject was checked under.
+    pub profile: Profile,
 }
 
 impl RunResult {
@@ -197,6 +213,7 @@ impl<'a> Engine<'a> {
             status: Status::Pass,
             counterexample: None,
             elapsed: Duration::ZERO,
+            profile: Profile::exact(),
         };
         let tiers: Vec<[u64; 2]> = scenario.tiers.iter().map(|tier| tier.keys).collect();
         let built = self
@@ -205,6 +222,13 @@ impl<'a> Engine<'a> {
             .and_then(|subject| subject.check_pinned(&tiers).map(|()| subject));
         let mut subject = match built {
             Ok(subject) => subject,
+            // A subject that refuses the setup as unsupported cannot run this scenario.
+            Err(SubjectError::Unsupported(what)) => {
+                result.status = Status::Skipped {
+                    reason: format!("unsupported: {what}"),
+                };
+                return result;
+            }
             Err(error) => {
                 result.status = Status::Error {
                     message: error.to_string(),
@@ -216,6 +240,8 @@ impl<'a> Engine<'a> {
             sample_key: Some(scenario.sample_key),
             ..self.options.run.clone()
         };
+        result.profile = subject.profile();
+        let exec = subject.exec_spec();
         let started = Instant::now();
         let report = run_trace(&setup, scenario.expand(seed), subject.as_mut(), &options);
         result.elapsed = started.elapsed();
@@ -247,14 +273,19 @@ impl<'a> Engine<'a> {
             Verdict::Incompatible { step, reason } => Status::Skipped {
                 reason: format!("{reason} (at op {step})"),
             },
+            Verdict::Broken { step, message } => Status::Error {
+                message: format!("at op {step}: {message}"),
+            },
             Verdict::Fail(failure) => {
-                let counterexample = self.shrink_failure(
+                let mut counterexample = self.shrink_failure(
                     scenario,
                     seed,
                     subject_name,
                     failure.step,
                     &failure.violation,
                 );
+                counterexample.profile = result.profile.clone();
+                counterexample.exec = exec;
                 let status = Status::Fail {
                     violation: counterexample.violation.clone(),
                 };
@@ -298,6 +329,8 @@ impl<'a> Engine<'a> {
             violation: shrunk.violation,
             replay: String::new(),
             shrink_budget_exhausted: shrunk.budget_exhausted,
+            profile: Profile::exact(),
+            exec: None,
         };
         counterexample.replay = format!(
             "bucketproof replay {}/{}",
@@ -332,9 +365,18 @@ pub enum Replayed {
     Incompatible(String),
 }
 
-/// Replays a counterexample against its subject.
+/// Replays a counterexample against its subject: the recorded command for a child-process subject
+/// (with the recorded profile), else the registry's subject of that name.
 pub fn replay(registry: &Registry, counterexample: &Counterexample) -> Replayed {
-    let mut subject = match registry.build(&counterexample.subject, &counterexample.setup) {
+    let name = &counterexample.subject;
+    let setup = &counterexample.setup;
+    let built: Result<Box<dyn Subject>, SubjectError> = match &counterexample.exec {
+        Some(spec) => ExecSubjects::new(".")
+            .build_spec(name, spec, setup)
+            .map(|s| Box::new(s) as Box<dyn Subject>),
+        None => registry.build(name, setup),
+    };
+    let mut subject = match built {
         Ok(subject) => subject,
         Err(error) => return Replayed::Incompatible(error.to_string()),
     };
@@ -351,6 +393,9 @@ pub fn replay(registry: &Registry, counterexample: &Counterexample) -> Replayed 
     match report.verdict {
         Verdict::Pass => Replayed::Passed,
         Verdict::Incompatible { reason, .. } => Replayed::Incompatible(reason),
+        Verdict::Broken { step, message } => {
+            Replayed::Incompatible(format!("the subject broke at op {step}: {message}"))
+        }
         Verdict::Fail(failure) if failure.violation == counterexample.violation => {
             Replayed::Reproduced(failure.violation)
         }

@@ -19,6 +19,7 @@ pub mod compare;
 pub mod engine;
 pub mod gate;
 pub mod oracle;
+pub mod profile;
 pub mod report;
 pub mod runner;
 pub mod scenario;

@@ -23,6 +23,8 @@ pub struct RunSummary {
     pub seed: u64,
     /// Subject.
     pub subject: String,
+    /// The profile it was checked under (`exact`, `safety`).
+    pub profile: String,
     /// Status with details.
     #[serde(flatten)]
     pub status: Status,
@@ -80,6 +82,7 @@ impl ScenarioReport {
                 .map(|run| RunSummary {
                     seed: run.seed,
                     subject: run.subject.clone(),
+                    profile: run.profile.word().to_owned(),
                     status: run.status.clone(),
                     steps: run.report.as_ref().map_or(0, |r| r.steps),
                     events: run
@@ -149,29 +152,30 @@ impl ScenarioReport {
         let _ = writeln!(out, "## Runs\n");
         let _ = writeln!(
             out,
-            "| seed | subject | status | ops | allowed | denied | over-admissions | max token error | detail |"
+            "| seed | subject | profile | status | ops | allowed | denied | over-admissions | under-admissions | max token error | detail |"
         );
-        let _ = writeln!(out, "|---:|---|---|---:|---:|---:|---:|---:|---|");
+        let _ = writeln!(out, "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---|");
         for run in &self.runs {
             let count = |name: &str| run.events.get(name).copied().unwrap_or(0);
-            let (over, error) = run
-                .divergence
-                .as_ref()
-                .map_or((0, 0.0), |d| (d.over_admissions, d.max_token_error));
+            let (over, under, error) = run.divergence.as_ref().map_or((0, 0, 0.0), |d| {
+                (d.over_admissions, d.under_admissions, d.max_token_error)
+            });
             let mut detail = run.status.detail().replace('|', "\\|");
             if let Some(replay) = &run.replay {
                 let _ = write!(detail, " — replay: `{replay}`");
             }
             let _ = writeln!(
                 out,
-                "| {} | `{}` | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | `{}` | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 run.seed,
                 run.subject,
+                run.profile,
                 run.status.word(),
                 run.steps,
                 count("allowed"),
                 count("denied"),
                 over,
+                under,
                 error,
                 detail
             );

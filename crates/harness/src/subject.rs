@@ -8,7 +8,9 @@ use bucketproof_limiter::Wait;
 use bucketproof_model::Integer;
 use bucketproof_model::Rational;
 
-use crate::trace::{Acquire, ConfigSpec, Setup};
+use crate::profile::Profile;
+use crate::subjects::exec::ExecSpec;
+use crate::trace::{Acquire, ConfigSpec, Op, Setup};
 
 /// A token amount as a subject reports it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -172,6 +174,10 @@ pub enum SubjectError {
     /// The subject could not be built for this setup.
     #[error("cannot build subject: {0}")]
     Build(String),
+    /// The subject broke its protocol or died (a child process that exited, hung or answered
+    /// nonsense): a harness error, never a verdict about its decisions.
+    #[error("{0}")]
+    Broken(String),
 }
 
 /// An implementation under test.
@@ -230,6 +236,28 @@ pub trait Subject {
     fn may_evict(&self) -> bool {
         false
     }
+
+    /// The ops the runner will step next, in order, announced before it steps them. A subject across
+    /// a pipe writes them ahead (batching); every other subject ignores them (the default). A caller
+    /// that announces ops must then step exactly those, in that order.
+    fn upcoming(&mut self, _ops: &[Op]) {}
+
+    /// `Err(SubjectError::Broken)` once the subject broke in a call that cannot return an error
+    /// (`inspect`, `would_allow`); the runner asks after every step. Default: always healthy.
+    fn health(&self) -> Result<(), SubjectError> {
+        Ok(())
+    }
+
+    /// What the subject is checked against (`crate::profile`). Default: exact.
+    fn profile(&self) -> Profile {
+        Profile::exact()
+    }
+
+    /// For a child-process subject, what starts it (recorded in counterexample files so that
+    /// `replay` starts the same command). Default: none.
+    fn exec_spec(&self) -> Option<ExecSpec> {
+        None
+    }
 }
 
 /// Builds a subject for a setup. Implemented by the subject registry (see [`crate::subjects`]) and by
@@ -237,6 +265,11 @@ pub trait Subject {
 pub trait SubjectFactory {
     /// Names this factory builds.
     fn names(&self) -> Vec<String>;
+    /// True if this factory builds `name` (default: it is one of [`SubjectFactory::names`]; a
+    /// factory of open-ended names, like `exec:<command>`, says so here).
+    fn knows(&self, name: &str) -> bool {
+        self.names().iter().any(|known| known == name)
+    }
     /// Builds `name` for `setup`, or `None` if the name is not this factory's.
     fn build(&self, name: &str, setup: &Setup) -> Option<Result<Box<dyn Subject>, SubjectError>>;
 }

@@ -12,7 +12,7 @@ use crate::project;
 
 /// Runs the gate.
 pub fn check(args: CheckArgs, out: &mut Out) -> Result<u8, Fatal> {
-    let registry = project::registry();
+    let registry = project::registry()?;
     let mut options = GateOptions::new(args.reports.unwrap_or_else(project::reports_dir));
     options.subjects = args.subjects;
     options.seeds = args.seeds;

@@ -23,8 +23,13 @@ pub fn list(paths: &[PathBuf], out: &mut Out) -> Result<u8, Fatal> {
         ))?;
     }
     out.line("subjects:")?;
-    for name in project::registry().names() {
-        out.line(format!("  {name}"))?;
+    let exec = project::exec_subjects()?;
+    for name in project::registry()?.names() {
+        match exec.files().get(&name) {
+            Some(path) => out.line(format!("  {name:<28} {}", path.display()))?,
+            None => out.line(format!("  {name}"))?,
+        }
     }
+    out.line("  exec:<command line>           any program speaking docs/subject-protocol.md")?;
     Ok(0)
 }

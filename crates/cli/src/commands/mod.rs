@@ -7,3 +7,4 @@ pub mod list;
 pub mod mutants;
 pub mod replay;
 pub mod run;
+pub mod serve;

@@ -26,14 +26,18 @@ pub fn replay_file(file: &Path, out: &mut Out) -> Result<u8, Fatal> {
             e.column()
         ))
     })?;
-    let registry = project::registry();
-    known_subjects(&registry, std::slice::from_ref(&counterexample.subject))?;
+    let registry = project::registry()?;
+    // A child-process subject is started from the command recorded in the file.
+    if counterexample.exec.is_none() {
+        known_subjects(&registry, std::slice::from_ref(&counterexample.subject))?;
+    }
     out.line(format!(
-        "replaying {} ({} seed {}, subject {}): {} ops",
+        "replaying {} ({} seed {}, subject {}, profile {}): {} ops",
         file.display(),
         counterexample.scenario,
         counterexample.seed,
         counterexample.subject,
+        counterexample.profile.word(),
         counterexample.ops.len()
     ))?;
     for (index, op) in counterexample.ops.iter().enumerate() {

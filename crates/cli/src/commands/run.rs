@@ -41,7 +41,7 @@ pub fn run(args: RunArgs, out: &mut Out) -> Result<u8, Fatal> {
             )));
         }
     };
-    let registry = project::registry();
+    let registry = project::registry()?;
     let mut options = GateOptions::new(args.reports.unwrap_or_else(project::reports_dir));
     options.scale = args.scale;
     let gate = Gate::new(&registry, options)?;

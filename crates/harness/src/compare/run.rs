@@ -58,6 +58,7 @@ impl SubjectCell {
             Verdict::Incompatible { step, reason } => {
                 format!("stopped at step {step}: {reason}")
             }
+            Verdict::Broken { step, message } => format!("broke at step {step}: {message}"),
         };
         SubjectCell {
             subject: report.subject.clone(),

@@ -44,7 +44,10 @@ pub(super) fn render(reports: &[ScenarioReport], counts: &Counts) -> String {
             report.runs.len()
         ));
         for run in &report.runs {
-            let name = format!("{} seed {} [{}]", report.scenario, run.seed, run.subject);
+            let name = format!(
+                "{} seed {} [{}, profile {}]",
+                report.scenario, run.seed, run.subject, run.profile
+            );
             out.push_str(&format!(
                 "    <testcase classname=\"bucketproof.{}\" name=\"{}\"",
                 escape(&report.scenario),

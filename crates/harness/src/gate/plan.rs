@@ -91,11 +91,10 @@ fn seeds(scenario: &Scenario, count: Option<usize>) -> Result<Vec<u64>, GateErro
 
 /// Refuses a subject name the registry cannot build (before anything runs, unlike a build error).
 pub fn known_subjects(registry: &Registry, names: &[String]) -> Result<(), GateError> {
-    let known = registry.names();
-    match names.iter().find(|name| !known.contains(name)) {
+    match names.iter().find(|name| !registry.knows(name)) {
         Some(name) => Err(GateError::UnknownSubject {
             name: name.clone(),
-            known: known.join(", "),
+            known: registry.names().join(", "),
         }),
         None => Ok(()),
     }

@@ -43,12 +43,29 @@ pub(super) fn json(outcome: &GateOutcome) -> String {
     text
 }
 
+/// `; profile exact` when every run had one profile, else `; profiles: exact 40, safety 8`.
+fn profiles(outcome: &GateOutcome) -> String {
+    let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for run in outcome.reports.iter().flat_map(|report| &report.runs) {
+        *counts.entry(run.profile.as_str()).or_default() += 1;
+    }
+    match counts.len() {
+        0 => String::new(),
+        1 => format!("; profile {}", counts.keys().next().expect("one")),
+        _ => {
+            let each: Vec<String> = counts.iter().map(|(p, n)| format!("{p} {n}")).collect();
+            format!("; profiles: {}", each.join(", "))
+        }
+    }
+}
+
 pub(super) fn line(outcome: &GateOutcome) -> String {
     let counts = &outcome.counts;
     let mut line = format!(
         "bucketproof check: {} scenarios, {} runs: {} passed, {} failed, {} errors, {} skipped",
         outcome.scenarios, counts.runs, counts.passed, counts.failed, counts.errors, counts.skipped
     );
+    line.push_str(&profiles(outcome));
     if !outcome.stale.is_empty() {
         line.push_str(&format!(", {} stale reports", outcome.stale.len()));
     }

@@ -95,6 +95,19 @@ struct WideCurve {
 pub struct ArrivalCurve {
     keys: BTreeMap<u64, KeyCurve>,
     lossy_resets: u64,
+    allowance: Allowance,
+}
+
+/// What a subject checked under the safety profile may admit beyond `capacity + rate * (b - a)`:
+/// the tolerance it declares, and one step of the time resolution it counts in (a subject that
+/// truncates time to ms sees an interval up to 1 ms longer than the harness's). Zero by default,
+/// and always zero for the exact profile.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Allowance {
+    /// Extra tokens.
+    pub tokens: bucketproof_model::Rational,
+    /// Extra refill time, in ns.
+    pub time_ns: u64,
 }
 
 /// A subject reports it recreated a key the curve has seen (after dropping its bucket).
@@ -132,6 +145,23 @@ pub struct CurveConfig {
 }
 
 impl ArrivalCurve {
+    /// An empty curve that grants `allowance` on every bound.
+    pub fn with_allowance(allowance: Allowance) -> ArrivalCurve {
+        ArrivalCurve {
+            allowance,
+            ..ArrivalCurve::default()
+        }
+    }
+
+    /// The allowance in units of `units_per_token` and `units_per_ns`, rounded up (lenient by
+    /// less than one unit), saturating.
+    fn allowance_units(&self, units_per_token: i128, units_per_ns: i128) -> i128 {
+        let tokens = &self.allowance.tokens
+            * bucketproof_model::Rational::from(Integer::from(units_per_token));
+        let tokens = i128::try_from(tokens.ceil()).unwrap_or(i128::MAX);
+        tokens.saturating_add(units_per_ns.saturating_mul(i128::from(self.allowance.time_ns)))
+    }
+
     /// Starts a new segment for `key` at `now` (or at the key's effective time, if later) with
     /// `config`: a full bucket, or a reconfigured one whose balance is at most the new capacity.
     pub fn restart(&mut self, key: u64, now: u64, config: CurveConfig) {
@@ -144,7 +174,9 @@ impl ArrivalCurve {
         self.keys.insert(
             key,
             KeyCurve {
-                capacity_units: config.capacity as i128 * units_per_token,
+                capacity_units: (config.capacity as i128 * units_per_token).saturating_add(
+                    self.allowance_units(units_per_token, config.rate_numer as i128),
+                ),
                 units_per_token,
                 units_per_ns: config.rate_numer as i128,
                 segment_start: effective_now,

@@ -37,3 +37,27 @@ pub fn check(subject: &mut dyn Subject, denied: Acquire, wait: u64) -> Option<Vi
     }
     None
 }
+
+/// The safety profile's form: the retry-after is never earlier than the subject's own next success,
+/// so the same acquire succeeds at `denied.now + wait + slack` (`slack`: one step of the subject's
+/// time resolution when it does not round its retry-after up). Tightness is not asked.
+pub fn check_not_early(
+    subject: &mut dyn Subject,
+    denied: Acquire,
+    wait: u64,
+    slack: u64,
+) -> Option<Violation> {
+    let retry_at = denied.now.checked_add(wait)?.saturating_add(slack);
+    (subject.would_allow(Acquire {
+        now: retry_at,
+        ..denied
+    }) == Some(false))
+    .then(|| {
+        Violation::new(
+            OracleKind::RetryAfter,
+            "retrying at now + retry_after is denied: the retry-after is earlier than the next success",
+            format!("allowed at {retry_at}"),
+            "denied",
+        )
+    })
+}

@@ -15,11 +15,12 @@ use bucketproof_model::{Model, cmp_whole};
 use super::events::{Before, Event, Events};
 use super::sample::Sampler;
 use super::{Divergence, RunOptions};
-use crate::oracle::arrival::{ArrivalCurve, CurveConfig, Recreation};
+use crate::oracle::arrival::{Allowance, ArrivalCurve, CurveConfig, Recreation};
 use crate::oracle::differential::{Admission, compare_acquire};
 use crate::oracle::eviction::{Creation, Dropped, Refusal};
 use crate::oracle::replay::{Replays, Retry};
 use crate::oracle::{OracleKind, OracleSet, Violation, invariants, retry_after};
+use crate::profile::Rounding;
 use crate::subject::{Inspection, Observed, Subject, SubjectError};
 use crate::trace::{Acquire, ConfigSpec, Op, PolicySpec, Setup};
 
@@ -48,9 +49,18 @@ impl DerefMut for SubjectSlot<'_> {
     }
 }
 
-/// What one step found: `Ok(None)` all oracles held, `Ok(Some(v))` a violation, `Err` the subject
-/// cannot run this op.
-pub(super) type StepResult = Result<Option<Violation>, String>;
+/// What one step found: `Ok(None)` all oracles held, `Ok(Some(v))` a violation, `Err` the run
+/// cannot go on.
+pub(super) type StepResult = Result<Option<Violation>, Stop>;
+
+/// Why a run stopped before its end without a verdict on the subject.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// The subject cannot run this op (or the op is invalid for this run).
+    Unsupported(String),
+    /// The subject broke (`SubjectError::Broken`): a harness error.
+    Broken(String),
+}
 
 pub(super) struct Lockstep<'a> {
     pub subject: SubjectSlot<'a>,
@@ -59,9 +69,21 @@ pub(super) struct Lockstep<'a> {
     options: RunOptions,
     arrival: ArrivalCurve,
     replays: Replays,
+    /// The safety profile's retry-after slack (`None`: the exact profile's tightness check).
+    safety: Option<Safety>,
     pub events: Events,
     pub divergence: Divergence,
     pub sampler: Sampler,
+}
+
+/// How a subject checked under the safety profile is judged where it differs from exact: the model
+/// judges nothing (its distance is only measured), a cost above capacity is never admitted, and a
+/// retry-after is only required not to be earlier than the next success.
+#[derive(Clone, Copy, Debug)]
+struct Safety {
+    /// The retry is asked at `now + retry_after + retry_slack_ns` (one resolution step unless the
+    /// subject rounds its retry-after up).
+    retry_slack_ns: u64,
 }
 
 /// Keeps the first violation of a step among the oracles switched on.
@@ -74,7 +96,8 @@ fn keep_first(found: &mut Option<Violation>, oracles: OracleSet, violation: Opti
 /// A subject's refusal of an op: an unsupported op ends the run, any other error is a violation.
 fn subject_failed(error: SubjectError) -> StepResult {
     match error {
-        SubjectError::Unsupported(what) => Err(format!("unsupported: {what}")),
+        SubjectError::Unsupported(what) => Err(Stop::Unsupported(format!("unsupported: {what}"))),
+        SubjectError::Broken(message) => Err(Stop::Broken(message)),
         other => Ok(Some(Violation::new(
             OracleKind::Subject,
             "the subject failed",
@@ -94,16 +117,38 @@ impl<'a> Lockstep<'a> {
             .config
             .to_model()
             .map_err(|e| SubjectError::Build(e.to_string()))?;
+        let profile = subject.profile();
+        let mut options = options.clone();
+        let mut allowance = Allowance::default();
+        let safety = if profile.is_safety() {
+            options.oracles = options.oracles.without(OracleKind::Model);
+            allowance = Allowance {
+                tokens: profile
+                    .tolerance()
+                    .map_err(|e| SubjectError::Build(e.to_string()))?,
+                time_ns: profile.time_resolution.ns().saturating_sub(1),
+            };
+            Some(Safety {
+                retry_slack_ns: match profile.retry_after_rounding {
+                    Rounding::Up => 0,
+                    Rounding::Down | Rounding::Nearest => profile.time_resolution.ns(),
+                },
+            })
+        } else {
+            None
+        };
+        let sampler = Sampler::new(options.sample_key, options.max_samples);
         Ok(Lockstep {
             subject,
             model: Model::new(config, setup.dedupe_window_ns, setup.dedupe_per_key),
             policy: setup.policy,
-            options: options.clone(),
-            arrival: ArrivalCurve::default(),
+            options,
+            arrival: ArrivalCurve::with_allowance(allowance),
             replays: Replays::new(setup.dedupe_window_ns, setup.dedupe_per_key),
+            safety,
             events: Events::new(),
             divergence: Divergence::default(),
-            sampler: Sampler::new(options.sample_key, options.max_samples),
+            sampler,
         })
     }
 
@@ -140,7 +185,9 @@ impl<'a> Lockstep<'a> {
 
     fn reconfigure(&mut self, key: u64, at: u64, config: &ConfigSpec) -> StepResult {
         self.events.note_time(at);
-        let new = config.to_model().map_err(|e| e.to_string())?;
+        let new = config
+            .to_model()
+            .map_err(|e| Stop::Unsupported(e.to_string()))?;
         // Only a subject that evicts and shows its state can have created the key here.
         let before = if self.subject.may_evict() {
             self.subject.inspect(key)
@@ -218,7 +265,10 @@ impl<'a> Lockstep<'a> {
         let oracles = self.options.oracles;
         let mut found = None;
         match &got {
-            Err(SubjectError::Unsupported(what)) => return Err(format!("unsupported: {what}")),
+            Err(SubjectError::Unsupported(what)) => {
+                return Err(Stop::Unsupported(format!("unsupported: {what}")));
+            }
+            Err(SubjectError::Broken(message)) => return Err(Stop::Broken(message.clone())),
             Err(SubjectError::KeyLimitReached) => return Ok(self.follow_refusal(key, now)),
             Ok(observed) if observed.created == Some(true) => {
                 found = oracles.keep(self.follow_creation(key, now));
@@ -236,6 +286,8 @@ impl<'a> Lockstep<'a> {
         let restarted = observed.created.unwrap_or(!self.arrival.knows(key));
         let invariants = self.check_invariants(key, &before, &Ok(observed), restarted);
         keep_first(&mut found, oracles, invariants);
+        let over_capacity = self.check_cost_within_capacity(acquire, &observed);
+        keep_first(&mut found, oracles, over_capacity);
         let arrival = self.check_arrival(acquire, &observed);
         keep_first(&mut found, oracles, arrival);
         let retry_after = self.check_retry_after(acquire, &observed);
@@ -460,8 +512,36 @@ impl<'a> Lockstep<'a> {
         let Some(Wait::After(wait)) = observed.retry_after else {
             return None;
         };
-        let violation = retry_after::check(&mut *self.subject, acquire, wait);
+        let violation = match self.safety {
+            None => retry_after::check(&mut *self.subject, acquire, wait),
+            Some(safety) => retry_after::check_not_early(
+                &mut *self.subject,
+                acquire,
+                wait,
+                safety.retry_slack_ns,
+            ),
+        };
         self.divergence.other_violations += u64::from(violation.is_some());
         violation
+    }
+
+    /// A cost above the key's capacity is never admitted (the exact profile's model says so too;
+    /// under the safety profile this is the check, with no tolerance).
+    fn check_cost_within_capacity(
+        &mut self,
+        acquire: Acquire,
+        observed: &Observed,
+    ) -> Option<Violation> {
+        let capacity = self.model.config_of(acquire.key).capacity();
+        if !observed.allowed || observed.replayed || acquire.cost <= capacity {
+            return None;
+        }
+        self.divergence.other_violations += 1;
+        Some(Violation::new(
+            OracleKind::Invariant,
+            "admitted a cost above capacity",
+            format!("an error for cost {} > capacity {capacity}", acquire.cost),
+            "allowed",
+        ))
     }
 }

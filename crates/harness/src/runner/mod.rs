@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 pub use self::events::EVENTS;
-use self::lockstep::{Lockstep, SubjectSlot};
+use self::lockstep::{Lockstep, Stop, SubjectSlot};
 use crate::oracle::{OracleSet, Violation};
 use crate::subject::{Subject, SubjectError};
 use crate::trace::{Op, Setup, Trace};
@@ -77,6 +77,14 @@ pub enum Verdict {
         step: u64,
         /// Why.
         reason: String,
+    },
+    /// The subject broke at `step` (a child process that died, hung or answered nonsense): a harness
+    /// error, never a verdict on its decisions.
+    Broken {
+        /// Where it broke.
+        step: u64,
+        /// What happened.
+        message: String,
     },
 }
 
@@ -149,10 +157,23 @@ pub fn run_trace(
     subject: &mut dyn Subject,
     options: &RunOptions,
 ) -> Result<RunReport, SubjectError> {
+    // Ops are announced in chunks before they are stepped, so a subject across a pipe can batch
+    // them (`Subject::upcoming`); memory stays flat in the trace length.
+    const CHUNK: usize = 1024;
     let mut stepper = Stepper::new(setup, subject, options)?;
-    for op in ops {
-        if !stepper.step(op) {
+    let mut ops = ops.into_iter();
+    let mut chunk = Vec::with_capacity(CHUNK);
+    loop {
+        chunk.clear();
+        chunk.extend(ops.by_ref().take(CHUNK));
+        if chunk.is_empty() {
             break;
+        }
+        stepper.run.subject.upcoming(&chunk);
+        for op in chunk.drain(..) {
+            if !stepper.step(op) {
+                return Ok(stepper.finish());
+            }
         }
     }
     Ok(stepper.finish())
@@ -168,7 +189,7 @@ pub fn failure_of(
     let report = run_trace(&trace.setup, trace.ops.iter().cloned(), subject, options).ok()?;
     match report.verdict {
         Verdict::Fail(failure) => Some(failure),
-        Verdict::Pass | Verdict::Incompatible { .. } => None,
+        Verdict::Pass | Verdict::Incompatible { .. } | Verdict::Broken { .. } => None,
     }
 }
 
@@ -216,7 +237,11 @@ impl<'a> Stepper<'a> {
     pub fn step(&mut self, op: Op) -> bool {
         let step = self.steps;
         self.steps += 1;
-        match self.run.step(&op) {
+        let mut found = self.run.step(&op);
+        if let Err(SubjectError::Broken(message)) = self.run.subject.health() {
+            found = Err(Stop::Broken(message));
+        }
+        match found {
             Ok(None) => true,
             Ok(Some(violation)) => {
                 if self.verdict.passed() {
@@ -228,10 +253,16 @@ impl<'a> Stepper<'a> {
                 }
                 !self.run.stops_at_first()
             }
-            Err(reason) => {
+            Err(Stop::Unsupported(reason)) => {
                 if self.verdict.passed() {
                     self.verdict = Verdict::Incompatible { step, reason };
                 }
+                false
+            }
+            Err(Stop::Broken(message)) => {
+                // A subject that broke says nothing about its decisions, not even an earlier
+                // violation: the run is an error.
+                self.verdict = Verdict::Broken { step, message };
                 false
             }
         }

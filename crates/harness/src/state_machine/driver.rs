@@ -163,6 +163,12 @@ fn judge(
                 step: *step,
                 reason: reason.clone(),
             },
+            // A subject that broke (a child process that died) cannot run the case either; the
+            // reason says so, so the outcome is never mistaken for a pass.
+            Verdict::Broken { step, message } => Judged::Incompatible {
+                step: *step,
+                reason: format!("the subject broke: {message}"),
+            },
         }
     }));
     case.unwrap_or_else(|panic| Judged::Panicked {

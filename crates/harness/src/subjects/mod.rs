@@ -6,6 +6,7 @@
 #[cfg(any(test, feature = "test-fixtures"))]
 pub mod broken;
 pub mod core;
+pub mod exec;
 pub mod float;
 #[cfg(feature = "governor")]
 pub mod governor;
@@ -93,6 +94,11 @@ impl Registry {
     /// Every buildable name.
     pub fn names(&self) -> Vec<String> {
         self.factories.iter().flat_map(|f| f.names()).collect()
+    }
+
+    /// True if some factory builds `name`.
+    pub fn knows(&self, name: &str) -> bool {
+        self.factories.iter().any(|factory| factory.knows(name))
     }
 
     /// Builds `name` for `setup`.

@@ -1,0 +1,512 @@
+#!/usr/bin/env python3
+"""The Python reference adapter: an exact keyed token bucket speaking the subject protocol, version 1.
+
+What it owns: one independent implementation of docs/semantics.md (acquire with request-id records,
+reconfigure, forget, sweep, the key bound with its three policies, the eviction horizon) and the
+protocol of docs/subject-protocol.md over stdin/stdout (batched: it answers everything it has read,
+then flushes once).
+
+What it promises:
+- Exact: a key's balance is an integer count of units, one unit being 1/(q * 10^9) token for its
+  rate p/q, so one nanosecond of refill adds exactly p units. Python integers are unbounded, so
+  nothing overflows; the only roundings are the two the semantics prescribe (ceil of waits, floor
+  onto the new grid at reconfigure), and a wait that would pass 2^64 - 1 is "never".
+- It never reads a clock: every time comes from the request (`now_ns`).
+- Drops are lossless except under evict_least_recent: a bucket is dropped (sweep, amortized sweep,
+  room at the bound) only when evictable at its judgment time j = max(now, last_refill), and a new
+  bucket starts no earlier than the latest such j (the horizon), so a caller's clock that runs
+  backwards is never credited the same time twice.
+- Standard library only. `--bug NAME` plants one classic mistake, for proving the gate catches it.
+"""
+
+import json
+import os
+import sys
+from math import gcd
+
+U64_MAX = (1 << 64) - 1
+NS_PER_S = 1_000_000_000
+MAX_RATE_DENOM = 1 << 32
+# Entries the room scan at the key bound may look at: bounded, so a table full of non-full buckets
+# cannot turn each new key into a full scan.
+ROOM_SCAN = 32
+
+BUGS = {
+    "strict-greater": "the allow test is tokens > cost where tokens >= cost belongs",
+    "charge-denied": "a denial still subtracts the cost (down to 0)",
+    "no-clamp": "refill is not clamped at capacity",
+    "retry-floor": "waits are rounded down instead of up",
+    "no-horizon": "a dropped key comes back fresh at now, even under a clock that ran backwards",
+}
+
+
+class ProtocolError(Exception):
+    """A request this adapter cannot read: the harness side is broken, so the process exits 2."""
+
+
+class Config:
+    """One bandwidth: capacity in whole tokens, rate p/q tokens per second (reduced)."""
+
+    __slots__ = ("cap", "p", "units", "cap_units")
+
+    def __init__(self, cap, p, q):
+        self.cap = cap
+        self.p = p  # units added per nanosecond
+        self.units = q * NS_PER_S  # units per token
+        self.cap_units = cap * self.units
+
+
+class Entry:
+    """One held key: balance `n` in units of its config, refill cursor `last`, an override config
+    (None: the default; an override pins the key) and request-id records {id: (stamp, reply part)},
+    oldest first."""
+
+    __slots__ = ("key", "n", "last", "cfg", "recs")
+
+    def __init__(self, key, n, last):
+        self.key = key
+        self.n = n
+        self.last = last
+        self.cfg = None
+        self.recs = None
+
+
+def u64(obj, name):
+    value = obj[name]
+    if type(value) is not int or not 0 <= value <= U64_MAX:
+        raise ProtocolError(f"{name} is not an integer in [0, 2^64 - 1]: {value!r}")
+    return value
+
+
+def flag(obj, name):
+    value = obj.get(name)
+    if value is None:
+        return False
+    if type(value) is not bool:
+        raise ProtocolError(f"{name} is not a boolean: {value!r}")
+    return value
+
+
+def parse_config(value):
+    """A config array (exactly one bandwidth in version 1), or None if it is not a valid config."""
+    if type(value) is not list or len(value) != 1 or type(value[0]) is not dict:
+        raise ProtocolError(f"config is not an array of one bandwidth: {value!r}")
+    band = value[0]
+    if band.keys() != {"capacity", "rate_per_s", "rate"}:
+        raise ProtocolError(f"a bandwidth has fields {sorted(band)}")
+    cap, rate = u64(band, "capacity"), band["rate_per_s"]
+    try:
+        p_text, q_text = rate.split("/")
+        p, q = int(p_text), int(q_text)
+    except (AttributeError, ValueError):
+        raise ProtocolError(f"rate_per_s is not \"p/q\": {rate!r}") from None
+    if cap < 1 or p < 0 or q < 1:
+        return None
+    g = gcd(p, q)
+    p, q = p // g, q // g
+    return Config(cap, p, q) if q <= MAX_RATE_DENOM else None
+
+
+def wait_text(value):
+    return '"never"' if value is None else str(value)
+
+
+class Limiter:
+    """The keyed limiter of one trace: the default config, the key bound and its policy, the
+    request-id window, and the held keys. Each operation answers with its reply line (a str)."""
+
+    def __init__(self, bug=None):
+        self.bug = bug
+        self.setup(Config(1, 0, 1), U64_MAX, "reject_new_keys", 0, 0, 0)
+
+    def setup(self, default, max_keys, policy, sweep_per_op, window, per_key):
+        self.default = default
+        self.max_keys = max_keys
+        self.policy = policy
+        self.sweep_per_op = sweep_per_op
+        self.window = window
+        self.per_key = per_key
+        self.reset()
+
+    def reset(self):
+        self.table = {}
+        # Every held entry in insertion order, plus stale ones (dropped or replaced) skipped when
+        # met: the amortized sweep and the room scan walk it round-robin from `cursor`.
+        self.ring = []
+        self.cursor = 0
+        # The latest judgment time of any drop: a new bucket starts at max(now, horizon).
+        self.horizon = 0
+
+    # --- the bucket arithmetic -------------------------------------------------------------
+
+    def refilled(self, e, cfg, at):
+        """The balance of `e` refilled to its effective time t = max(at, last), and t."""
+        last = e.last
+        if at <= last:
+            return e.n, last
+        n = e.n + (at - last) * cfg.p
+        if n > cfg.cap_units and self.bug != "no-clamp":
+            n = cfg.cap_units
+        return n, at
+
+    def admits(self, n, cost_units):
+        if self.bug == "strict-greater":
+            return n > cost_units
+        return n >= cost_units
+
+    def wait(self, cfg, now, t, deficit):
+        """(t - now) + ceil(deficit / p) ns, or None ("never") with no refill or past 2^64 - 1."""
+        if cfg.p == 0:
+            return None
+        if self.bug == "retry-floor":
+            value = t - now + deficit // cfg.p
+        else:
+            value = t - now + -(-deficit // cfg.p)
+        return value if now + value <= U64_MAX else None
+
+    def reset_after(self, cfg, now, t, n):
+        return 0 if n >= cfg.cap_units else self.wait(cfg, now, t, cfg.cap_units - n)
+
+    def would_allow(self, key, at, cost):
+        e = self.table.get(key)
+        cfg = self.default if e is None or e.cfg is None else e.cfg
+        if cost == 0 or cost > cfg.cap:
+            return False
+        if e is None:
+            return True  # a fresh bucket is full (the key bound is not consulted)
+        n, _ = self.refilled(e, cfg, at)
+        return self.admits(n, cost * cfg.units)
+
+    def state(self, e):
+        if e is None:
+            return "null"
+        cfg = self.default if e.cfg is None else e.cfg
+        return f'{{"tokens":"{e.n}/{cfg.units}","last_refill_ns":{e.last},"capacity":{cfg.cap}}}'
+
+    # --- expiry and the key bound ----------------------------------------------------------
+
+    def evictable(self, e, s):
+        """The judgment time j = max(s, last) if `e` is evictable at `s` (full at j, no override, no
+        record live at j), else None."""
+        if e.cfg is not None:
+            return None
+        j = s if s > e.last else e.last
+        cfg = self.default
+        if e.n + (j - e.last) * cfg.p < cfg.cap_units:
+            return None
+        if e.recs:
+            window = self.window
+            for stamp, _ in e.recs.values():
+                if j < stamp + window:
+                    return None
+        return j
+
+    def drop(self, e, j):
+        del self.table[e.key]
+        if j > self.horizon:
+            self.horizon = j
+
+    def walk(self, budget, visit):
+        """Visits up to `budget` held entries round-robin from the cursor; `visit` returning True
+        ends the walk. Steps over a bounded number of slots, stale ones included."""
+        table, ring = self.table, self.ring
+        if len(ring) > 2 * len(table) + 64:
+            ring[:] = table.values()
+            self.cursor = 0
+        size = len(ring)
+        i, seen, steps = self.cursor, 0, 0
+        limit = min(size, 4 * budget + 64)
+        while steps < limit and seen < budget:
+            if i >= size:
+                i = 0
+            e = ring[i]
+            i += 1
+            steps += 1
+            if table.get(e.key) is not e:
+                continue
+            seen += 1
+            if visit(e):
+                break
+        self.cursor = i
+
+    def sweep_one(self, now):
+        def visit(e):
+            j = self.evictable(e, now)
+            if j is not None:
+                self.drop(e, j)
+            return False
+
+        return visit
+
+    def room_for_new_key(self, now):
+        """Before a new key is inserted: the amortized sweep, then room at the bound by the
+        policy. False (nothing dropped for it) if the key must be refused."""
+        if self.sweep_per_op:
+            self.walk(self.sweep_per_op, self.sweep_one(now))
+        if len(self.table) < self.max_keys:
+            return True
+        if self.policy == "reject_new_keys" or not self.table:
+            return False
+        found, oldest = [], []
+
+        def visit(e):
+            j = self.evictable(e, now)
+            if j is not None:
+                found.append((e, j))
+                return True
+            if e.cfg is None and (not oldest or e.last < oldest[0].last):
+                oldest[:] = [e]
+            return False
+
+        self.walk(ROOM_SCAN, visit)
+        if found:
+            self.drop(*found[0])
+            return True
+        if self.policy == "evict_least_recent" and oldest:
+            victim = oldest[0]  # lossy by contract; still raises the horizon to its judgment time
+            self.drop(victim, max(now, victim.last))
+            return True
+        return False
+
+    def insert(self, key, now):
+        cursor = now if self.bug == "no-horizon" else max(now, self.horizon)
+        e = Entry(key, self.default.cap_units, cursor)
+        self.table[key] = e
+        self.ring.append(e)
+        return e
+
+    # --- the operations ----------------------------------------------------------------------
+
+    def acquire(self, rid, key, now, cost, request_id, inspect, probe, slack):
+        e = self.table.get(key)
+        cfg = self.default if e is None or e.cfg is None else e.cfg
+        if cost == 0 or cost > cfg.cap:
+            shown = self.state(e) if inspect else None
+            return error(rid, "invalid_cost", f"cost {cost} is not in [1, {cfg.cap}]", shown)
+        if request_id is not None and e is not None and e.recs:
+            record = e.recs.get(request_id)
+            if record is not None and max(now, e.last) < record[0] + self.window:
+                tail = ""
+                if inspect:
+                    shown = self.state(e)
+                    tail = f',"before":{shown},"after":{shown}'
+                return f'{{"id":{rid},{record[1]},"created":false,"replayed":true{tail}}}'
+        created = e is None
+        if created:
+            if not self.room_for_new_key(now):
+                return error(rid, "key_limit", f"key {key} is new and the bound {self.max_keys} is full",
+                             "null" if inspect else None)
+            e = self.insert(key, now)
+            before = "null"
+        else:
+            before = self.state(e) if inspect else None
+        n, t = self.refilled(e, cfg, now)
+        cost_units = cost * cfg.units
+        if self.admits(n, cost_units):
+            n -= cost_units
+            body = (f'"allowed":true,"remaining":"{n}/{cfg.units}","retry_after_ns":null,'
+                    f'"reset_after_ns":{wait_text(self.reset_after(cfg, now, t, n))}')
+            retry = None
+        else:
+            retry = self.wait(cfg, now, t, cost_units - n)
+            body = (f'"allowed":false,"remaining":"{n}/{cfg.units}","retry_after_ns":{wait_text(retry)},'
+                    f'"reset_after_ns":{wait_text(self.reset_after(cfg, now, t, n))}')
+            if self.bug == "charge-denied":
+                n = max(0, n - cost_units)
+        e.n, e.last = n, t
+        if request_id is not None and self.window and self.per_key:
+            recs = e.recs
+            if recs is None:
+                recs = e.recs = {}
+            elif request_id in recs:
+                del recs[request_id]  # the new record replaces the old one, at the newest place
+            recs[request_id] = (t, body)
+            while len(recs) > self.per_key:
+                del recs[next(iter(recs))]
+        tail = ""
+        if inspect:
+            tail = f',"before":{before},"after":{self.state(e)}'
+        if probe and retry is not None:
+            at = min(now + retry + slack, U64_MAX)
+            ok_at = self.would_allow(key, at, cost)
+            ok_before = "null" if retry == 0 else bool_text(self.would_allow(key, now + retry - 1, cost))
+            tail += f',"retry":{{"at":{bool_text(ok_at)},"before":{ok_before}}}'
+        return f'{{"id":{rid},{body},"created":{bool_text(created)},"replayed":false{tail}}}'
+
+    def reconfigure(self, rid, key, now, new, inspect):
+        e = self.table.get(key)
+        before = self.state(e)
+        if new is None:
+            return error(rid, "unsupported", "invalid config", before if inspect else None)
+        if e is None:
+            if not self.room_for_new_key(now):
+                return error(rid, "key_limit", f"key {key} is new and the bound {self.max_keys} is full",
+                             before if inspect else None)
+            e = self.insert(key, now)
+        old = self.default if e.cfg is None else e.cfg
+        n, t = self.refilled(e, old, now)
+        n = n * new.units // old.units  # onto the new grid, rounding down
+        e.n, e.last, e.cfg = min(n, new.cap_units), t, new
+        if inspect:
+            return f'{{"id":{rid},"ok":true,"before":{before},"after":{self.state(e)}}}'
+        return f'{{"id":{rid},"ok":true}}'
+
+    def sweep(self, now):
+        for e in list(self.table.values()):
+            j = self.evictable(e, now)
+            if j is not None:
+                self.drop(e, j)
+
+    # --- the protocol ------------------------------------------------------------------------
+
+    def handle(self, obj):
+        if type(obj) is not dict:
+            raise ProtocolError("a request is not a JSON object")
+        op = obj.get("op")
+        shape = SHAPES.get(op)
+        rid = u64(obj, "id")
+        if shape is None:
+            return error(rid, "unsupported", f"unknown op {op!r}")
+        required, allowed = shape
+        keys = obj.keys()
+        if not required <= keys or not keys <= allowed:
+            raise ProtocolError(f"{op} has fields {sorted(keys)}; required {sorted(required)}, "
+                                f"allowed {sorted(allowed)}")
+        if op == "acquire":
+            request_id = obj.get("request_id")
+            if request_id is not None:
+                request_id = u64(obj, "request_id")
+            slack = u64(obj, "retry_slack_ns") if obj.get("retry_slack_ns") is not None else 0
+            return self.acquire(rid, u64(obj, "key"), u64(obj, "now_ns"), u64(obj, "cost"), request_id,
+                                flag(obj, "inspect"), flag(obj, "probe_retry"), slack)
+        if op == "would_allow":
+            allowed = self.would_allow(u64(obj, "key"), u64(obj, "now_ns"), u64(obj, "cost"))
+            return f'{{"id":{rid},"allowed":{bool_text(allowed)}}}'
+        if op == "inspect":
+            return f'{{"id":{rid},"state":{self.state(self.table.get(u64(obj, "key")))}}}'
+        if op == "reconfigure":
+            return self.reconfigure(rid, u64(obj, "key"), u64(obj, "now_ns"), parse_config(obj["config"]),
+                                    flag(obj, "inspect"))
+        if op == "forget":
+            self.table.pop(u64(obj, "key"), None)
+        elif op == "sweep":
+            self.sweep(u64(obj, "now_ns"))
+        elif op == "reset":
+            self.reset()
+        elif op == "setup":
+            default = parse_config(obj["config"])
+            policy = obj["policy"]
+            if policy not in ("reject_new_keys", "evict_full", "evict_least_recent"):
+                return error(rid, "unsupported", f"policy {policy!r}")
+            if default is None:
+                return error(rid, "unsupported", "invalid config")
+            self.setup(default, u64(obj, "max_keys"), policy, u64(obj, "sweep_per_op"),
+                       u64(obj, "dedupe_window_ns"), u64(obj, "dedupe_per_key"))
+        elif op == "hello":
+            if 1 not in obj["protocol"]:
+                return error(rid, "unsupported", "this adapter speaks protocol version 1 only")
+            name = "py-bucket" if self.bug is None else f"py-bucket+{self.bug}"
+            return (f'{{"id":{rid},"protocol":1,"name":"{name}","version":"1.0","capabilities":'
+                    '{"reconfigure":true,"forget":true,"sweep":true,"inspect":true,"would_allow":true,'
+                    '"request_ids":true,"evicts":true,"batch":1024,"bandwidths":1},'
+                    '"profile":{"name":"exact"}}')
+        return f'{{"id":{rid},"ok":true}}'
+
+
+def bool_text(value):
+    return "true" if value else "false"
+
+
+def error(rid, kind, message, shown=None):
+    """An error reply; `shown` (the key's state, unchanged by the error) adds `before` and `after`."""
+    text = json.dumps({"kind": kind, "message": message}, separators=(",", ":"))
+    tail = "" if shown is None else f',"before":{shown},"after":{shown}'
+    return f'{{"id":{rid},"error":{text}{tail}}}'
+
+
+def _shape(required, optional=()):
+    required = frozenset(("id", "op") + required)
+    return required, required | frozenset(optional)
+
+
+SHAPES = {
+    "hello": _shape(("protocol",)),
+    "setup": _shape(("config", "max_keys", "policy", "sweep_per_op", "dedupe_window_ns", "dedupe_per_key")),
+    "acquire": _shape(("key", "now_ns", "cost"), ("request_id", "inspect", "probe_retry", "retry_slack_ns")),
+    "reconfigure": _shape(("key", "now_ns", "config"), ("inspect",)),
+    "forget": _shape(("key",)),
+    "sweep": _shape(("now_ns",)),
+    "inspect": _shape(("key",)),
+    "would_allow": _shape(("key", "now_ns", "cost")),
+    "reset": _shape(()),
+}
+
+
+def decode(lines):
+    """The requests of a batch: one json.loads for all of them, else line by line (to name the bad one)."""
+    try:
+        batch = json.loads(b"[" + b",".join(lines) + b"]")
+        if len(batch) == len(lines):
+            return batch
+    except ValueError:
+        pass
+    requests = []
+    for line in lines:
+        try:
+            requests.append(json.loads(line))
+        except ValueError as e:
+            raise ProtocolError(f"not JSON ({e}): {line[:200]!r}") from None
+    return requests
+
+
+def serve(limiter, stdin_fd=0, stdout=None):
+    """Reads whatever input is available, answers every complete line, flushes once, repeats until EOF."""
+    stdout = stdout or sys.stdout.buffer
+    pending = b""
+    while True:
+        chunk = os.read(stdin_fd, 1 << 16)
+        if not chunk:
+            if not pending.strip():
+                return
+            chunk = b"\n"  # end of input: answer a last line that lacks its newline
+        pending += chunk
+        if b"\n" not in chunk:
+            continue
+        lines = pending.split(b"\n")
+        pending = lines.pop()
+        lines = [line for line in lines if line.strip()]
+        if not lines:
+            continue
+        handle = limiter.handle
+        replies = [handle(request) for request in decode(lines)]
+        stdout.write(("\n".join(replies) + "\n").encode())
+        stdout.flush()
+
+
+def main(argv):
+    bug = None
+    args = argv[1:]
+    if len(args) == 2 and args[0] == "--bug":
+        bug = args[1]
+        if bug not in BUGS:
+            known = ", ".join(f"{name} ({what})" for name, what in BUGS.items())
+            print(f"bucket.py: unknown bug {bug!r}; known: {known}", file=sys.stderr)
+            return 2
+    elif args:
+        print("usage: bucket.py [--bug NAME]", file=sys.stderr)
+        return 2
+    try:
+        serve(Limiter(bug))
+    except ProtocolError as e:
+        print(f"bucket.py: protocol error: {e}", file=sys.stderr)
+        return 2
+    except KeyError as e:
+        print(f"bucket.py: protocol error: missing field {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

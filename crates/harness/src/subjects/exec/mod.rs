@@ -1,0 +1,139 @@
+//! Exec subjects: any limiter, in any language, as a child process speaking the subject protocol
+//! (docs/subject-protocol.md) on its stdin and stdout.
+//!
+//! Roles: [`spec`] says what to start (an `exec:` command line or a `subjects/<name>.toml` file),
+//! [`wire`] is the messages, [`process`] one running child and its pipes, [`pool`] keeps healthy
+//! children between traces, and [`ExecSubject`] drives one trace through a child, batching ops
+//! without losing the probes the oracles ask for. [`ExecSubjects`] is the factory the registry
+//! uses.
+//!
+//! Promise: a child that breaks the protocol is a harness error ([`SubjectError::Broken`], exit 2
+//! in the gate), never a verdict about the limiter; a profile asked of a subject is never stronger
+//! than the one it declares.
+
+pub mod pool;
+pub mod process;
+pub mod serve;
+pub mod spec;
+mod subject;
+pub mod wire;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use self::pool::Pool;
+use self::process::Process;
+pub use self::spec::{Command, EXEC_PREFIX, ExecSpec, SpecError};
+pub use self::subject::{ExecSubject, bandwidths};
+use crate::subject::{Subject, SubjectError, SubjectFactory};
+use crate::trace::Setup;
+
+/// Builds `exec:<command line>` subjects (run in a given directory) and the subjects of a project's
+/// `subjects/*.toml` files (by file stem).
+pub struct ExecSubjects {
+    cwd: PathBuf,
+    files: BTreeMap<String, PathBuf>,
+    project: PathBuf,
+    pool: Arc<Pool>,
+}
+
+impl ExecSubjects {
+    /// `exec:` subjects only, run in `cwd`.
+    pub fn new(cwd: impl Into<PathBuf>) -> ExecSubjects {
+        let cwd = cwd.into();
+        ExecSubjects {
+            project: cwd.clone(),
+            cwd,
+            files: BTreeMap::new(),
+            pool: Arc::default(),
+        }
+    }
+
+    /// Also the subject files in `project/subjects/` (none if the directory does not exist);
+    /// a file's relative `cwd` is taken from `project`.
+    pub fn with_subject_files(mut self, project: &Path) -> Result<ExecSubjects, SpecError> {
+        self.project = project.to_path_buf();
+        let dir = project.join("subjects");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Ok(self);
+        };
+        for entry in entries {
+            let path = entry
+                .map_err(|source| SpecError::Io {
+                    path: dir.clone(),
+                    source,
+                })?
+                .path();
+            if path.extension().is_some_and(|e| e == "toml")
+                && let Some(stem) = path.file_stem()
+            {
+                // Parsed now, so a broken file is an error before anything runs.
+                ExecSpec::load(&path, project)?;
+                self.files.insert(stem.to_string_lossy().into_owned(), path);
+            }
+        }
+        Ok(self)
+    }
+
+    /// The subject files' names and paths.
+    pub fn files(&self) -> &BTreeMap<String, PathBuf> {
+        &self.files
+    }
+
+    /// What `name` starts, if it is this factory's.
+    pub fn spec(&self, name: &str) -> Option<Result<ExecSpec, SpecError>> {
+        if name.starts_with(EXEC_PREFIX) {
+            return Some(ExecSpec::from_exec_name(name, &self.cwd));
+        }
+        let path = self.files.get(name)?;
+        Some(ExecSpec::load(path, &self.project))
+    }
+
+    /// Builds the subject `spec` describes, under `name`, for `setup`.
+    pub fn build_spec(
+        &self,
+        name: &str,
+        spec: &ExecSpec,
+        setup: &Setup,
+    ) -> Result<ExecSubject, SubjectError> {
+        let process = match self.pool.take(name) {
+            Some(process) => process,
+            None => Process::start(&spec.command).map_err(|b| SubjectError::Broken(b.0))?,
+        };
+        let declared = process.hello.profile.clone();
+        let profile = spec.profile.clone().unwrap_or_else(|| declared.clone());
+        profile
+            .admits(&declared)
+            .map_err(|e| SubjectError::Broken(format!("subject {name:?}: {e}")))?;
+        ExecSubject::start(
+            name,
+            spec.clone(),
+            profile,
+            process,
+            Arc::clone(&self.pool),
+            setup,
+        )
+    }
+}
+
+impl SubjectFactory for ExecSubjects {
+    fn names(&self) -> Vec<String> {
+        self.files.keys().cloned().collect()
+    }
+
+    fn knows(&self, name: &str) -> bool {
+        name.starts_with(EXEC_PREFIX) || self.files.contains_key(name)
+    }
+
+    fn build(&self, name: &str, setup: &Setup) -> Option<Result<Box<dyn Subject>, SubjectError>> {
+        let spec = match self.spec(name)? {
+            Ok(spec) => spec,
+            Err(e) => return Some(Err(SubjectError::Broken(e.to_string()))),
+        };
+        Some(
+            self.build_spec(name, &spec, setup)
+                .map(|s| Box::new(s) as Box<dyn Subject>),
+        )
+    }
+}

@@ -1,0 +1,288 @@
+//! The subject side of the protocol for any in-process [`Subject`]: `bucketproof serve core` puts
+//! the built-in core behind a pipe, so the exec subject can be checked against a subject whose
+//! verdicts are known, and the protocol's own cost measured.
+//!
+//! Promise: one reply per request, in order, flushed whenever no more input is buffered (so a batch
+//! costs one write); a request that is not protocol version 1 ends the server with an error, as the
+//! protocol asks of every subject.
+
+use std::io::{BufRead, BufReader, Read, Write};
+
+use bucketproof_limiter::Wait;
+
+use super::wire::{
+    Capabilities, Reply, Request, RetryProbe, VERSIONS, WireAmount, WireError, WireState, WireWait,
+};
+use crate::subject::{Inspection, Subject, SubjectError};
+use crate::subjects::Registry;
+use crate::trace::{Acquire, ConfigSpec, Setup};
+
+/// The server stopped on a request it cannot read, or its pipes failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A line that is not a request of this protocol.
+    #[error("line {line}: not a request of the subject protocol: {what}")]
+    Request {
+        /// 1-based.
+        line: u64,
+        /// What is wrong.
+        what: String,
+    },
+    /// Reading or writing failed.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    /// The subject cannot be built at all.
+    #[error("{0}")]
+    Subject(String),
+}
+
+/// Serves `name` from `registry` on `input` and `output` until `input` ends.
+pub fn serve(
+    registry: &Registry,
+    name: &str,
+    mut input: BufReader<impl Read>,
+    mut output: impl Write,
+) -> Result<(), ServeError> {
+    let probe_setup = Setup::new(ConfigSpec::new(1, "1/s"));
+    let probe = registry
+        .build(name, &probe_setup)
+        .map_err(|e| ServeError::Subject(e.to_string()))?;
+    let evicts = probe.may_evict();
+    let profile = probe.profile();
+    drop(probe);
+    let mut subject: Option<Box<dyn Subject>> = None;
+    let mut line = String::new();
+    let mut number = 0;
+    loop {
+        line.clear();
+        if input.read_line(&mut line)? == 0 {
+            output.flush()?;
+            return Ok(());
+        }
+        number += 1;
+        let request: Request =
+            serde_json::from_str(line.trim_end()).map_err(|e| ServeError::Request {
+                line: number,
+                what: e.to_string(),
+            })?;
+        let mut reply = Reply {
+            id: request.id(),
+            ..Reply::default()
+        };
+        match request {
+            Request::Hello { protocol, .. } => {
+                let Some(version) = VERSIONS.iter().find(|v| protocol.contains(v)) else {
+                    return Err(ServeError::Request {
+                        line: number,
+                        what: format!("speaks none of {protocol:?}"),
+                    });
+                };
+                reply.protocol = Some(*version);
+                reply.name = Some(name.to_owned());
+                reply.version = Some(env!("CARGO_PKG_VERSION").to_owned());
+                reply.capabilities = Some(Capabilities {
+                    reconfigure: true,
+                    forget: true,
+                    sweep: true,
+                    inspect: true,
+                    would_allow: true,
+                    request_ids: true,
+                    evicts,
+                    batch: 1024,
+                    bandwidths: 1,
+                });
+                reply.profile = Some(profile.clone());
+            }
+            Request::Setup {
+                config,
+                max_keys,
+                policy,
+                sweep_per_op,
+                dedupe_window_ns,
+                dedupe_per_key,
+                ..
+            } => {
+                let setup = Setup {
+                    config: spec_of(&config),
+                    max_keys: to_usize(max_keys),
+                    policy,
+                    sweep_per_op: to_usize(sweep_per_op),
+                    dedupe_window_ns,
+                    dedupe_per_key: to_usize(dedupe_per_key),
+                };
+                match registry.build(name, &setup) {
+                    Ok(built) => {
+                        subject = Some(built);
+                        reply.ok = Some(true);
+                    }
+                    Err(error) => reply.error = Some(wire_error(&error)),
+                }
+            }
+            Request::Reset { .. } => {
+                subject = None;
+                reply.ok = Some(true);
+            }
+            request => match subject.as_deref_mut() {
+                None => {
+                    reply.error = Some(wire_error(&SubjectError::Unsupported("an op before setup")))
+                }
+                Some(subject) => answer(subject, request, &mut reply),
+            },
+        }
+        serde_json::to_writer(&mut output, &reply).map_err(std::io::Error::from)?;
+        output.write_all(b"\n")?;
+        // Nothing more buffered: the batch is answered, so the replies go out in one write (and
+        // the next read may block).
+        if input.buffer().is_empty() {
+            output.flush()?;
+        }
+    }
+}
+
+/// Answers an op of a running trace into `reply`.
+fn answer(subject: &mut dyn Subject, request: Request, reply: &mut Reply) {
+    let mut inspected = None;
+    let result = match request {
+        Request::Acquire {
+            key,
+            now_ns,
+            cost,
+            request_id,
+            inspect,
+            probe_retry,
+            retry_slack_ns,
+            ..
+        } => {
+            inspected = inspect.then_some(key);
+            let acquire = Acquire {
+                key,
+                cost,
+                now: now_ns,
+                request_id,
+            };
+            if inspect {
+                reply.before = Some(state(subject.inspect(key)));
+            }
+            subject.acquire(acquire).map(|observed| {
+                reply.allowed = Some(observed.allowed);
+                reply.remaining = Some(WireAmount::of(observed.remaining));
+                reply.retry_after_ns = Some(observed.retry_after.map(wire_wait));
+                reply.reset_after_ns = observed.reset_after.map(wire_wait);
+                reply.created = observed.created;
+                reply.replayed = Some(observed.replayed);
+                if inspect {
+                    reply.after = Some(state(subject.inspect(key)));
+                }
+                if let (true, false, false, Some(Wait::After(wait))) = (
+                    probe_retry,
+                    observed.allowed,
+                    observed.replayed,
+                    observed.retry_after,
+                ) {
+                    let at = |now: u64| Acquire { now, ..acquire };
+                    let retry_at = now_ns.saturating_add(wait);
+                    reply.retry = Some(RetryProbe {
+                        at: subject
+                            .would_allow(at(retry_at.saturating_add(retry_slack_ns)))
+                            .unwrap_or(false),
+                        before: (wait > 0)
+                            .then(|| subject.would_allow(at(retry_at - 1)))
+                            .flatten(),
+                    });
+                }
+            })
+        }
+        Request::Reconfigure {
+            key,
+            now_ns,
+            config,
+            inspect,
+            ..
+        } => {
+            inspected = inspect.then_some(key);
+            if inspect {
+                reply.before = Some(state(subject.inspect(key)));
+            }
+            subject
+                .reconfigure(key, &spec_of(&config), now_ns)
+                .map(|()| {
+                    reply.ok = Some(true);
+                    if inspect {
+                        reply.after = Some(state(subject.inspect(key)));
+                    }
+                })
+        }
+        Request::Forget { key, .. } => subject.forget(key).map(|()| reply.ok = Some(true)),
+        Request::Sweep { now_ns, .. } => subject.sweep(now_ns).map(|()| reply.ok = Some(true)),
+        Request::Inspect { key, .. } => {
+            reply.state = Some(state(subject.inspect(key)));
+            Ok(())
+        }
+        Request::WouldAllow {
+            key, now_ns, cost, ..
+        } => {
+            let acquire = Acquire {
+                key,
+                cost,
+                now: now_ns,
+                request_id: None,
+            };
+            reply.allowed = Some(subject.would_allow(acquire).unwrap_or(false));
+            Ok(())
+        }
+        Request::Hello { .. } | Request::Setup { .. } | Request::Reset { .. } => Ok(()),
+    };
+    if let Err(error) = result {
+        let before = reply.before.take();
+        *reply = Reply {
+            id: reply.id,
+            error: Some(wire_error(&error)),
+            ..Reply::default()
+        };
+        if let Some(key) = inspected {
+            reply.before = before;
+            reply.after = Some(state(subject.inspect(key)));
+        }
+    }
+}
+
+fn spec_of(config: &[super::wire::Bandwidth]) -> ConfigSpec {
+    let first = config.first();
+    let rate = first.map_or_else(String::new, |b| match b.rate_per_s.split_once('/') {
+        Some((p, q)) => format!("{p}/{q}s"),
+        None => format!("{}/s", b.rate_per_s),
+    });
+    ConfigSpec::new(first.map_or(0, |b| b.capacity), rate)
+}
+
+fn to_usize(value: u64) -> usize {
+    usize::try_from(value).unwrap_or(usize::MAX)
+}
+
+fn state(inspection: Inspection) -> Option<WireState> {
+    inspection.held().map(|held| WireState {
+        tokens: WireAmount::of(held.tokens),
+        last_refill_ns: held.last_refill,
+        capacity: held.capacity,
+    })
+}
+
+fn wire_wait(wait: Wait) -> WireWait {
+    match wait {
+        Wait::After(ns) => WireWait::Ns(ns),
+        Wait::Never => WireWait::never(),
+    }
+}
+
+fn wire_error(error: &SubjectError) -> WireError {
+    let kind = match error {
+        SubjectError::InvalidCost => "invalid_cost",
+        SubjectError::KeyLimitReached => "key_limit",
+        SubjectError::Unsupported(_) => "unsupported",
+        SubjectError::Store(_) | SubjectError::Build(_) | SubjectError::Broken(_) => "store",
+    };
+    WireError {
+        kind: kind.into(),
+        message: error.to_string(),
+    }
+}

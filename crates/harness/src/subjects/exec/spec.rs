@@ -1,0 +1,258 @@
+//! What starts an exec subject: a [`Command`] (program, arguments, environment, directory, per-op
+//! timeout) and the profile to check it under, from an `exec:` name or a subject file.
+//!
+//! Promise: an `exec:` command line is split into words as a POSIX shell would and run without one;
+//! a subject file is refused, with `file:line:column`, on a syntax error, a bad value or an unknown
+//! field. The same [`ExecSpec`] is written into counterexample files, so `replay` starts the same
+//! command.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::profile::{Profile, ProfileName};
+use crate::scenario::DurationNs;
+
+/// The prefix of a subject given as a command line.
+pub const EXEC_PREFIX: &str = "exec:";
+
+/// The per-request timeout when none is given.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How to start the child.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Command {
+    /// The program (found on `PATH`, or a path).
+    pub program: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Added to the harness's environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Its working directory.
+    pub cwd: PathBuf,
+    /// Per request.
+    #[serde(with = "timeout_ms", rename = "timeout_ms")]
+    pub timeout: Duration,
+}
+
+mod timeout_ms {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(timeout: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
+}
+
+impl Command {
+    /// The command line as one would type it (for messages).
+    pub fn display(&self) -> String {
+        let words = std::iter::once(&self.program).chain(&self.args);
+        shell_words::join(words)
+    }
+}
+
+/// An exec subject: the command, and the profile asked of it (`None`: the one it declares).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecSpec {
+    /// How to start it.
+    pub command: Command,
+    /// The profile to check; `None`: the subject's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
+}
+
+/// A subject that cannot be started as written.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// `exec:` with nothing to run, or quotes that do not close.
+    #[error("subject {name:?}: {what}")]
+    CommandLine {
+        /// The subject as given.
+        name: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// A subject file that cannot be read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A subject file that does not parse.
+    #[error("{}:{line}:{column}: {message}", path.display())]
+    At {
+        /// The file.
+        path: PathBuf,
+        /// 1-based.
+        line: usize,
+        /// 1-based.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl ExecSpec {
+    /// An `exec:<command line>` subject, run in `cwd`.
+    pub fn from_exec_name(name: &str, cwd: &Path) -> Result<ExecSpec, SpecError> {
+        let line = name.strip_prefix(EXEC_PREFIX).unwrap_or(name);
+        let invalid = |what: String| SpecError::CommandLine {
+            name: name.to_owned(),
+            what,
+        };
+        let mut words = shell_words::split(line)
+            .map_err(|e| invalid(format!("cannot split the command line: {e}")))?
+            .into_iter();
+        let program = words
+            .next()
+            .ok_or_else(|| invalid("no command after \"exec:\"".into()))?;
+        Ok(ExecSpec {
+            command: Command {
+                program,
+                args: words.collect(),
+                env: BTreeMap::new(),
+                cwd: cwd.to_path_buf(),
+                timeout: DEFAULT_TIMEOUT,
+            },
+            profile: None,
+        })
+    }
+
+    /// A subject file; relative directories are taken from `project` (the directory holding
+    /// `subjects/`).
+    pub fn load(path: &Path, project: &Path) -> Result<ExecSpec, SpecError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        ExecSpec::parse(&text, path, project)
+    }
+
+    /// Parses subject-file text (`path` names it in errors).
+    pub fn parse(text: &str, path: &Path, project: &Path) -> Result<ExecSpec, SpecError> {
+        let file: SubjectFile = toml::from_str(text).map_err(|error| {
+            let offset = error.span().map_or(0, |span| span.start);
+            let (line, column) = crate::scenario::line_column(text, offset);
+            SpecError::At {
+                path: path.to_path_buf(),
+                line,
+                column,
+                message: error.message().to_owned(),
+            }
+        })?;
+        let profile = match file.profile {
+            None => None,
+            Some(ProfileField::Name(name)) => Some(Profile {
+                name,
+                ..Profile::default()
+            }),
+            Some(ProfileField::Full(profile)) => Some(profile),
+        };
+        if let Some(Err(e)) = profile.as_ref().map(Profile::tolerance) {
+            return Err(SpecError::At {
+                path: path.to_path_buf(),
+                line: 1,
+                column: 1,
+                message: e.to_string(),
+            });
+        }
+        let cwd = project.join(file.cwd.unwrap_or_else(|| PathBuf::from(".")));
+        Ok(ExecSpec {
+            command: Command {
+                program: file.command,
+                args: file.args,
+                env: file.env,
+                cwd,
+                timeout: Duration::from_nanos(file.timeout.map_or(
+                    u64::try_from(DEFAULT_TIMEOUT.as_nanos()).unwrap_or(u64::MAX),
+                    |t| t.0,
+                )),
+            },
+            profile,
+        })
+    }
+}
+
+/// `subjects/<name>.toml` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubjectFile {
+    command: String,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<PathBuf>,
+    timeout: Option<DurationNs>,
+    profile: Option<ProfileField>,
+}
+
+/// `profile = "safety"` or `profile = { name = "safety", ... }`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ProfileField {
+    Name(ProfileName),
+    Full(Profile),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exec_names_split_like_a_shell_without_one() {
+        let spec = ExecSpec::from_exec_name(
+            "exec:python3 'my limiter.py' --bug strict-greater $HOME",
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(spec.command.program, "python3");
+        assert_eq!(
+            spec.command.args,
+            ["my limiter.py", "--bug", "strict-greater", "$HOME"]
+        );
+        for bad in ["exec:", "exec:   ", "exec:python3 'open"] {
+            let error = ExecSpec::from_exec_name(bad, Path::new(".")).unwrap_err();
+            assert!(error.to_string().contains(bad), "{error}");
+        }
+    }
+
+    #[test]
+    fn subject_files_read_every_field_and_refuse_typos_with_their_place() {
+        let text = "command = \"node\"\nargs = [\"a.js\"]\nenv = { A = \"1\" }\ncwd = \"adapters\"\n\
+                    timeout = \"2s\"\nprofile = { name = \"safety\", time_resolution = \"ms\" }\n";
+        let spec = ExecSpec::parse(text, Path::new("s.toml"), Path::new("proj")).unwrap();
+        assert_eq!(spec.command.cwd, Path::new("proj").join("adapters"));
+        assert_eq!(spec.command.timeout, Duration::from_secs(2));
+        assert_eq!(spec.command.env["A"], "1");
+        assert!(spec.profile.unwrap().is_safety());
+        let short = ExecSpec::parse(
+            "command = \"x\"\nprofile = \"exact\"\n",
+            Path::new("s.toml"),
+            Path::new("."),
+        )
+        .unwrap();
+        assert_eq!(short.profile, Some(Profile::exact()));
+        let error = ExecSpec::parse(
+            "command = \"x\"\ntimout = \"1s\"\n",
+            Path::new("s.toml"),
+            Path::new("."),
+        )
+        .unwrap_err();
+        assert!(error.to_string().starts_with("s.toml:2:1:"), "{error}");
+    }
+}

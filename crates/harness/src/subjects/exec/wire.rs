@@ -1,0 +1,459 @@
+//! The messages of the subject protocol (docs/subject-protocol.md), as serde types, in both
+//! directions: the exec subject writes [`Request`]s and reads [`Reply`]s; [`crate::protocol::serve`]
+//! does the reverse.
+//!
+//! Promise: unknown fields are refused both ways, so a misspelt field is an error, never a silent
+//! default. A reply is read into one struct of optional fields and then held to the shape its request
+//! calls for ([`Reply::check_shape`]), because replies carry no tag of their own.
+
+use serde::{Deserialize, Serialize};
+
+use crate::profile::Profile;
+use crate::subject::Amount;
+
+/// The protocol versions this harness speaks.
+pub const VERSIONS: [u32; 1] = [1];
+
+/// One bandwidth of a config.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Bandwidth {
+    /// Whole tokens.
+    pub capacity: u64,
+    /// Tokens per second, reduced: `"p/q"`.
+    pub rate_per_s: String,
+    /// The rate as the scenario wrote it.
+    pub rate: String,
+}
+
+/// A request, tagged by `op`; every one carries its `id`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    /// The handshake.
+    Hello {
+        /// Sequence number.
+        id: u64,
+        /// Versions the harness speaks.
+        protocol: Vec<u32>,
+    },
+    /// A trace begins.
+    Setup {
+        /// Sequence number.
+        id: u64,
+        /// The default config.
+        config: Vec<Bandwidth>,
+        /// The key bound.
+        max_keys: u64,
+        /// What happens at it.
+        policy: crate::trace::PolicySpec,
+        /// The amortized sweep's hint.
+        sweep_per_op: u64,
+        /// Request-id window.
+        dedupe_window_ns: u64,
+        /// Records kept per key.
+        dedupe_per_key: u64,
+    },
+    /// An acquire.
+    Acquire {
+        /// Sequence number.
+        id: u64,
+        /// The key.
+        key: u64,
+        /// Time.
+        now_ns: u64,
+        /// Whole tokens.
+        cost: u64,
+        /// Idempotency id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        request_id: Option<u64>,
+        /// Answer `before` and `after`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        inspect: bool,
+        /// Answer `retry` for a finite denial.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        probe_retry: bool,
+        /// `retry.at` is asked at `now + retry_after + retry_slack_ns`.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        retry_slack_ns: u64,
+    },
+    /// A reconfiguration.
+    Reconfigure {
+        /// Sequence number.
+        id: u64,
+        /// The key.
+        key: u64,
+        /// Time.
+        now_ns: u64,
+        /// The new config.
+        config: Vec<Bandwidth>,
+        /// Answer `before` and `after`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        inspect: bool,
+    },
+    /// Drop a key.
+    Forget {
+        /// Sequence number.
+        id: u64,
+        /// The key.
+        key: u64,
+    },
+    /// Drop evictable buckets.
+    Sweep {
+        /// Sequence number.
+        id: u64,
+        /// Time.
+        now_ns: u64,
+    },
+    /// Show a key's state.
+    Inspect {
+        /// Sequence number.
+        id: u64,
+        /// The key.
+        key: u64,
+    },
+    /// Would this acquire be admitted?
+    WouldAllow {
+        /// Sequence number.
+        id: u64,
+        /// The key.
+        key: u64,
+        /// Time.
+        now_ns: u64,
+        /// Whole tokens.
+        cost: u64,
+    },
+    /// Drop everything; a setup follows.
+    Reset {
+        /// Sequence number.
+        id: u64,
+    },
+}
+
+impl Request {
+    /// The request's sequence number.
+    pub fn id(&self) -> u64 {
+        match self {
+            Request::Hello { id, .. }
+            | Request::Setup { id, .. }
+            | Request::Acquire { id, .. }
+            | Request::Reconfigure { id, .. }
+            | Request::Forget { id, .. }
+            | Request::Sweep { id, .. }
+            | Request::Inspect { id, .. }
+            | Request::WouldAllow { id, .. }
+            | Request::Reset { id } => *id,
+        }
+    }
+
+    /// The `op` name.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Hello { .. } => "hello",
+            Request::Setup { .. } => "setup",
+            Request::Acquire { .. } => "acquire",
+            Request::Reconfigure { .. } => "reconfigure",
+            Request::Forget { .. } => "forget",
+            Request::Sweep { .. } => "sweep",
+            Request::Inspect { .. } => "inspect",
+            Request::WouldAllow { .. } => "would_allow",
+            Request::Reset { .. } => "reset",
+        }
+    }
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
+}
+
+/// An amount on the wire: `"a/b"` or a JSON number.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum WireAmount {
+    /// `"a/b"`.
+    Text(String),
+    /// A number.
+    Number(serde_json::Number),
+}
+
+impl WireAmount {
+    /// The amount, or `None` if it is not one.
+    pub fn to_amount(&self) -> Option<Amount> {
+        match self {
+            WireAmount::Text(text) => crate::profile::parse_amount(text),
+            WireAmount::Number(number) => match number.as_u64() {
+                Some(whole) => Some(Amount::Exact {
+                    numer: u128::from(whole),
+                    denom: 1,
+                }),
+                None => number.as_f64().map(Amount::Approx),
+            },
+        }
+    }
+
+    /// An amount as the protocol writes it: exact as `"a/b"`, a float as a number.
+    pub fn of(amount: Amount) -> WireAmount {
+        match amount {
+            Amount::Exact { numer, denom } => WireAmount::Text(format!("{numer}/{denom}")),
+            Amount::Approx(value) => serde_json::Number::from_f64(value)
+                .map_or_else(|| WireAmount::Text("NaN".into()), WireAmount::Number),
+        }
+    }
+}
+
+/// A wait on the wire: ns, `"never"` or null.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum WireWait {
+    /// Nanoseconds.
+    Ns(u64),
+    /// `"never"` (any other string is refused when read).
+    Word(String),
+}
+
+impl WireWait {
+    /// `"never"`.
+    pub fn never() -> WireWait {
+        WireWait::Word("never".into())
+    }
+}
+
+/// A key's state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireState {
+    /// Balance.
+    pub tokens: WireAmount,
+    /// Refill cursor.
+    pub last_refill_ns: u64,
+    /// Capacity in force.
+    pub capacity: u64,
+}
+
+/// The capabilities of the handshake; every field is required.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capabilities {
+    /// `reconfigure` requests.
+    pub reconfigure: bool,
+    /// `forget` requests.
+    pub forget: bool,
+    /// `sweep` requests.
+    pub sweep: bool,
+    /// `inspect` requests and the `inspect` probe.
+    pub inspect: bool,
+    /// `would_allow` requests and the `probe_retry` probe.
+    pub would_allow: bool,
+    /// Acquires with request ids.
+    pub request_ids: bool,
+    /// The subject drops buckets on its own.
+    pub evicts: bool,
+    /// Requests that may be outstanding (>= 1).
+    pub batch: u64,
+    /// Bandwidths per key (>= 1).
+    pub bandwidths: u64,
+}
+
+/// The answer of a `retry` probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryProbe {
+    /// `would_allow` at `now + retry_after`.
+    pub at: bool,
+    /// At `now + retry_after - 1` (`None` for a wait of 0).
+    #[serde(default)]
+    pub before: Option<bool>,
+}
+
+/// A typed error reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireError {
+    /// `invalid_cost`, `key_limit`, `unsupported`, `store`.
+    pub kind: String,
+    /// For people.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Any reply: the union of every reply's fields, each optional here; [`Reply::check_shape`] holds it
+/// to its request's shape.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reply {
+    /// The request's id.
+    pub id: u64,
+    /// `hello`: the chosen version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<u32>,
+    /// `hello`: the subject's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `hello`: its version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// `hello`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Capabilities>,
+    /// `hello`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
+    /// `setup`, `reconfigure`, `forget`, `sweep`, `reset`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ok: Option<bool>,
+    /// `acquire`, `would_allow`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed: Option<bool>,
+    /// `acquire`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remaining: Option<WireAmount>,
+    /// `acquire`: present (possibly null).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub retry_after_ns: Option<Option<WireWait>>,
+    /// `acquire`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_after_ns: Option<WireWait>,
+    /// `acquire`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created: Option<bool>,
+    /// `acquire`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replayed: Option<bool>,
+    /// `acquire`, `reconfigure` with `inspect`: present (possibly null).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub before: Option<Option<WireState>>,
+    /// As `before`.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub after: Option<Option<WireState>>,
+    /// `acquire` with `probe_retry`, for a finite denial.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryProbe>,
+    /// `inspect`: present (possibly null).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub state: Option<Option<WireState>>,
+    /// Any request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<WireError>,
+}
+
+/// A field that is present, possibly as `null`: `Some(None)` for null, `None` only when absent.
+fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
+}
+
+impl Reply {
+    /// The names of the fields that are set, besides `id`.
+    fn fields(&self) -> Vec<&'static str> {
+        let mut set = Vec::new();
+        let mut note = |name, is_set: bool| {
+            if is_set {
+                set.push(name);
+            }
+        };
+        note("protocol", self.protocol.is_some());
+        note("name", self.name.is_some());
+        note("version", self.version.is_some());
+        note("capabilities", self.capabilities.is_some());
+        note("profile", self.profile.is_some());
+        note("ok", self.ok.is_some());
+        note("allowed", self.allowed.is_some());
+        note("remaining", self.remaining.is_some());
+        note("retry_after_ns", self.retry_after_ns.is_some());
+        note("reset_after_ns", self.reset_after_ns.is_some());
+        note("created", self.created.is_some());
+        note("replayed", self.replayed.is_some());
+        note("before", self.before.is_some());
+        note("after", self.after.is_some());
+        note("retry", self.retry.is_some());
+        note("state", self.state.is_some());
+        set
+    }
+
+    /// Holds a non-error reply to the shape of `request`: every required field present, no field
+    /// of another reply. `Err` names what is wrong.
+    pub fn check_shape(&self, request: &Request) -> Result<(), String> {
+        let inspected = matches!(
+            request,
+            Request::Acquire { inspect: true, .. } | Request::Reconfigure { inspect: true, .. }
+        );
+        if self.error.is_some() {
+            // An error changes nothing; with `inspect` it still shows the state around it, so the
+            // invariant oracle can check that.
+            let allowed: &[&str] = if inspected { &["before", "after"] } else { &[] };
+            let fields = self.fields();
+            if let Some(missing) = allowed.iter().find(|name| !fields.contains(name)) {
+                return Err(format!(
+                    "the error reply to {} has no {missing:?}",
+                    request.op()
+                ));
+            }
+            return match fields.iter().find(|name| !allowed.contains(name)) {
+                None => Ok(()),
+                Some(other) => Err(format!("an error reply also has {other:?}")),
+            };
+        }
+        let (required, optional): (&[&str], &[&str]) = match request {
+            Request::Hello { .. } => (
+                &["protocol", "name", "version", "capabilities", "profile"],
+                &[],
+            ),
+            Request::Setup { .. }
+            | Request::Forget { .. }
+            | Request::Sweep { .. }
+            | Request::Reset { .. } => (&["ok"], &[]),
+            Request::Reconfigure { inspect, .. } => match inspect {
+                true => (&["ok", "before", "after"], &[]),
+                false => (&["ok"], &[]),
+            },
+            Request::Acquire { inspect, .. } => match inspect {
+                true => (
+                    &["allowed", "remaining", "retry_after_ns", "before", "after"],
+                    &["reset_after_ns", "created", "replayed", "retry"],
+                ),
+                false => (
+                    &["allowed", "remaining", "retry_after_ns"],
+                    &["reset_after_ns", "created", "replayed", "retry"],
+                ),
+            },
+            Request::Inspect { .. } => (&["state"], &[]),
+            Request::WouldAllow { .. } => (&["allowed"], &[]),
+        };
+        let fields = self.fields();
+        if let Some(missing) = required.iter().find(|name| !fields.contains(name)) {
+            return Err(format!("the reply to {} has no {missing:?}", request.op()));
+        }
+        if let Some(foreign) = fields
+            .iter()
+            .find(|name| !required.contains(name) && !optional.contains(name))
+        {
+            return Err(format!(
+                "the reply to {} has a field of another reply: {foreign:?}",
+                request.op()
+            ));
+        }
+        if self.ok == Some(false) {
+            return Err(format!("the reply to {} says \"ok\": false", request.op()));
+        }
+        Ok(())
+    }
+}
