@@ -3,6 +3,9 @@
 //! classic mistakes (`--bug NAME`) is caught with a shrunk counterexample of at most 6 ops that
 //! replays from its file through the recorded command.
 //!
+//! The millitoken bucket (`adapters/python/millitokens.py`), safe but inexact, passes under the
+//! safety profile it declares, cannot be checked as exact, and its overselling bugs are caught.
+//!
 //! An adapter whose interpreter is missing is skipped with a loud line, and
 //! `BUCKETPROOF_REQUIRE_ADAPTERS=1` (CI sets it) turns that skip into a failure.
 
@@ -122,4 +125,67 @@ fn each_planted_bug_is_caught_small_and_replays() {
             );
         }
     }
+}
+
+#[test]
+fn a_safe_inexact_limiter_passes_the_safety_profile_and_its_overselling_is_caught() {
+    if !runs("python3") {
+        return;
+    }
+    let out = bucketproof(&["check", "--json", "--subject", "python-millitokens"]);
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(summary["failures"], 0);
+    let runs: Vec<&serde_json::Value> = summary["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["runs"].as_array().unwrap())
+        .filter(|run| run["status"] == "pass")
+        .collect();
+    assert!(runs.len() >= 20, "{summary}");
+    assert!(runs.iter().all(|run| run["profile"] == "safety"));
+    // It rounds, so the model's distance is there, measured and reported, not a failure.
+    assert!(
+        runs.iter()
+            .any(|run| run["divergence"]["value_mismatches"].as_u64() > Some(0)),
+        "{summary}"
+    );
+    for bug in ["no-clamp", "ceil-refill"] {
+        let subject = format!("exec:python3 adapters/python/millitokens.py --bug {bug}");
+        let reports = scratch(&format!("millitokens-{bug}")).join("reports");
+        let out = bucketproof(&[
+            "check",
+            "--subject",
+            &subject,
+            "--reports",
+            reports.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{bug}: {}", text(&out.stderr));
+    }
+    // Asking the exact profile of a subject that declares safety is an error, not a verdict.
+    let dir = scratch("millitokens-exact");
+    std::fs::create_dir_all(dir.join("subjects")).unwrap();
+    std::fs::create_dir_all(dir.join("scenarios")).unwrap();
+    std::fs::copy(
+        common::workspace().join("scenarios/exact-refill.toml"),
+        dir.join("scenarios/exact-refill.toml"),
+    )
+    .unwrap();
+    let script = common::workspace().join("adapters/python/millitokens.py");
+    std::fs::write(
+        dir.join("subjects/strict.toml"),
+        format!(
+            "command = \"python3\"\nargs = [{:?}]\nprofile = \"exact\"\n",
+            script
+        ),
+    )
+    .unwrap();
+    let out = bucketproof_in(&dir, &["check", "--subject", "strict"]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains("declares profile safety; it cannot be checked as exact"),
+        "{all}"
+    );
 }

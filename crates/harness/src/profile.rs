@@ -26,6 +26,16 @@ pub enum ProfileName {
     Safety,
 }
 
+impl ProfileName {
+    /// The stable name (`exact`, `safety`).
+    pub fn word(self) -> &'static str {
+        match self {
+            ProfileName::Exact => "exact",
+            ProfileName::Safety => "safety",
+        }
+    }
+}
+
 /// A new bucket's balance.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -130,7 +140,11 @@ pub enum ProfileError {
     #[error("profile tolerance {0:?} is not an amount \"a/b\" (a >= 0, b > 0)")]
     Tolerance(String),
     /// A stronger profile was asked for than the subject declares.
-    #[error("the subject declares profile {declared:?}; it cannot be checked as {asked:?}")]
+    #[error(
+        "the subject declares profile {}; it cannot be checked as {} (only a weaker profile may be asked)",
+        declared.word(),
+        asked.word()
+    )]
     Stronger {
         /// What the subject declares.
         declared: ProfileName,
@@ -155,10 +169,7 @@ impl Profile {
 
     /// The stable name (`exact`, `safety`).
     pub fn word(&self) -> &'static str {
-        match self.name {
-            ProfileName::Exact => "exact",
-            ProfileName::Safety => "safety",
-        }
+        self.name.word()
     }
 
     /// True for the safety profile.

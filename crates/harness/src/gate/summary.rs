@@ -43,10 +43,12 @@ pub(super) fn json(outcome: &GateOutcome) -> String {
     text
 }
 
-/// `; profile exact` when every run had one profile, else `; profiles: exact 40, safety 8`.
+/// `; profile exact` when every run that ran had one profile, else `; profiles: exact 40, safety 8`
+/// (a run skipped or in error before its subject was built has no profile to name).
 fn profiles(outcome: &GateOutcome) -> String {
     let mut counts: std::collections::BTreeMap<&str, usize> = Default::default();
-    for run in outcome.reports.iter().flat_map(|report| &report.runs) {
+    let ran = outcome.reports.iter().flat_map(|report| &report.runs);
+    for run in ran.filter(|run| run.steps > 0) {
         *counts.entry(run.profile.as_str()).or_default() += 1;
     }
     match counts.len() {
