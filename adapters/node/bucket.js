@@ -4,8 +4,8 @@
 //
 // Owns: the bucket rules of docs/semantics.md (acquire, reconfigure, forget, sweep, the key bound
 // with its three policies, request-id records), the parsing of request lines and the writing of
-// replies. Promises: every number is a BigInt, so nothing rounds or overflows (times and keys go up
-// to 2^64 - 1); a balance is a whole number of units of 1/(q * 10^9) token, so a nanosecond of
+// replies. Promises: every number the limiter sees is a BigInt, so nothing rounds or overflows
+// (times and keys go up to 2^64 - 1); a balance is a whole number of units of 1/(q * 10^9) token, so a nanosecond of
 // refill at p/q tokens per second is exactly p units and every wait is ceil(deficit / p) ns; it
 // never reads a clock (the time is each request's now_ns); an error changes nothing; a request it
 // cannot read ends the process with exit 2 instead of being guessed at.
