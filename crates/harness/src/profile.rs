@@ -85,15 +85,27 @@ pub struct Profile {
     /// Which profile.
     pub name: ProfileName,
     /// A new bucket's balance.
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_default",
+        deserialize_with = "null_is_default"
+    )]
     pub starts: Starts,
     /// The subject's unit of time.
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_default",
+        deserialize_with = "null_is_default"
+    )]
     pub time_resolution: Resolution,
     /// How it rounds a retry-after.
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_default",
+        deserialize_with = "null_is_default"
+    )]
     pub retry_after_rounding: Rounding,
-    /// Tokens added to the arrival-curve bound, as `"a/b"` (or a whole number); `None` is 0.
+    /// Tokens added to the arrival-curve bound, as `"a/b"`; `None` is 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerance: Option<String>,
 }
@@ -102,11 +114,20 @@ fn is_default<T: Default + PartialEq>(value: &T) -> bool {
     *value == T::default()
 }
 
+/// The protocol's rule for optional fields: `null` is the same as absent.
+fn null_is_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Option::unwrap_or_default)
+}
+
 /// A profile that cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ProfileError {
     /// The tolerance is not an amount `>= 0`.
-    #[error("profile tolerance {0:?} is not a non-negative amount (\"a/b\" or a whole number)")]
+    #[error("profile tolerance {0:?} is not an amount \"a/b\" (a >= 0, b > 0)")]
     Tolerance(String),
     /// A stronger profile was asked for than the subject declares.
     #[error("the subject declares profile {declared:?}; it cannot be checked as {asked:?}")]
@@ -169,13 +190,13 @@ impl Profile {
     }
 }
 
-/// An exact amount written `"a/b"` or `"a"` (decimal integers, `b > 0`).
+/// An exact amount written `"a/b"`: decimal integers without leading zeros, `b > 0` (the protocol's
+/// one string form, as its JSON Schema states it).
 pub fn parse_amount(text: &str) -> Option<Amount> {
-    let (numer, denom) = match text.split_once('/') {
-        Some((numer, denom)) => (numer, denom),
-        None => (text, "1"),
+    let (numer, denom) = text.split_once('/')?;
+    let digits = |s: &str| {
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && (s == "0" || !s.starts_with('0'))
     };
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     if !digits(numer) || !digits(denom) {
         return None;
     }
@@ -192,6 +213,9 @@ mod tests {
     fn profiles_read_as_the_protocol_writes_them() {
         let exact: Profile = serde_json::from_str(r#"{"name":"exact"}"#).unwrap();
         assert_eq!(exact, Profile::exact());
+        let nulls: Profile =
+            serde_json::from_str(r#"{"name":"safety","starts":null,"tolerance":null}"#).unwrap();
+        assert_eq!(nulls, Profile::safety());
         let safety: Profile = serde_json::from_str(
             r#"{"name":"safety","starts":"empty","time_resolution":"ms","tolerance":"1/2"}"#,
         )
@@ -224,10 +248,12 @@ mod tests {
             Some(Amount::Exact { numer: 3, denom: 4 })
         );
         assert_eq!(
-            parse_amount("7"),
-            Some(Amount::Exact { numer: 7, denom: 1 })
+            parse_amount("0/1"),
+            Some(Amount::Exact { numer: 0, denom: 1 })
         );
-        for bad in ["1/0", "", "/2", "1/", "-1/2", "1.5", " 1/2", "1/2/3"] {
+        for bad in [
+            "1/0", "", "/2", "1/", "-1/2", "1.5", " 1/2", "1/2/3", "7", "07/1", "1/01",
+        ] {
             assert_eq!(parse_amount(bad), None, "{bad:?}");
         }
     }

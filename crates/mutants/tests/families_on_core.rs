@@ -71,6 +71,9 @@ fn every_family_passes(subject: &str) {
             Verdict::Incompatible { step, reason } => {
                 failures.push(format!("{label}: stopped at step {step}: {reason}"))
             }
+            Verdict::Broken { step, message } => {
+                failures.push(format!("{label}: broke at step {step}: {message}"))
+            }
         }
     }
     // `--nocapture` shows every failure; the assertion names the first.

@@ -11,14 +11,30 @@
 //! says so; everything written except the terminal lines of an [`Observer`] is a function of the
 //! scenarios, seeds, subjects and options, so committed reports compare byte for byte.
 //!
-//! A gate over your own subjects, from a `#[test]` of your repository:
+//! A gate over your own subject, from a `#[test]` of your repository: your limiter behind
+//! [`Subject`](crate::Subject), a [`SubjectFactory`](crate::SubjectFactory) that names and builds it,
+//! and the scenarios you choose (this crate's `scenarios/`, or your own). A limiter in another
+//! language is the same with `.with(ExecSubjects::new("."))` and a subject named `exec:<command
+//! line>` (`crate::subjects::exec`, docs/subject-protocol.md).
 //!
 //! ```
 //! use std::path::Path;
 //!
-//! use bucketproof_harness::Registry;
 //! use bucketproof_harness::gate::{Gate, GateOptions, Verdict};
 //! use bucketproof_harness::scenario::Scenario;
+//! use bucketproof_harness::subjects::CoreSubject;
+//! use bucketproof_harness::{Registry, Setup, Subject, SubjectError, SubjectFactory};
+//!
+//! /// Builds "mine": here the built-in core stands in for your limiter's `Subject` adapter.
+//! struct Mine;
+//! impl SubjectFactory for Mine {
+//!     fn names(&self) -> Vec<String> {
+//!         vec!["mine".into()]
+//!     }
+//!     fn build(&self, name: &str, setup: &Setup) -> Option<Result<Box<dyn Subject>, SubjectError>> {
+//!         (name == "mine").then(|| Ok(Box::new(CoreSubject::new(setup)?) as Box<dyn Subject>))
+//!     }
+//! }
 //!
 //! let scenario = Scenario::parse(
 //!     r#"
@@ -32,13 +48,16 @@
 //!     "#,
 //!     Path::new("doc-example.toml"),
 //! )?;
-//! // `Registry::default()` builds this crate's subjects; add your own with `.with(factory)`.
-//! let registry = Registry::default();
-//! let reports = std::env::temp_dir().join("bucketproof-gate-doc-example");
-//! let gate = Gate::new(&registry, GateOptions::new(&reports))?;
+//! let registry = Registry::default().with(Mine);
+//! let mut options = GateOptions::new(std::env::temp_dir().join("bucketproof-gate-doc-example"));
+//! options.subjects = vec!["mine".into()];
+//! options.junit = Some(std::env::temp_dir().join("bucketproof-gate-doc-example.xml"));
+//! let gate = Gate::new(&registry, options)?;
 //! let outcome = gate.check(&[scenario], &mut ())?;
 //! assert_eq!(outcome.verdict(), Verdict::Pass, "{}", outcome.summary_line());
 //! assert_eq!(outcome.counts().passed, 1);
+//! // What `bucketproof check` would exit with.
+//! assert_eq!(outcome.verdict().exit_code(), 0);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 

@@ -144,7 +144,7 @@ impl Process {
             id,
             protocol: VERSIONS.to_vec(),
         };
-        self.write(&[hello.clone()])?;
+        self.write(std::slice::from_ref(&hello))?;
         let reply = self.read(&hello)?;
         if let Some(error) = &reply.error {
             return Err(self.broken(format!(
@@ -263,7 +263,11 @@ impl Process {
     pub fn drain(&mut self) -> Result<(), Broken> {
         while self.outstanding.pop_front().is_some() {
             match self.lines.recv_timeout(self.command.timeout) {
-                Ok(Ok(_)) => {}
+                Ok(Ok(line)) => {
+                    if let Some(transcript) = self.transcript.as_mut() {
+                        let _ = writeln!(transcript, "< {line}");
+                    }
+                }
                 _ => return Err(self.broken("stopped answering while being drained".into())),
             }
         }

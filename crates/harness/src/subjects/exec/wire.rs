@@ -271,8 +271,7 @@ pub struct RetryProbe {
 pub struct WireError {
     /// `invalid_cost`, `key_limit`, `unsupported`, `store`.
     pub kind: String,
-    /// For people.
-    #[serde(default)]
+    /// For people (required, may be empty).
     pub message: String,
 }
 
