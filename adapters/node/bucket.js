@@ -1,0 +1,613 @@
+#!/usr/bin/env node
+// The Node.js reference adapter: an exact keyed token bucket that speaks the subject protocol,
+// version 1 (docs/subject-protocol.md), on stdin/stdout.
+//
+// Owns: the bucket rules of docs/semantics.md (acquire, reconfigure, forget, sweep, the key bound
+// with its three policies, request-id records), the parsing of request lines and the writing of
+// replies. Promises: every number the limiter sees is a BigInt, so nothing rounds or overflows
+// (times and keys go up to 2^64 - 1); a balance is a whole number of units of 1/(q * 10^9) token, so a nanosecond of
+// refill at p/q tokens per second is exactly p units and every wait is ceil(deficit / p) ns; it
+// never reads a clock (the time is each request's now_ns); an error changes nothing; a request it
+// cannot read ends the process with exit 2 instead of being guessed at.
+// Node.js 20, no dependencies. `--bug NAME` plants one classic mistake (see BUGS).
+'use strict';
+
+const U64_MAX = (1n << 64n) - 1n;
+const NS_PER_S = 1_000_000_000n;
+const MAX_RATE_DENOM = 1n << 32n;
+const NEVER = 'never';
+// How many entries a new key at the bound may inspect to make room: bounded, so that a table full
+// of busy keys cannot turn every request into a full scan.
+const ROOM_SCAN = 32;
+
+const BUGS = {
+  'strict-greater': 'admit only when tokens > cost (">" where ">=" belongs)',
+  'charge-denied': 'a denial still subtracts the cost, down to 0',
+  'floor-wait': 'waits rounded down instead of up',
+  'no-horizon': 'a dropped key comes back fresh at now, even when the clock ran backwards',
+};
+
+// A request the adapter cannot read: the harness made a mistake or speaks another protocol.
+class ProtocolError extends Error {}
+// An error reply: {"kind": ..., "message": ...}.
+class Refusal extends Error {
+  constructor(kind, message) {
+    super(message);
+    this.kind = kind;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading. Integers go up to 2^64 - 1 and JSON.parse rounds those above 2^53; below that it is
+// exact, and several times faster than a parser written in JavaScript. So a line whose numbers are
+// all short (at most 15 digits, no fraction, no exponent) goes through JSON.parse and validation
+// turns its integers into BigInts; any other line goes through the exact parser below, which makes
+// every integer a BigInt as it reads it and refuses fractions and exponents (no request field takes
+// one). Both give the same answer for every line; the test is only about speed.
+
+const NEEDS_EXACT = /[0-9][.eE]|[0-9]{16}/;
+
+function parseLine(line) {
+  if (NEEDS_EXACT.test(line)) return parseExact(line);
+  try {
+    return JSON.parse(line);
+  } catch (error) {
+    throw new ProtocolError(error.message);
+  }
+}
+
+let text = '';
+let at = 0;
+
+function fail(what) {
+  throw new ProtocolError(`${what} at column ${at + 1}`);
+}
+
+function skipSpace() {
+  for (;;) {
+    const c = text.charCodeAt(at);
+    if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) return;
+    at += 1;
+  }
+}
+
+function expect(code) {
+  skipSpace();
+  if (text.charCodeAt(at) !== code) fail(`expected ${JSON.stringify(String.fromCharCode(code))}`);
+  at += 1;
+}
+
+const isDigit = (c) => c >= 0x30 && c <= 0x39;
+
+function parseString() {
+  const start = at;
+  at += 1; // the opening quote
+  let escaped = false;
+  for (;;) {
+    const c = text.charCodeAt(at);
+    if (Number.isNaN(c) || c < 0x20) fail('unterminated string');
+    at += 1;
+    if (c === 0x22) break;
+    if (c === 0x5c) {
+      escaped = true;
+      at += 1; // the escaped character; JSON.parse below checks the escape
+    }
+  }
+  return escaped ? JSON.parse(text.slice(start, at)) : text.slice(start + 1, at - 1);
+}
+
+function parseNumber() {
+  const start = at;
+  if (text.charCodeAt(at) === 0x2d) at += 1;
+  const first = at;
+  while (isDigit(text.charCodeAt(at))) at += 1;
+  if (at === first || (text.charCodeAt(first) === 0x30 && at > first + 1)) fail('malformed number');
+  const c = text.charCodeAt(at);
+  if (c === 0x2e || c === 0x65 || c === 0x45) fail('a number with a fraction or an exponent');
+  return BigInt(text.slice(start, at));
+}
+
+function parseValue() {
+  skipSpace();
+  const c = text.charCodeAt(at);
+  if (c === 0x7b) { // {
+    at += 1;
+    const object = {};
+    skipSpace();
+    if (text.charCodeAt(at) === 0x7d) return (at += 1), object;
+    for (;;) {
+      skipSpace();
+      if (text.charCodeAt(at) !== 0x22) fail('expected a field name');
+      const name = parseString();
+      if (name === '__proto__') fail('a field named __proto__'); // would set the prototype
+      expect(0x3a); // :
+      object[name] = parseValue();
+      skipSpace();
+      if (text.charCodeAt(at) === 0x7d) return (at += 1), object;
+      expect(0x2c); // ,
+    }
+  }
+  if (c === 0x5b) { // [
+    at += 1;
+    const array = [];
+    skipSpace();
+    if (text.charCodeAt(at) === 0x5d) return (at += 1), array;
+    for (;;) {
+      array.push(parseValue());
+      skipSpace();
+      if (text.charCodeAt(at) === 0x5d) return (at += 1), array;
+      expect(0x2c);
+    }
+  }
+  if (c === 0x22) return parseString();
+  if (c === 0x2d || isDigit(c)) return parseNumber();
+  if (text.startsWith('true', at)) return (at += 4), true;
+  if (text.startsWith('false', at)) return (at += 5), false;
+  if (text.startsWith('null', at)) return (at += 4), null;
+  return fail('unexpected character');
+}
+
+function parseExact(line) {
+  text = line;
+  at = 0;
+  const result = parseValue();
+  skipSpace();
+  if (at !== text.length) fail('text after the value');
+  return result;
+}
+
+// Every request's fields and their types; `?` marks an optional field (absent or null).
+const REQUESTS = {
+  hello: { protocol: 'versions' },
+  setup: {
+    config: 'config', max_keys: 'u64', policy: 'string', sweep_per_op: 'u64',
+    dedupe_window_ns: 'u64', dedupe_per_key: 'u64',
+  },
+  acquire: {
+    key: 'u64', now_ns: 'u64', cost: 'u64', request_id: '?u64', inspect: '?bool',
+    probe_retry: '?bool', retry_slack_ns: '?u64',
+  },
+  reconfigure: { key: 'u64', now_ns: 'u64', config: 'config', inspect: '?bool' },
+  forget: { key: 'u64' },
+  sweep: { now_ns: 'u64' },
+  inspect: { key: 'u64' },
+  would_allow: { key: 'u64', now_ns: 'u64', cost: 'u64' },
+  reset: {},
+};
+
+// Each type's check, which also converts: the value as the limiter takes it, or INVALID.
+const INVALID = Symbol('invalid');
+const isObject = (v) => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+function toU64(v) {
+  if (typeof v === 'bigint') return v >= 0n && v <= U64_MAX ? v : INVALID;
+  return Number.isSafeInteger(v) && v >= 0 ? BigInt(v) : INVALID;
+}
+
+function toBandwidth(b) {
+  if (!isObject(b) || Object.keys(b).sort().join() !== 'capacity,rate,rate_per_s') return INVALID;
+  const capacity = toU64(b.capacity);
+  const strings = typeof b.rate_per_s === 'string' && typeof b.rate === 'string';
+  return capacity === INVALID || !strings ? INVALID : { capacity, rate_per_s: b.rate_per_s, rate: b.rate };
+}
+
+const every = (convert) => (v) => {
+  if (!Array.isArray(v) || v.length === 0) return INVALID;
+  const out = v.map(convert);
+  return out.includes(INVALID) ? INVALID : out;
+};
+
+const TYPES = {
+  u64: toU64,
+  bool: (v) => (typeof v === 'boolean' ? v : INVALID),
+  string: (v) => (typeof v === 'string' ? v : INVALID),
+  versions: (v) => (Array.isArray(v) && v.every((x) => toU64(x) !== INVALID) ? v.map(toU64) : INVALID),
+  config: every(toBandwidth),
+};
+
+// The tables above, resolved once: per op, field name -> { type name, convert, optional }.
+const SCHEMAS = Object.fromEntries(Object.entries(REQUESTS).map(([op, fields]) => [op,
+  new Map(Object.entries(fields).map(([name, type]) => {
+    const bare = type.replace('?', '');
+    return [name, { bare, convert: TYPES[bare], optional: type !== bare }];
+  }))]));
+
+// Parses and type-checks one request line into { id, op, ...fields } (an optional field that is
+// absent or null is left out); unknown fields are an error, as the protocol says.
+function readRequest(line) {
+  const raw = parseLine(line);
+  if (!isObject(raw)) throw new ProtocolError('a request is a JSON object');
+  const id = toU64(raw.id);
+  if (id === INVALID) throw new ProtocolError('"id" must be an integer');
+  const schema = typeof raw.op === 'string' ? SCHEMAS[raw.op] : undefined;
+  if (schema === undefined) throw new ProtocolError(`unknown op ${JSON.stringify(raw.op)}`);
+  const request = { id, op: raw.op };
+  for (const name of Object.keys(raw)) {
+    if (name === 'id' || name === 'op') continue;
+    const field = schema.get(name);
+    if (field === undefined) throw new ProtocolError(`${raw.op}: unknown field "${name}"`);
+    if (raw[name] === null && field.optional) continue;
+    const value = field.convert(raw[name]);
+    if (value === INVALID) throw new ProtocolError(`${raw.op}: "${name}" is not a ${field.bare}`);
+    request[name] = value;
+  }
+  for (const [name, field] of schema) {
+    if (!field.optional && !(name in request)) {
+      throw new ProtocolError(`${raw.op}: missing field "${name}"`);
+    }
+  }
+  return request;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configs and amounts.
+
+const gcd = (a, b) => (b === 0n ? a : gcd(b, a % b));
+const max = (a, b) => (a > b ? a : b);
+const min = (a, b) => (a < b ? a : b);
+
+// A config: `capacity` whole tokens, refilled at p/q tokens per second (reduced). One unit is
+// 1/(q * 10^9) token, so `unit` is the units per token and `capUnits` the capacity in units.
+function makeConfig(bandwidths) {
+  if (bandwidths.length !== 1) throw new Refusal('unsupported', 'one bandwidth per key');
+  const { capacity, rate_per_s: rate } = bandwidths[0];
+  const parts = /^([0-9]+)\/([0-9]+)$/.exec(rate);
+  if (parts === null) throw new Refusal('unsupported', `rate_per_s ${JSON.stringify(rate)} is not p/q`);
+  let [p, q] = [BigInt(parts[1]), BigInt(parts[2])];
+  if (q === 0n) throw new Refusal('unsupported', 'a rate denominator of 0');
+  const common = gcd(p, q);
+  [p, q] = [p / common, q / common];
+  if (capacity < 1n) throw new Refusal('unsupported', 'a capacity of 0');
+  if (q > MAX_RATE_DENOM) throw new Refusal('unsupported', 'a rate denominator above 2^32');
+  const unit = q * NS_PER_S;
+  return { capacity, p, q, unit, capUnits: capacity * unit };
+}
+
+// An exact amount on the wire: units over units-per-token (unreduced, which the protocol allows).
+const amount = (units, config) => `"${units}/${config.unit}"`;
+const wait = (w) => (w === null ? 'null' : w === NEVER ? '"never"' : `${w}`);
+
+// ---------------------------------------------------------------------------------------------
+// The limiter.
+
+class Limiter {
+  constructor(setup, bug) {
+    this.bug = bug;
+    this.config = makeConfig(setup.config);
+    const policies = ['reject_new_keys', 'evict_full', 'evict_least_recent'];
+    if (!policies.includes(setup.policy)) {
+      throw new Refusal('unsupported', `policy ${JSON.stringify(setup.policy)}`);
+    }
+    this.policy = setup.policy;
+    this.maxKeys = Number(min(setup.max_keys, 1n << 53n));
+    this.sweepPerOp = Number(min(setup.sweep_per_op, 1024n));
+    this.window = setup.dedupe_window_ns;
+    this.perKey = Number(min(setup.dedupe_per_key, 1n << 32n));
+    // key (BigInt) -> { units, last, override (a config or null), records [{ id, at, decision }] }.
+    // Map order is the order the amortized sweep and the room scan visit: a visited entry that stays
+    // moves to the back, so the scans rotate through the table.
+    this.entries = new Map();
+    // The latest time at which a bucket was dropped by eviction, judged at max(now, last_refill).
+    // A new bucket starts at max(now, horizon), so a key that was dropped and comes back under a
+    // clock that ran backwards continues from where it was judged full: no time credited twice, no
+    // dead record alive again.
+    this.horizon = 0n;
+  }
+
+  configOf(entry) {
+    return (entry && entry.override) || this.config;
+  }
+
+  // A bucket for a key that holds none: full, at now or at the eviction horizon if that is later.
+  fresh(config, now) {
+    const last = this.bug === 'no-horizon' ? now : max(now, this.horizon);
+    return { units: config.capUnits, last };
+  }
+
+  // Refill to t = max(now, last): units + (t - last) * p, clamped at capacity. Pure.
+  refilled(state, config, now) {
+    const t = max(now, state.last);
+    return { units: min(config.capUnits, state.units + (t - state.last) * config.p), last: t };
+  }
+
+  // ns from now until `deficit` more units have refilled, from the cursor t: "never" with no
+  // refill or when now + wait would pass the end of the clock.
+  wait(config, now, t, deficit) {
+    if (config.p === 0n) return NEVER;
+    const ns = this.bug === 'floor-wait' ? deficit / config.p : (deficit + config.p - 1n) / config.p;
+    const w = t - now + ns;
+    return now + w > U64_MAX ? NEVER : w;
+  }
+
+  isLive(record, at) {
+    return at < record.at + this.window;
+  }
+
+  // Evictable at s: judged at j = max(s, last), no override, no record live at j, full at j.
+  isEvictable(entry, s) {
+    const j = max(s, entry.last);
+    return entry.override === null
+      && !entry.records.some((record) => this.isLive(record, j))
+      && this.refilled(entry, this.configOf(entry), j).units === this.configOf(entry).capUnits;
+  }
+
+  evict(key, entry, now) {
+    this.horizon = max(this.horizon, max(now, entry.last));
+    this.entries.delete(key);
+  }
+
+  // The first `count` entries, and a function that moves the ones still held to the back.
+  sample(count) {
+    const taken = [];
+    for (const pair of this.entries) {
+      if (taken.length >= count) break;
+      taken.push(pair);
+    }
+    const rotate = () => {
+      for (const [key, entry] of taken) {
+        if (this.entries.delete(key)) this.entries.set(key, entry);
+      }
+    };
+    return [taken, rotate];
+  }
+
+  // Makes room for one new key at the bound: drops exactly one bucket and returns true, or drops
+  // nothing and returns false (so a refused key costs no other key its state). Pinned keys (with an
+  // override) are never dropped.
+  makeRoom(now) {
+    if (this.entries.size < this.maxKeys) return true;
+    if (this.policy === 'reject_new_keys' || this.entries.size === 0) return false;
+    const [taken, rotate] = this.sample(ROOM_SCAN);
+    let oldest = null;
+    for (const [key, entry] of taken) {
+      if (this.isEvictable(entry, now)) {
+        this.evict(key, entry, now);
+        return rotate(), true;
+      }
+      if (entry.override === null && (oldest === null || entry.last < oldest[1].last)) {
+        oldest = [key, entry];
+      }
+    }
+    rotate();
+    if (this.policy === 'evict_least_recent' && oldest !== null) {
+      this.evict(oldest[0], oldest[1], now); // lossy by contract
+      return true;
+    }
+    return false;
+  }
+
+  // Inserts a new key (room was made), then sweeps a few other entries, as the protocol's
+  // sweep_per_op hint asks: only evictable ones, so nothing a later decision could miss.
+  insert(key, entry, now) {
+    const [taken, rotate] = this.sample(this.sweepPerOp);
+    for (const [other, held] of taken) {
+      if (this.isEvictable(held, now)) this.evict(other, held, now);
+    }
+    rotate();
+    this.entries.set(key, entry);
+  }
+
+  state(key) {
+    const entry = this.entries.get(key);
+    if (entry === undefined) return null;
+    const config = this.configOf(entry);
+    return `{"tokens":${amount(entry.units, config)},"last_refill_ns":${entry.last},`
+      + `"capacity":${config.capacity}}`;
+  }
+
+  // acquire, steps 1-6 of docs/semantics.md. Returns { decision, created, replayed }.
+  acquire(key, now, cost, requestId) {
+    let entry = this.entries.get(key);
+    const config = this.configOf(entry);
+    if (cost === 0n || cost > config.capacity) {
+      throw new Refusal('invalid_cost', `cost ${cost} is not in [1, ${config.capacity}]`);
+    }
+    if (requestId !== undefined && entry !== undefined) {
+      const at = max(now, entry.last);
+      for (let i = entry.records.length - 1; i >= 0; i -= 1) {
+        const record = entry.records[i];
+        if (record.id === requestId && this.isLive(record, at)) {
+          return { decision: record.decision, created: false, replayed: true };
+        }
+      }
+    }
+    const created = entry === undefined;
+    if (created && !this.makeRoom(now)) {
+      throw new Refusal('key_limit', `${this.maxKeys} keys held`);
+    }
+    const { units: refilled, last: t } = this.refilled(entry || this.fresh(config, now), config, now);
+    const costUnits = cost * config.unit;
+    const allowed = this.bug === 'strict-greater' ? refilled > costUnits : refilled >= costUnits;
+    let units = refilled;
+    if (allowed) units -= costUnits;
+    else if (this.bug === 'charge-denied') units = max(0n, units - costUnits);
+    const decision = {
+      allowed,
+      remaining: amount(units, config),
+      retryAfter: allowed ? null : this.wait(config, now, t, costUnits - refilled),
+      resetAfter: units >= config.capUnits ? 0n : this.wait(config, now, t, config.capUnits - units),
+    };
+    if (created) {
+      entry = { units, last: t, override: null, records: [] };
+      this.insert(key, entry, now);
+    } else {
+      entry.units = units;
+      entry.last = t;
+    }
+    if (requestId !== undefined && this.window > 0n && this.perKey > 0) {
+      // A new record of an id replaces its older (dead) one, which must not hold a FIFO slot.
+      entry.records = entry.records.filter((record) => record.id !== requestId);
+      entry.records.push({ id: requestId, at: t, decision });
+      while (entry.records.length > this.perKey) entry.records.shift();
+    }
+    return { decision, created, replayed: false };
+  }
+
+  // Whether an acquire of `cost` at `now` would be admitted with no other traffic; records nothing.
+  wouldAllow(key, now, cost) {
+    const entry = this.entries.get(key);
+    const config = this.configOf(entry);
+    if (cost === 0n || cost > config.capacity) return false;
+    const { units } = this.refilled(entry || this.fresh(config, now), config, now);
+    return this.bug === 'strict-greater' ? units > cost * config.unit : units >= cost * config.unit;
+  }
+
+  // Refill under the old config, convert to the new grid rounding down, clamp, pin the key.
+  reconfigure(key, now, bandwidths) {
+    const next = makeConfig(bandwidths);
+    let entry = this.entries.get(key);
+    const created = entry === undefined;
+    if (created && !this.makeRoom(now)) {
+      throw new Refusal('key_limit', `${this.maxKeys} keys held`);
+    }
+    const old = this.configOf(entry);
+    const { units, last } = this.refilled(entry || this.fresh(old, now), old, now);
+    if (created) {
+      entry = { units: 0n, last, override: null, records: [] };
+      this.insert(key, entry, now);
+    }
+    entry.units = min(next.capUnits, (units * next.q) / old.q);
+    entry.last = last;
+    entry.override = next;
+  }
+
+  forget(key) {
+    this.entries.delete(key);
+  }
+
+  sweep(now) {
+    for (const [key, entry] of [...this.entries]) {
+      if (this.isEvictable(entry, now)) this.evict(key, entry, now);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The conversation: one reply (a JSON text) per request.
+
+class Server {
+  constructor(bug) {
+    this.bug = bug;
+    this.limiter = null;
+  }
+
+  answer(request) {
+    const head = `{"id":${request.id}`;
+    try {
+      return `${head},${this.reply(request)}}`;
+    } catch (error) {
+      if (!(error instanceof Refusal)) throw error;
+      // An error changes nothing; asked to inspect, it still shows the (unchanged) state.
+      const state = request.inspect && this.limiter ? this.limiter.state(request.key) : null;
+      const around = request.inspect ? `,"before":${state},"after":${state}` : '';
+      const message = JSON.stringify(error.message);
+      return `${head},"error":{"kind":"${error.kind}","message":${message}}${around}}`;
+    }
+  }
+
+  reply(request) {
+    if (request.op === 'hello') {
+      if (!request.protocol.includes(1n)) throw new Refusal('unsupported', 'speaks version 1 only');
+      const name = this.bug ? `node-bucket+${this.bug}` : 'node-bucket';
+      return `"protocol":1,"name":"${name}","version":"1.0.0","capabilities":{"reconfigure":true,`
+        + '"forget":true,"sweep":true,"inspect":true,"would_allow":true,"request_ids":true,'
+        + '"evicts":true,"batch":1024,"bandwidths":1},"profile":{"name":"exact"}';
+    }
+    if (request.op === 'setup') {
+      this.limiter = null;
+      this.limiter = new Limiter(request, this.bug);
+      return '"ok":true';
+    }
+    if (request.op === 'reset') {
+      this.limiter = null;
+      return '"ok":true';
+    }
+    const limiter = this.limiter;
+    if (limiter === null) throw new Refusal('unsupported', `${request.op} before setup`);
+    const { key, now_ns: now } = request;
+    switch (request.op) {
+      case 'acquire': {
+        const before = request.inspect ? limiter.state(key) : null;
+        const { decision, created, replayed } = limiter.acquire(key, now, request.cost, request.request_id);
+        let text = `"allowed":${decision.allowed},"remaining":${decision.remaining},`
+          + `"retry_after_ns":${wait(decision.retryAfter)},"reset_after_ns":${wait(decision.resetAfter)},`
+          + `"created":${created},"replayed":${replayed}`;
+        if (request.inspect) text += `,"before":${before},"after":${limiter.state(key)}`;
+        const w = decision.retryAfter;
+        if (request.probe_retry && !replayed && !decision.allowed && w !== NEVER) {
+          // Asked of the state just after this acquire, before any request written behind it.
+          const at = limiter.wouldAllow(key, now + w + (request.retry_slack_ns || 0n), request.cost);
+          const early = w === 0n ? null : limiter.wouldAllow(key, now + w - 1n, request.cost);
+          text += `,"retry":{"at":${at},"before":${early}}`;
+        }
+        return text;
+      }
+      case 'reconfigure': {
+        const before = request.inspect ? limiter.state(key) : null;
+        limiter.reconfigure(key, now, request.config);
+        return request.inspect ? `"ok":true,"before":${before},"after":${limiter.state(key)}` : '"ok":true';
+      }
+      case 'forget':
+        limiter.forget(key);
+        return '"ok":true';
+      case 'sweep':
+        limiter.sweep(now);
+        return '"ok":true';
+      case 'inspect':
+        return `"state":${limiter.state(key)}`;
+      case 'would_allow':
+        return `"allowed":${limiter.wouldAllow(key, now, request.cost)}`;
+      default:
+        throw new ProtocolError(`unknown op ${request.op}`);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transport: every complete line of a chunk is answered, and the replies go out in one write, so
+// a batch of requests costs one pipe round trip. stdout to a pipe is synchronous on Linux.
+
+function main(argv) {
+  let bug = null;
+  if (argv.length === 2 && argv[0] === '--bug') bug = argv[1];
+  else if (argv.length === 1 && argv[0].startsWith('--bug=')) bug = argv[0].slice(6);
+  else if (argv.length !== 0) {
+    process.stderr.write('usage: node bucket.js [--bug NAME]\n');
+    process.exit(2);
+  }
+  if (bug !== null && !(bug in BUGS)) {
+    const known = Object.entries(BUGS).map(([name, what]) => `  ${name}: ${what}`).join('\n');
+    process.stderr.write(`bucket.js: unknown bug ${JSON.stringify(bug)}; known:\n${known}\n`);
+    process.exit(2);
+  }
+  const server = new Server(bug);
+  let pending = '';
+  const serve = (lines) => {
+    const replies = [];
+    try {
+      for (const line of lines) {
+        if (line.trim() !== '') replies.push(server.answer(readRequest(line)));
+      }
+    } catch (error) {
+      if (replies.length > 0) process.stdout.write(`${replies.join('\n')}\n`);
+      // A request it cannot read is the harness's mistake (its message says which); anything
+      // else is this adapter's, and the stack says where.
+      const what = error instanceof ProtocolError
+        ? `not a request of protocol 1: ${error.message}`
+        : `internal error: ${error.stack || error}`;
+      process.stderr.write(`bucket.js: ${what}\n`);
+      process.exit(2);
+    }
+    if (replies.length > 0) process.stdout.write(`${replies.join('\n')}\n`);
+  };
+  process.stdin.setEncoding('utf8');
+  process.stdin.on('data', (chunk) => {
+    const lines = (pending + chunk).split('\n');
+    pending = lines.pop();
+    serve(lines);
+  });
+  // The last line may come without its newline.
+  process.stdin.on('end', () => serve([pending]));
+}
+
+main(process.argv.slice(2));
