@@ -1,5 +1,5 @@
 //! The messages of the subject protocol (docs/subject-protocol.md), as serde types, in both
-//! directions: the exec subject writes [`Request`]s and reads [`Reply`]s; [`crate::protocol::serve`]
+//! directions: the exec subject writes [`Request`]s and reads [`Reply`]s; [`super::serve`]
 //! does the reverse.
 //!
 //! Promise: unknown fields are refused both ways, so a misspelt field is an error, never a silent
