@@ -48,6 +48,9 @@ pub enum Command {
         /// The subject to serve.
         subject: String,
     },
+    /// Third-party limiters (`peers/peers.toml`, installed by `peers/install`) through the gate on
+    /// every scenario under their profiles; writes `reports/peers.{md,json}`.
+    Peers(PeersArgs),
     /// Mutation self-test: goes after every deliberately broken limiter with generated traces (and
     /// real threads for the race), runs the scenario suite against each, prints the kill table and
     /// writes `reports/mutants.md`. Exit 1 if a mutant survives or its counterexample is too long.
@@ -132,6 +135,22 @@ pub struct CompareArgs {
     #[arg(long)]
     pub full: bool,
     /// Reports directory (default: the project's `reports/`).
+    #[arg(long)]
+    pub reports: Option<PathBuf>,
+}
+
+/// The arguments of `bucketproof peers`.
+#[derive(clap::Args)]
+pub struct PeersArgs {
+    /// The catalogue (default: `peers/peers.toml` of the project).
+    #[arg(long)]
+    pub catalogue: Option<PathBuf>,
+    /// Fail (exit 1) if the committed `peers.{md,json}` differ from what this run produces, instead
+    /// of writing them.
+    #[arg(long)]
+    pub check: bool,
+    /// Reports directory (default: the project's `reports/`); counterexamples go to
+    /// `target/peers/failures/`.
     #[arg(long)]
     pub reports: Option<PathBuf>,
 }

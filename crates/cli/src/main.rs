@@ -9,6 +9,7 @@
 //! - `list`: scenarios and subjects.
 //! - `compare`: float versus rational (the exact core, the f64 buckets and governor over a grid of
 //!   rates, capacities and horizons); writes `reports/float-vs-rational.{md,json,svg}`.
+//! - `peers`: third-party limiters through the gate; writes `reports/peers.{md,json}`.
 //! - `mutants`: the mutation self-test; writes `reports/mutants.md`.
 //! - `serve SUBJECT`: one of this binary's subjects over the subject protocol on stdin and stdout.
 //!
@@ -31,7 +32,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use crate::args::{Cli, Command};
-use crate::commands::{check, compare, list, mutants, replay, run, serve};
+use crate::commands::{check, compare, list, mutants, peers, replay, run, serve};
 use crate::fatal::{Fatal, USAGE};
 use crate::out::{Out, note};
 
@@ -44,6 +45,7 @@ fn main() -> ExitCode {
         Command::Replay { file } => replay::replay_file(&file, &mut out),
         Command::List { paths } => list::list(&paths, &mut out),
         Command::Compare(args) => compare::compare(args, &mut out),
+        Command::Peers(args) => peers::peers(args, &mut out),
         Command::Mutants { report } => mutants::mutants(report, &mut out),
         Command::Serve { subject } => serve::serve(&subject),
     };

@@ -19,6 +19,7 @@ pub mod compare;
 pub mod engine;
 pub mod gate;
 pub mod oracle;
+pub mod peers;
 pub mod profile;
 pub mod report;
 pub mod runner;

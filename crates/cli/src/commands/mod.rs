@@ -5,6 +5,7 @@ pub mod check;
 pub mod compare;
 pub mod list;
 pub mod mutants;
+pub mod peers;
 pub mod replay;
 pub mod run;
 pub mod serve;

@@ -1,0 +1,226 @@
+//! What the gate found about one peer: its runs, the ops checked, each property held or violated
+//! (with the first shrunk counterexample of each violation), and its distance from the model.
+//!
+//! Promise: a function of the runs alone, in job order: no timings, no paths of this machine, so the
+//! report built from it compares byte for byte.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::catalogue::{PROPERTIES, Peer};
+use crate::engine::{RunResult, Status};
+use crate::gate::Counts;
+use crate::oracle::OracleKind;
+use crate::profile::Profile;
+use crate::trace::{Op, Setup};
+
+/// One peer's findings.
+#[derive(Clone, Debug, Serialize)]
+pub struct PeerFindings {
+    /// The catalogue entry.
+    pub peer: Peer,
+    /// The profile it was checked under (the one its subject declares).
+    pub profile: Option<Profile>,
+    /// Runs by status.
+    pub counts: Counts,
+    /// Ops stepped through the peer, over every run that ran.
+    pub ops_checked: u64,
+    /// Each property, in [`PROPERTIES`] order.
+    pub properties: Vec<PropertyFinding>,
+    /// Scenario by scenario.
+    pub runs: Vec<RunFinding>,
+    /// Distance from the model over every run (acquires only).
+    pub divergence: Divergence,
+    /// Wall time of the checking runs (shrinking excluded): for terminal lines only, never in the
+    /// report.
+    #[serde(skip)]
+    pub checking_time: std::time::Duration,
+}
+
+/// One property of one peer.
+#[derive(Clone, Debug, Serialize)]
+pub struct PropertyFinding {
+    /// The property (an oracle's name).
+    pub property: &'static str,
+    /// Held, violated, or not judged.
+    pub state: PropertyState,
+}
+
+/// What became of one property.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum PropertyState {
+    /// No run violated it (a run stops at its first violation, so this counts the runs that ran to
+    /// the end and those that stopped on another property).
+    Held {
+        /// Runs that judged it.
+        runs: usize,
+    },
+    /// Some runs stopped on it.
+    Violated {
+        /// How many.
+        runs: usize,
+        /// The first, shrunk.
+        first: Box<Found>,
+    },
+    /// The profile does not judge it.
+    NotJudged {
+        /// Why.
+        why: String,
+    },
+}
+
+/// A shrunk counterexample, as the report shows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Found {
+    /// The scenario it came from.
+    pub scenario: String,
+    /// Its seed.
+    pub seed: u64,
+    /// How the peer was set up.
+    pub setup: Setup,
+    /// The shrunk ops; the last one fails.
+    pub ops: Vec<Op>,
+    /// What was wrong.
+    pub what: String,
+    /// What the oracle expected.
+    pub expected: String,
+    /// What the peer did.
+    pub got: String,
+    /// Shrinking stopped at its budget.
+    pub shrink_budget_exhausted: bool,
+}
+
+/// One run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunFinding {
+    /// Scenario.
+    pub scenario: String,
+    /// Seed.
+    pub seed: u64,
+    /// `pass`, `fail`, `unreached`, `skipped` or `error`.
+    pub status: &'static str,
+    /// The violated property, or why it skipped or errored.
+    pub detail: String,
+    /// Ops stepped.
+    pub steps: u64,
+    /// The shrunk counterexample's length, for a failure.
+    pub counterexample_ops: Option<usize>,
+}
+
+/// Distance from the model, summed over runs.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Divergence {
+    /// Acquires whose admit/deny differs from the model's.
+    pub decision_mismatches: u64,
+    /// The peer admitted, the model denied.
+    pub over_admissions: u64,
+    /// The peer denied, the model admitted.
+    pub under_admissions: u64,
+    /// Same decision, another balance or wait.
+    pub value_mismatches: u64,
+    /// Largest `|peer remaining - model remaining|`, in tokens, printed with 6 decimals.
+    pub max_token_error: String,
+}
+
+impl PeerFindings {
+    /// The findings from `peer`'s runs.
+    pub fn of(peer: &Peer, results: &[RunResult]) -> PeerFindings {
+        let mut violated: BTreeMap<&'static str, (usize, Option<Found>)> = BTreeMap::new();
+        let mut judged = 0;
+        let mut ops_checked = 0;
+        let mut divergence = Divergence::default();
+        let mut max_token_error = 0.0_f64;
+        let mut runs = Vec::with_capacity(results.len());
+        for result in results {
+            let steps = result.report.as_ref().map_or(0, |report| report.steps);
+            ops_checked += steps;
+            if let Some(report) = &result.report {
+                let d = &report.divergence;
+                divergence.decision_mismatches += d.decision_mismatches;
+                divergence.over_admissions += d.over_admissions;
+                divergence.under_admissions += d.under_admissions;
+                divergence.value_mismatches += d.value_mismatches;
+                max_token_error = max_token_error.max(d.max_token_error);
+            }
+            let (status, detail) = match &result.status {
+                Status::Pass => ("pass", String::new()),
+                Status::Fail { violation } => ("fail", violation.oracle.name().to_owned()),
+                Status::Unreached { events } => ("unreached", events.join(", ")),
+                Status::Skipped { reason } => ("skipped", reason.clone()),
+                Status::Error { message } => ("error", message.clone()),
+            };
+            if matches!(
+                result.status,
+                Status::Pass | Status::Fail { .. } | Status::Unreached { .. }
+            ) {
+                judged += 1;
+            }
+            if let Status::Fail { violation } = &result.status {
+                let entry = violated.entry(violation.oracle.name()).or_default();
+                entry.0 += 1;
+                if entry.1.is_none() {
+                    entry.1 = result.counterexample.as_ref().map(|c| Found {
+                        scenario: c.scenario.clone(),
+                        seed: c.seed,
+                        setup: c.setup.clone(),
+                        ops: c.ops.clone(),
+                        what: c.violation.what.clone(),
+                        expected: c.violation.expected.clone(),
+                        got: c.violation.got.clone(),
+                        shrink_budget_exhausted: c.shrink_budget_exhausted,
+                    });
+                }
+            }
+            runs.push(RunFinding {
+                scenario: result.scenario.clone(),
+                seed: result.seed,
+                status,
+                detail,
+                steps,
+                counterexample_ops: result.counterexample.as_ref().map(|c| c.ops.len()),
+            });
+        }
+        divergence.max_token_error = format!("{max_token_error:.6}");
+        let profile = results
+            .iter()
+            .find(|result| result.report.is_some())
+            .map(|result| result.profile.clone());
+        let properties = PROPERTIES
+            .iter()
+            .map(|&kind| PropertyFinding {
+                property: kind.name(),
+                state: match violated.remove(kind.name()) {
+                    Some((runs, Some(first))) => PropertyState::Violated {
+                        runs,
+                        first: Box::new(first),
+                    },
+                    Some((runs, None)) => PropertyState::NotJudged {
+                        why: format!("violated in {runs} runs, but no counterexample was kept"),
+                    },
+                    None if kind == OracleKind::Model
+                        && profile.as_ref().is_some_and(Profile::is_safety) =>
+                    {
+                        PropertyState::NotJudged {
+                            why: "the safety profile does not compare with the model decision by \
+                                  decision (the divergence below measures the distance)"
+                                .to_owned(),
+                        }
+                    }
+                    None => PropertyState::Held { runs: judged },
+                },
+            })
+            .collect();
+        PeerFindings {
+            peer: peer.clone(),
+            profile,
+            counts: Counts::of(results),
+            ops_checked,
+            properties,
+            runs,
+            divergence,
+            checking_time: results.iter().map(|result| result.elapsed).sum(),
+        }
+    }
+}
