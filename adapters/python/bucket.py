@@ -483,29 +483,32 @@ def serve(limiter, stdin_fd=0, stdout=None):
         stdout.flush()
 
 
-def main(argv):
-    bug = None
+def run(make, bugs, program, argv):
+    """The command line of an adapter: `[--bug NAME]`, then `serve(make(bug))` until stdin ends.
+
+    Exit codes: 0 at the end of input (or a closed stdout), 2 on a usage or protocol error, with the
+    reason on stderr (the harness shows a child's last stderr lines)."""
     args = argv[1:]
-    if len(args) == 2 and args[0] == "--bug":
-        bug = args[1]
-        if bug not in BUGS:
-            known = ", ".join(f"{name} ({what})" for name, what in BUGS.items())
-            print(f"bucket.py: unknown bug {bug!r}; known: {known}", file=sys.stderr)
-            return 2
-    elif args:
-        print("usage: bucket.py [--bug NAME]", file=sys.stderr)
+    bug = args[1] if len(args) == 2 and args[0] == "--bug" else None
+    if args and bug not in bugs:
+        known = ", ".join(f"{name} ({what})" for name, what in bugs.items())
+        print(f"{program}: usage: {program} [--bug NAME]; bugs: {known}", file=sys.stderr)
         return 2
     try:
-        serve(Limiter(bug))
+        serve(make(bug))
     except ProtocolError as e:
-        print(f"bucket.py: protocol error: {e}", file=sys.stderr)
+        print(f"{program}: protocol error: {e}", file=sys.stderr)
         return 2
     except KeyError as e:
-        print(f"bucket.py: protocol error: missing field {e}", file=sys.stderr)
+        print(f"{program}: protocol error: missing field {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
     return 0
+
+
+def main(argv):
+    return run(Limiter, BUGS, "bucket.py", argv)
 
 
 if __name__ == "__main__":

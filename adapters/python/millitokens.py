@@ -19,7 +19,7 @@ refuses setups with a key bound below the default, and acquires with request ids
 
 import sys
 
-from bucket import SHAPES, ProtocolError, bool_text, error, flag, parse_config, serve, u64
+from bucket import SHAPES, ProtocolError, bool_text, error, flag, parse_config, run, u64
 
 NS_PER_MS = 1_000_000
 U64_MAX = (1 << 64) - 1
@@ -134,20 +134,7 @@ class MilliTokens:
 
 
 def main(argv):
-    args = argv[1:]
-    bug = args[1] if len(args) == 2 and args[0] == "--bug" else None
-    if args and bug not in BUGS:
-        known = ", ".join(f"{name} ({what})" for name, what in BUGS.items())
-        print(f"millitokens.py: usage: millitokens.py [--bug NAME]; bugs: {known}", file=sys.stderr)
-        return 2
-    try:
-        serve(MilliTokens(bug))
-    except (ProtocolError, KeyError) as e:
-        print(f"millitokens.py: protocol error: {e}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:
-        return 0
-    return 0
+    return run(MilliTokens, BUGS, "millitokens.py", argv)
 
 
 if __name__ == "__main__":

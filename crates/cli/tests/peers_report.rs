@@ -76,15 +76,16 @@ fn the_report_names_what_held_and_what_did_not_and_is_reproducible() {
     let ops = model["first"]["ops"].as_array().unwrap().len();
     assert!((1..=6).contains(&ops), "{ops} ops");
 
-    // Fresh: the same bytes again.
-    let out = bucketproof(&[
+    let check = [
         "peers",
         "--catalogue",
         &file,
         "--reports",
         &reports,
         "--check",
-    ]);
+    ];
+    // Fresh: the same bytes again.
+    let out = bucketproof(&check);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     // Stale: any change is found.
     std::fs::write(
@@ -92,14 +93,7 @@ fn the_report_names_what_held_and_what_did_not_and_is_reproducible() {
         markdown.replace("the exact core", "edited"),
     )
     .unwrap();
-    let out = bucketproof(&[
-        "peers",
-        "--catalogue",
-        &file,
-        "--reports",
-        &reports,
-        "--check",
-    ]);
+    let out = bucketproof(&check);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         text(&out.stderr).contains("stale report"),
