@@ -567,6 +567,39 @@ class Server {
 // Transport: every complete line of a chunk is answered, and the replies go out in one write, so
 // a batch of requests costs one pipe round trip. stdout to a pipe is synchronous on Linux.
 
+// Answers `server.answer(request)` for every request line on stdin until it closes; `name` names
+// the program in the message of a request it cannot read (exit 2). Exported, with the request
+// reader, so that an adapter of another library speaks the same protocol without a copy of it.
+function serve(server, name) {
+  let pending = '';
+  const answerAll = (lines) => {
+    const replies = [];
+    try {
+      for (const line of lines) {
+        if (line.trim() !== '') replies.push(server.answer(readRequest(line)));
+      }
+    } catch (error) {
+      if (replies.length > 0) process.stdout.write(`${replies.join('\n')}\n`);
+      // A request it cannot read is the harness's mistake (its message says which); anything
+      // else is this adapter's, and the stack says where.
+      const what = error instanceof ProtocolError
+        ? `not a request of protocol 1: ${error.message}`
+        : `internal error: ${error.stack || error}`;
+      process.stderr.write(`${name}: ${what}\n`);
+      process.exit(2);
+    }
+    if (replies.length > 0) process.stdout.write(`${replies.join('\n')}\n`);
+  };
+  process.stdin.setEncoding('utf8');
+  process.stdin.on('data', (chunk) => {
+    const lines = (pending + chunk).split('\n');
+    pending = lines.pop();
+    answerAll(lines);
+  });
+  // The last line may come without its newline.
+  process.stdin.on('end', () => answerAll([pending]));
+}
+
 function main(argv) {
   let bug = null;
   if (argv.length === 2 && argv[0] === '--bug') bug = argv[1];
@@ -580,34 +613,9 @@ function main(argv) {
     process.stderr.write(`bucket.js: unknown bug ${JSON.stringify(bug)}; known:\n${known}\n`);
     process.exit(2);
   }
-  const server = new Server(bug);
-  let pending = '';
-  const serve = (lines) => {
-    const replies = [];
-    try {
-      for (const line of lines) {
-        if (line.trim() !== '') replies.push(server.answer(readRequest(line)));
-      }
-    } catch (error) {
-      if (replies.length > 0) process.stdout.write(`${replies.join('\n')}\n`);
-      // A request it cannot read is the harness's mistake (its message says which); anything
-      // else is this adapter's, and the stack says where.
-      const what = error instanceof ProtocolError
-        ? `not a request of protocol 1: ${error.message}`
-        : `internal error: ${error.stack || error}`;
-      process.stderr.write(`bucket.js: ${what}\n`);
-      process.exit(2);
-    }
-    if (replies.length > 0) process.stdout.write(`${replies.join('\n')}\n`);
-  };
-  process.stdin.setEncoding('utf8');
-  process.stdin.on('data', (chunk) => {
-    const lines = (pending + chunk).split('\n');
-    pending = lines.pop();
-    serve(lines);
-  });
-  // The last line may come without its newline.
-  process.stdin.on('end', () => serve([pending]));
+  serve(new Server(bug), 'bucket.js');
 }
 
-main(process.argv.slice(2));
+module.exports = { readRequest, serve, ProtocolError, Refusal };
+
+if (require.main === module) main(process.argv.slice(2));
