@@ -275,3 +275,46 @@ fn the_redis_gcra_peer_runs_from_its_crate() {
         }
     }
 }
+
+#[test]
+fn a_script_that_raises_and_an_unreachable_redis_are_harness_errors() {
+    if !redis_available("a_script_that_raises_and_an_unreachable_redis_are_harness_errors") {
+        return;
+    }
+    let good = std::fs::read_to_string(workspace().join(FIXTURES).join("bucket.toml")).unwrap();
+    let dir = scratch("script-raises");
+    std::fs::write(
+        dir.join("raises.lua"),
+        "error('the limiter is out of order')\n",
+    )
+    .unwrap();
+    let path = dir.join("raises.toml");
+    std::fs::write(&path, good.replace("\"bucket.lua\"", "\"raises.lua\"")).unwrap();
+    let subject = format!("redis-script:{}", path.display());
+    let reports = dir.join("reports");
+    let args = [
+        "check",
+        "scenarios/initial-full-bucket.toml",
+        "--subject",
+        &subject,
+        "--reports",
+        reports.to_str().unwrap(),
+    ];
+    let out = bucketproof(&args);
+    let shown = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{shown}");
+    assert!(shown.contains("the limiter is out of order"), "{shown}");
+    assert!(shown.contains("store error"), "{shown}");
+    // Nothing listens on port 1.
+    let out = common::command(&workspace())
+        .args(args)
+        .env("REDIS_URL", "redis://127.0.0.1:1/")
+        .output()
+        .unwrap();
+    let shown = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{shown}");
+    assert!(
+        shown.contains("cannot reach Redis at REDIS_URL=redis://127.0.0.1:1/"),
+        "{shown}"
+    );
+}
