@@ -6,9 +6,8 @@
 //! is reached through `__index`.
 //!
 //! Limits: now reaches the script at microsecond resolution (so the profile's time resolution is
-//! `us` or coarser); a script that reads time another way (a `TIME` through `redis.call` held in a
-//! local before the prelude ran cannot exist, but `EXPIRE` and TTLs still run on Redis's own
-//! clock) is not covered.
+//! `us` or coarser); a script that reads time another way is not covered, and TTLs (`EXPIRE`,
+//! `SET ... EX`) still run on Redis's own clock.
 
 /// Prepended to the script text under `time = "server"`.
 pub const PRELUDE: &str = "local __bp_us = table.remove(ARGV); local __bp_s = table.remove(ARGV)
