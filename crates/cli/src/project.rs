@@ -10,17 +10,26 @@ use std::path::{Path, PathBuf};
 use bucketproof_harness::Registry;
 use bucketproof_harness::scenario::{self, Scenario};
 use bucketproof_harness::subjects::exec::ExecSubjects;
+use bucketproof_harness::subjects::script::ScriptSubjects;
 
 use crate::fatal::Fatal;
 
 /// Every subject the CLI can build: the harness's own, the mutation catalogue (`mutant:<slug>`),
-/// any `exec:<command line>` (run in the current directory) and the project's subject files
-/// (`subjects/<name>.toml` beside `scenarios/`). A subject file that does not parse is an error here,
-/// before anything runs.
+/// any `exec:<command line>` (run in the current directory), any `redis-script:<description.toml>`
+/// (a user's Lua script on Redis, docs/redis-script.md) and the project's subject files
+/// (`subjects/<name>.toml` beside `scenarios/`: a child process, or a `[script]`). A subject file
+/// that does not parse is an error here, before anything runs.
 pub fn registry() -> Result<Registry, Fatal> {
     Ok(Registry::default()
         .with(bucketproof_mutants::MutantSubjects)
-        .with(exec_subjects()?))
+        .with(exec_subjects()?)
+        .with(script_subjects()?))
+}
+
+/// The `redis-script:` factory with the project's script subject files (paths of `redis-script:`
+/// names are taken from the current directory; package sources are looked up in the project).
+pub fn script_subjects() -> Result<ScriptSubjects, Fatal> {
+    Ok(ScriptSubjects::new(".").with_subject_files(&project_dir())?)
 }
 
 /// The `exec:` factory with the project's subject files.

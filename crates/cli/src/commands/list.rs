@@ -24,12 +24,18 @@ pub fn list(paths: &[PathBuf], out: &mut Out) -> Result<u8, Fatal> {
     }
     out.line("subjects:")?;
     let exec = project::exec_subjects()?;
+    let scripts = project::script_subjects()?;
     for name in project::registry()?.names() {
-        match exec.files().get(&name) {
+        match exec
+            .files()
+            .get(&name)
+            .or_else(|| scripts.files().get(&name))
+        {
             Some(path) => out.line(format!("  {name:<28} {}", path.display()))?,
             None => out.line(format!("  {name}"))?,
         }
     }
     out.line("  exec:<command line>           any program speaking docs/subject-protocol.md")?;
+    out.line("  redis-script:<file.toml>      a Lua script on Redis, described as in docs/redis-script.md")?;
     Ok(0)
 }

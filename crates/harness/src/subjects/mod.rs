@@ -13,6 +13,8 @@ pub mod governor;
 pub mod model;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "redis")]
+pub mod script;
 
 pub use self::core::CoreSubject;
 pub use self::float::{FloatGoSubject, FloatTextbookSubject};

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use self::pool::Pool;
 use self::process::Process;
-pub use self::spec::{Command, EXEC_PREFIX, ExecSpec, SpecError};
+pub use self::spec::{Command, EXEC_PREFIX, ExecSpec, FileKind, SpecError};
 pub use self::subject::{ExecSubject, bandwidths};
 use crate::subject::{Subject, SubjectError, SubjectFactory};
 use crate::trace::Setup;
@@ -54,23 +54,25 @@ impl ExecSubjects {
     /// a file's relative `cwd` is taken from `project`.
     pub fn with_subject_files(mut self, project: &Path) -> Result<ExecSubjects, SpecError> {
         self.project = project.to_path_buf();
-        let dir = project.join("subjects");
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            return Ok(self);
-        };
-        for entry in entries {
-            let path = entry
-                .map_err(|source| SpecError::Io {
-                    path: dir.clone(),
-                    source,
-                })?
-                .path();
-            if path.extension().is_some_and(|e| e == "toml")
-                && let Some(stem) = path.file_stem()
-            {
-                // Parsed now, so a broken file is an error before anything runs.
-                ExecSpec::load(&path, project)?;
-                self.files.insert(stem.to_string_lossy().into_owned(), path);
+        for (name, (path, kind)) in spec::discover(project)? {
+            match kind {
+                FileKind::Exec => {
+                    // Parsed now, so a broken file is an error before anything runs.
+                    ExecSpec::load(&path, project)?;
+                    self.files.insert(name, path);
+                }
+                // The script factory's (`crate::subjects::script`), which parses them.
+                #[cfg(feature = "redis")]
+                FileKind::Script => {}
+                #[cfg(not(feature = "redis"))]
+                FileKind::Script => {
+                    return Err(SpecError::At {
+                        path,
+                        line: 1,
+                        column: 1,
+                        message: "a [script] subject needs the harness's `redis` feature".into(),
+                    });
+                }
             }
         }
         Ok(self)

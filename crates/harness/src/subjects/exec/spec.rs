@@ -149,32 +149,8 @@ impl ExecSpec {
 
     /// Parses subject-file text (`path` names it in errors).
     pub fn parse(text: &str, path: &Path, project: &Path) -> Result<ExecSpec, SpecError> {
-        let file: SubjectFile = toml::from_str(text).map_err(|error| {
-            let offset = error.span().map_or(0, |span| span.start);
-            let (line, column) = crate::scenario::line_column(text, offset);
-            SpecError::At {
-                path: path.to_path_buf(),
-                line,
-                column,
-                message: error.message().to_owned(),
-            }
-        })?;
-        let profile = match file.profile {
-            None => None,
-            Some(ProfileField::Name(name)) => Some(Profile {
-                name,
-                ..Profile::default()
-            }),
-            Some(ProfileField::Full(profile)) => Some(profile),
-        };
-        if let Some(Err(e)) = profile.as_ref().map(Profile::tolerance) {
-            return Err(SpecError::At {
-                path: path.to_path_buf(),
-                line: 1,
-                column: 1,
-                message: e.to_string(),
-            });
-        }
+        let file: SubjectFile = parse_toml(text, path)?;
+        let profile = ProfileField::resolve(file.profile, path)?;
         let cwd = project.join(file.cwd.unwrap_or_else(|| PathBuf::from(".")));
         Ok(ExecSpec {
             command: Command {
@@ -208,12 +184,106 @@ struct SubjectFile {
     batch: Option<u64>,
 }
 
-/// `profile = "safety"` or `profile = { name = "safety", ... }`.
+/// `profile = "safety"` or `profile = { name = "safety", ... }`: the same field in exec subject
+/// files and in Redis script descriptions.
 #[derive(Deserialize)]
 #[serde(untagged)]
-enum ProfileField {
+pub(crate) enum ProfileField {
     Name(ProfileName),
     Full(Profile),
+}
+
+impl ProfileField {
+    /// The profile written, checked (its tolerance parses); `path` names the file in errors.
+    pub(crate) fn resolve(
+        field: Option<ProfileField>,
+        path: &Path,
+    ) -> Result<Option<Profile>, SpecError> {
+        let profile = match field {
+            None => None,
+            Some(ProfileField::Name(name)) => Some(Profile {
+                name,
+                ..Profile::default()
+            }),
+            Some(ProfileField::Full(profile)) => Some(profile),
+        };
+        if let Some(Err(e)) = profile.as_ref().map(Profile::tolerance) {
+            return Err(SpecError::At {
+                path: path.to_path_buf(),
+                line: 1,
+                column: 1,
+                message: e.to_string(),
+            });
+        }
+        Ok(profile)
+    }
+}
+
+/// Deserializes TOML `text` as `T`; an error names `path:line:column`.
+pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    path: &Path,
+) -> Result<T, SpecError> {
+    toml::from_str(text).map_err(|error| {
+        let offset = error.span().map_or(0, |span| span.start);
+        let (line, column) = crate::scenario::line_column(text, offset);
+        SpecError::At {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message: error.message().to_owned(),
+        }
+    })
+}
+
+/// What a subject file describes: a child process (`command = ...`) or a Redis Lua script (a
+/// `[script]` table, `crate::subjects::script`). A file with a top-level `script` key is a script
+/// description; every other file is an exec subject file (and refused as one if it is not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// `command = ...`: [`ExecSpec`].
+    Exec,
+    /// `[script]`: a Redis script description.
+    Script,
+}
+
+/// The kind of the subject file `text` (a syntax error names `path:line:column`).
+pub fn file_kind(text: &str, path: &Path) -> Result<FileKind, SpecError> {
+    let table: toml::Table = parse_toml(text, path)?;
+    Ok(if table.contains_key("script") {
+        FileKind::Script
+    } else {
+        FileKind::Exec
+    })
+}
+
+/// The one discovery of `project/subjects/*.toml` (none if the directory does not exist): each
+/// file's name (its stem), path and kind, in name order. Each factory parses the files of its kind.
+pub fn discover(project: &Path) -> Result<BTreeMap<String, (PathBuf, FileKind)>, SpecError> {
+    let mut files = BTreeMap::new();
+    let dir = project.join("subjects");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(files);
+    };
+    for entry in entries {
+        let path = entry
+            .map_err(|source| SpecError::Io {
+                path: dir.clone(),
+                source,
+            })?
+            .path();
+        if path.extension().is_some_and(|e| e == "toml")
+            && let Some(stem) = path.file_stem()
+        {
+            let text = std::fs::read_to_string(&path).map_err(|source| SpecError::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let kind = file_kind(&text, &path)?;
+            files.insert(stem.to_string_lossy().into_owned(), (path, kind));
+        }
+    }
+    Ok(files)
 }
 
 #[cfg(test)]

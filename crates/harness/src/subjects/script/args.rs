@@ -1,0 +1,361 @@
+//! Placeholders: the KEYS and ARGV templates of a description, filled in per op from the config,
+//! the op and the epoch (the table in docs/redis-script.md).
+//!
+//! Promise: every value is exact to the digits printed. Integer placeholders are exact integers
+//! (times are floored to their unit, as `TIME` truncates); a value that is not an integer where an
+//! integer placeholder is used, a rate of zero where an interval is needed, a cost not a multiple
+//! of `unit`, or an integer above the description's `max_integer`, is [`Unsupported`] (the run is
+//! skipped), never a rounded guess. Decimals carry 17 significant digits (enough to round-trip a
+//! double), or fewer when that is exact.
+
+/// Why a template cannot be filled for this config or op.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsupported(pub String);
+
+/// Every placeholder, for validation and docs.
+pub const PLACEHOLDERS: [&str; 23] = [
+    "key",
+    "now_s",
+    "now_ms",
+    "now_us",
+    "now_ns",
+    "now_s_decimal",
+    "cost",
+    "capacity",
+    "rate_per_s",
+    "rate_per_ms",
+    "emission_interval_s",
+    "emission_interval_ms",
+    "emission_interval_us",
+    "emission_interval_ns",
+    "period_s",
+    "period_ms",
+    "period_ns",
+    "capacity_times_interval_s",
+    "cost_times_interval_s",
+    "ttl_s",
+    "epoch_s",
+    "unit",
+    "now_subsec_ns",
+];
+
+/// Checks a template: every `{name}` is a known placeholder and every brace closes.
+pub fn check_template(template: &str) -> Result<(), String> {
+    for piece in pieces(template)? {
+        if let Piece::Placeholder(name) = piece
+            && !PLACEHOLDERS.contains(&name)
+        {
+            return Err(format!(
+                "unknown placeholder {{{name}}} in {template:?}; known: {}",
+                PLACEHOLDERS.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+enum Piece<'a> {
+    Text(&'a str),
+    Placeholder(&'a str),
+}
+
+fn pieces(template: &str) -> Result<Vec<Piece<'_>>, String> {
+    let mut out = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        out.push(Piece::Text(&rest[..open]));
+        let after = &rest[open + 1..];
+        let close = after
+            .find('}')
+            .ok_or_else(|| format!("unclosed {{ in template {template:?}"))?;
+        out.push(Piece::Placeholder(&after[..close]));
+        rest = &after[close + 1..];
+    }
+    out.push(Piece::Text(rest));
+    Ok(out)
+}
+
+/// The config in script units, fixed for one trace.
+#[derive(Clone, Debug)]
+pub struct Context {
+    /// Whole tokens.
+    pub capacity: u64,
+    /// Tokens per second, `numer / denom` (reduced).
+    pub rate_numer: u64,
+    /// See `rate_numer`.
+    pub rate_denom: u64,
+    /// Tokens per script unit.
+    pub unit: u64,
+    /// Seconds added to every time.
+    pub epoch_s: u64,
+    /// The largest integer placeholder value allowed.
+    pub max_integer: Option<u128>,
+}
+
+/// One op's values.
+#[derive(Clone, Copy, Debug)]
+pub struct OpValues<'a> {
+    /// The namespaced key.
+    pub key: &'a str,
+    /// Whole tokens.
+    pub cost: u64,
+    /// Harness ns.
+    pub now: u64,
+}
+
+const NS: u128 = 1_000_000_000;
+
+fn unsupported(what: String) -> Unsupported {
+    Unsupported(what)
+}
+
+impl Context {
+    /// Checks what depends only on the config: the capacity is a multiple of `unit`.
+    pub fn check(&self) -> Result<(), Unsupported> {
+        if !self.capacity.is_multiple_of(self.unit) {
+            return Err(unsupported(format!(
+                "capacity {} is not a multiple of the script's unit {}",
+                self.capacity, self.unit
+            )));
+        }
+        Ok(())
+    }
+
+    /// Fills `template` for `op`.
+    pub fn fill(&self, template: &str, op: OpValues<'_>) -> Result<String, Unsupported> {
+        let mut out = String::new();
+        for piece in pieces(template).map_err(unsupported)? {
+            match piece {
+                Piece::Text(text) => out.push_str(text),
+                Piece::Placeholder(name) => out.push_str(&self.value(name, op)?),
+            }
+        }
+        Ok(out)
+    }
+
+    fn integer(&self, name: &str, value: u128) -> Result<String, Unsupported> {
+        if let Some(max) = self.max_integer
+            && value > max
+        {
+            return Err(unsupported(format!(
+                "{{{name}}} = {value} is above the script's max_integer {max}"
+            )));
+        }
+        Ok(value.to_string())
+    }
+
+    /// `numer / denom`, which must be an integer.
+    fn exact_integer(&self, name: &str, numer: u128, denom: u128) -> Result<String, Unsupported> {
+        if denom == 0 {
+            return Err(unsupported(format!("{{{name}}} needs a rate above zero")));
+        }
+        if !numer.is_multiple_of(denom) {
+            return Err(unsupported(format!(
+                "{{{name}}} = {numer}/{denom} is not an integer"
+            )));
+        }
+        self.integer(name, numer / denom)
+    }
+
+    fn value(&self, name: &str, op: OpValues<'_>) -> Result<String, Unsupported> {
+        let overflow = || unsupported(format!("{{{name}}} overflows 128 bits for this config"));
+        let mul = |a: u128, b: u128| a.checked_mul(b).ok_or_else(overflow);
+        let (c, p, q, u) = (
+            u128::from(self.capacity),
+            u128::from(self.rate_numer),
+            u128::from(self.rate_denom),
+            u128::from(self.unit),
+        );
+        let now_ns = u128::from(self.epoch_s) * NS + u128::from(op.now);
+        let decimal = |numer: u128, denom: u128| {
+            if denom == 0 {
+                Err(unsupported(format!("{{{name}}} needs a rate above zero")))
+            } else {
+                Ok(decimal(numer, denom, 17))
+            }
+        };
+        match name {
+            "key" => Ok(op.key.to_owned()),
+            "now_s" => self.integer(name, now_ns / NS),
+            "now_ms" => self.integer(name, now_ns / 1_000_000),
+            "now_us" => self.integer(name, now_ns / 1_000),
+            "now_ns" => self.integer(name, now_ns),
+            "now_subsec_ns" => Ok((now_ns % NS).to_string()),
+            "now_s_decimal" => Ok(format!("{}.{:09}", now_ns / NS, now_ns % NS)),
+            "cost" => self.exact_integer(name, u128::from(op.cost), u),
+            "capacity" => self.exact_integer(name, c, u),
+            "epoch_s" => self.integer(name, u128::from(self.epoch_s)),
+            "unit" => self.integer(name, u),
+            // Script units per second: tokens per second / unit.
+            "rate_per_s" => decimal(p, mul(q, u)?),
+            "rate_per_ms" => decimal(p, mul(mul(q, u)?, 1_000)?),
+            // Seconds per script unit: unit / rate.
+            "emission_interval_s" => decimal(mul(q, u)?, p),
+            "emission_interval_ms" => decimal(mul(mul(q, u)?, 1_000)?, p),
+            "emission_interval_us" => decimal(mul(mul(q, u)?, 1_000_000)?, p),
+            "emission_interval_ns" => self.exact_integer(name, mul(mul(q, u)?, NS)?, p),
+            // capacity / rate: the time to refill fully, the GCRA burst offset.
+            "period_s" | "capacity_times_interval_s" => decimal(mul(c, q)?, p),
+            "period_ms" => decimal(mul(mul(c, q)?, 1_000)?, p),
+            "period_ns" => self.exact_integer(name, mul(mul(c, q)?, NS)?, p),
+            "cost_times_interval_s" => decimal(mul(u128::from(op.cost), q)?, p),
+            "ttl_s" => {
+                if p == 0 {
+                    return Err(unsupported(format!("{{{name}}} needs a rate above zero")));
+                }
+                let numer = mul(c, q)?;
+                self.integer(name, numer.div_ceil(p).max(1))
+            }
+            other => Err(unsupported(format!("unknown placeholder {{{other}}}"))),
+        }
+    }
+}
+
+/// `numer / denom` in decimal, exact if it fits in `digits` significant digits, else rounded half
+/// up to them (the integer part is always whole).
+pub fn decimal(numer: u128, denom: u128, digits: usize) -> String {
+    let int = numer / denom;
+    let mut rem = numer % denom;
+    let int_digits = if int == 0 { 0 } else { int.to_string().len() };
+    let mut frac: Vec<u8> = Vec::new();
+    let mut significant = int_digits;
+    while rem != 0 && significant < digits {
+        // rem < denom <= u128::MAX / 10 in practice; widen by splitting if it would overflow.
+        let (digit, next) = times_ten_div(rem, denom);
+        rem = next;
+        frac.push(digit);
+        if significant > 0 || digit != 0 {
+            significant += 1;
+        }
+    }
+    let mut int = int;
+    if rem != 0 {
+        // Round half up on the next digit.
+        let (next_digit, _) = times_ten_div(rem, denom);
+        if next_digit >= 5 {
+            let mut carry = true;
+            for d in frac.iter_mut().rev() {
+                if *d == 9 {
+                    *d = 0;
+                } else {
+                    *d += 1;
+                    carry = false;
+                    break;
+                }
+            }
+            if carry {
+                int += 1;
+            }
+        }
+    }
+    while frac.last() == Some(&0) {
+        frac.pop();
+    }
+    if frac.is_empty() {
+        return int.to_string();
+    }
+    let frac: String = frac.iter().map(|d| char::from(b'0' + d)).collect();
+    format!("{int}.{frac}")
+}
+
+/// `(rem * 10) / denom` and its remainder, for `rem < denom`, without overflow.
+fn times_ten_div(rem: u128, denom: u128) -> (u8, u128) {
+    match rem.checked_mul(10) {
+        Some(scaled) => ((scaled / denom) as u8, scaled % denom),
+        None => {
+            // Ten additions of rem modulo denom, counting wraps.
+            let mut digit = 0u8;
+            let mut acc: u128 = 0;
+            for _ in 0..10 {
+                let room = denom - acc;
+                if rem >= room {
+                    acc = rem - room;
+                    digit += 1;
+                } else {
+                    acc += rem;
+                }
+            }
+            (digit, acc)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context() -> Context {
+        Context {
+            capacity: 10,
+            rate_numer: 5,
+            rate_denom: 1,
+            unit: 1,
+            epoch_s: 1_700_000_000,
+            max_integer: None,
+        }
+    }
+
+    #[test]
+    fn decimals_are_exact_or_seventeen_digits() {
+        assert_eq!(decimal(1, 5, 17), "0.2");
+        assert_eq!(decimal(2, 3, 17), "0.66666666666666667");
+        assert_eq!(decimal(1, 3_000, 17), "0.00033333333333333333");
+        assert_eq!(decimal(20, 1, 17), "20");
+        assert_eq!(
+            decimal(199_999_999_999_999_999, 100, 17),
+            "2000000000000000"
+        );
+        assert_eq!(decimal(u128::MAX - 1, u128::MAX, 3), "1");
+        // Round trips through a double: 17 digits are enough.
+        let shown = decimal(13, 10, 17);
+        assert_eq!(shown.parse::<f64>().unwrap(), 1.3);
+    }
+
+    #[test]
+    fn placeholders_fill_exactly_or_refuse() {
+        let ctx = context();
+        let op = OpValues {
+            key: "k",
+            cost: 3,
+            now: 1_500_000_001,
+        };
+        let fill = |t: &str| ctx.fill(t, op);
+        assert_eq!(fill("{key}:{cost}").unwrap(), "k:3");
+        assert_eq!(fill("{now_s}").unwrap(), "1700000001");
+        assert_eq!(fill("{now_ms}").unwrap(), "1700000001500");
+        assert_eq!(fill("{now_ns}").unwrap(), "1700000001500000001");
+        assert_eq!(fill("{now_s_decimal}").unwrap(), "1700000001.500000001");
+        assert_eq!(fill("{now_subsec_ns}").unwrap(), "500000001");
+        assert_eq!(fill("{emission_interval_s}").unwrap(), "0.2");
+        assert_eq!(fill("{emission_interval_ns}").unwrap(), "200000000");
+        assert_eq!(fill("{capacity_times_interval_s}").unwrap(), "2");
+        assert_eq!(fill("{cost_times_interval_s}").unwrap(), "0.6");
+        assert_eq!(fill("{ttl_s}").unwrap(), "2");
+        assert_eq!(fill("{rate_per_ms}").unwrap(), "0.005");
+        let zero = Context {
+            rate_numer: 0,
+            ..context()
+        };
+        assert!(zero.fill("{emission_interval_s}", op).is_err());
+        assert_eq!(zero.fill("{rate_per_s}", op).unwrap(), "0");
+        let thirds = Context {
+            rate_numer: 3,
+            ..context()
+        };
+        assert!(thirds.fill("{emission_interval_ns}", op).is_err());
+        let units = Context {
+            unit: 2,
+            ..context()
+        };
+        assert!(units.fill("{cost}", op).is_err());
+        assert_eq!(units.fill("{capacity}", op).unwrap(), "5");
+        let small = Context {
+            max_integer: Some(1 << 53),
+            ..context()
+        };
+        assert!(small.fill("{now_ns}", op).is_err());
+        assert!(small.fill("{now_us}", op).is_ok());
+        assert!(check_template("{nope}").is_err());
+        assert!(check_template("{key").is_err());
+    }
+}

@@ -1,0 +1,144 @@
+//! Redis script subjects (`subjects::script`) on a real Redis: a script flushed mid-run is loaded
+//! again (NOSCRIPT), no key under a subject's prefix survives it, and a script that reads TIME works
+//! because of the prelude (without it, the same script sees Redis's own clock and denies what the
+//! op's now has refilled). Needs `REDIS_URL`; without it each test prints a loud SKIP line and
+//! passes, unless `BUCKETPROOF_REQUIRE_REDIS=1` (CI), which makes the skip a failure.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bucketproof_harness::subjects::script::{Loaded, ScriptSpec, ScriptSubjects, redis_url};
+use bucketproof_harness::{Acquire, ConfigSpec, Setup, Subject};
+
+const SECOND: u64 = 1_000_000_000;
+
+fn redis_available(test: &str) -> bool {
+    if std::env::var("REDIS_URL").is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var("BUCKETPROOF_REQUIRE_REDIS").as_deref() != Ok("1"),
+        "{test}: REDIS_URL is not set but BUCKETPROOF_REQUIRE_REDIS=1"
+    );
+    eprintln!("\n!!!!! SKIP {test}: REDIS_URL is not set, this Redis test did NOT run !!!!!\n");
+    false
+}
+
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    workspace().join("tests/fixtures/redis-script").join(name)
+}
+
+fn acquire(cost: u64, now: u64) -> Acquire {
+    Acquire {
+        key: 7,
+        cost,
+        now,
+        request_id: None,
+    }
+}
+
+fn connection() -> redis::Connection {
+    redis::Client::open(redis_url().as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+fn keys_under(prefix: &str) -> Vec<String> {
+    redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query(&mut connection())
+        .unwrap()
+}
+
+#[test]
+fn a_flushed_script_is_loaded_again_and_no_key_outlives_the_subject() {
+    if !redis_available("a_flushed_script_is_loaded_again_and_no_key_outlives_the_subject") {
+        return;
+    }
+    let factory = ScriptSubjects::new(workspace());
+    let loaded = factory.load(&fixture("bucket.toml")).unwrap();
+    let setup = Setup::new(ConfigSpec::new(3, "1/s"));
+    let mut subject = ScriptSubjects::build_loaded("bucket", loaded, &setup).unwrap();
+    let prefix = subject.prefix().to_owned();
+    assert!(subject.acquire(acquire(2, 0)).unwrap().allowed);
+    let mut other = acquire(1, 0);
+    other.key = 8;
+    assert!(subject.acquire(other).unwrap().allowed);
+    assert_eq!(keys_under(&prefix).len(), 2, "one hash per key");
+    let flushed: String = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut connection())
+        .unwrap();
+    assert_eq!(flushed, "OK");
+    // The script is gone from Redis; the state is not: one token left, then none.
+    let observed = subject.acquire(acquire(1, 0)).unwrap();
+    assert!(observed.allowed);
+    assert!(!subject.acquire(acquire(1, 0)).unwrap().allowed);
+    drop(subject);
+    assert!(keys_under(&prefix).is_empty(), "keys left under {prefix}");
+}
+
+/// The TIME-reading bucket at capacity 2, 1 token/s: drained at 0, one token back at 1 s.
+fn drain_and_wait(loaded: Arc<Loaded>) -> Vec<bool> {
+    let setup = Setup::new(ConfigSpec::new(2, "1/s"));
+    let mut subject = ScriptSubjects::build_loaded("server", loaded, &setup).unwrap();
+    [acquire(2, 0), acquire(1, 0), acquire(1, SECOND)]
+        .into_iter()
+        .map(|op| subject.acquire(op).unwrap().allowed)
+        .collect()
+}
+
+#[test]
+fn time_reading_scripts_work_because_of_the_prelude() {
+    if !redis_available("time_reading_scripts_work_because_of_the_prelude") {
+        return;
+    }
+    let spec = ScriptSpec::load(&fixture("server.toml")).unwrap();
+    assert!(spec.prelude);
+    let with = Arc::new(Loaded::new(spec.clone(), &workspace()).unwrap());
+    assert_eq!(drain_and_wait(with), [true, false, true]);
+    // Without the prelude the script reads Redis's own clock: the harness's second has not passed
+    // there, so nothing has refilled and the request the op's now allows is denied.
+    let without = ScriptSpec {
+        prelude: false,
+        ..spec
+    };
+    let without = Arc::new(Loaded::new(without, &workspace()).unwrap());
+    assert_eq!(drain_and_wait(without), [true, false, false]);
+}
+
+#[test]
+fn an_op_the_script_cannot_be_given_is_unsupported_not_a_verdict() {
+    if !redis_available("an_op_the_script_cannot_be_given_is_unsupported_not_a_verdict") {
+        return;
+    }
+    let factory = ScriptSubjects::new(workspace());
+    let loaded = factory.load(&fixture("bucket.toml")).unwrap();
+    // 1/3 s per token is not a whole number of ns: the setup is refused, the run skipped.
+    let thirds = Setup::new(ConfigSpec::new(3, "3/s"));
+    assert!(matches!(
+        ScriptSubjects::build_loaded("bucket", Arc::clone(&loaded), &thirds),
+        Err(bucketproof_harness::SubjectError::Unsupported(_))
+    ));
+    let setup = Setup::new(ConfigSpec::new(3, "1/s"));
+    let mut subject = ScriptSubjects::build_loaded("bucket", loaded, &setup).unwrap();
+    // A time past 2^53 ns (the description's max_integer) is refused, not rounded.
+    let late = subject.acquire(acquire(1, u64::MAX));
+    assert!(
+        matches!(late, Err(bucketproof_harness::SubjectError::Unsupported(_))),
+        "{late:?}"
+    );
+    let mut with_id = acquire(1, 0);
+    with_id.request_id = Some(1);
+    assert!(matches!(
+        subject.acquire(with_id),
+        Err(bucketproof_harness::SubjectError::Unsupported(
+            "request ids"
+        ))
+    ));
+}
