@@ -26,6 +26,18 @@ pub enum Amount {
     Approx(f64),
 }
 
+/// An exact amount as an integer or `a/b` (lowest terms), a float's as its exact value; NaN and
+/// infinities as the float.
+impl std::fmt::Display for Amount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.to_rational() {
+            Some(value) if value.is_int() => write!(f, "{}", value.numerator()),
+            Some(value) => write!(f, "{}/{}", value.numerator(), value.denominator()),
+            None => write!(f, "{self:?}"),
+        }
+    }
+}
+
 impl Amount {
     /// The amount as an exact rational (a float is converted exactly, bit for bit). `None` for NaN or
     /// infinities.

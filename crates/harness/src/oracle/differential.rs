@@ -48,20 +48,12 @@ fn fmt_result(result: &Result<Observed, SubjectError>) -> String {
             } else {
                 "denied"
             },
-            fmt_amount(observed),
+            observed.remaining,
             fmt_wait(observed.retry_after),
             fmt_wait(observed.reset_after),
             if observed.replayed { " (replayed)" } else { "" }
         ),
         Err(error) => format!("error: {error}"),
-    }
-}
-
-fn fmt_amount(observed: &Observed) -> String {
-    match observed.remaining.to_rational() {
-        Some(value) if value.is_int() => value.numerator().to_string(),
-        Some(value) => format!("{}/{}", value.numerator(), value.denominator()),
-        None => format!("{:?}", observed.remaining),
     }
 }
 

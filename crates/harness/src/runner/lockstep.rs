@@ -10,7 +10,7 @@
 use std::ops::{Deref, DerefMut};
 
 use bucketproof_limiter::Wait;
-use bucketproof_model::{Model, cmp_whole};
+use bucketproof_model::{Model, Rational, cmp_whole};
 
 use super::events::{Before, Event, Events};
 use super::sample::Sampler;
@@ -288,6 +288,8 @@ impl<'a> Lockstep<'a> {
         keep_first(&mut found, oracles, invariants);
         let over_capacity = self.check_cost_within_capacity(acquire, &observed);
         keep_first(&mut found, oracles, over_capacity);
+        let remaining_range = self.check_remaining_within_capacity(acquire, &observed);
+        keep_first(&mut found, oracles, remaining_range);
         let arrival = self.check_arrival(acquire, &observed);
         keep_first(&mut found, oracles, arrival);
         let retry_after = self.check_retry_after(acquire, &observed);
@@ -523,6 +525,29 @@ impl<'a> Lockstep<'a> {
         };
         self.divergence.other_violations += u64::from(violation.is_some());
         violation
+    }
+
+    /// A decision's reported balance lies in `[0, capacity]` (under every profile: a subject that says
+    /// it holds more than a full bucket, or less than nothing, is wrong whatever it rounds).
+    fn check_remaining_within_capacity(
+        &mut self,
+        acquire: Acquire,
+        observed: &Observed,
+    ) -> Option<Violation> {
+        let capacity = self.model.config_of(acquire.key).capacity();
+        let within = observed.remaining.to_rational().is_some_and(|remaining| {
+            remaining >= Rational::ZERO && remaining <= Rational::from(capacity)
+        });
+        if within {
+            return None;
+        }
+        self.divergence.other_violations += 1;
+        Some(Violation::new(
+            OracleKind::Invariant,
+            "reported remaining outside [0, capacity]",
+            format!("a balance in [0, {capacity}]"),
+            observed.remaining.to_string(),
+        ))
     }
 
     /// A cost above the key's capacity is never admitted (the exact profile's model says so too;
