@@ -30,7 +30,7 @@ home = "crates/mutants"
 what = "a bucket that charges denials"
 profile_why = "it claims exactness"
 [[peer.note]]
-property = "model"
+properties = ["model"]
 kind = "bug"
 text = "a denial takes tokens"
 source = "crates/mutants"
@@ -136,5 +136,22 @@ fn a_bad_catalogue_is_refused_with_its_position() {
         text(&out.stderr).contains("unknown field `homepage`"),
         "{}",
         text(&out.stderr)
+    );
+}
+
+/// The README shows the committed report's table (its links pointing into the report), so what a
+/// reader sees first is what `bucketproof peers --check` holds CI to.
+#[test]
+fn the_readme_shows_the_committed_peers_table() {
+    let report = std::fs::read_to_string(common::workspace().join("reports/peers.md")).unwrap();
+    let table = report
+        .split("\n\n")
+        .find(|block| block.starts_with("| peer | version"))
+        .expect("reports/peers.md has its table");
+    let shown = table.replace("](#", "](reports/peers.md#");
+    let readme = std::fs::read_to_string(common::workspace().join("README.md")).unwrap();
+    assert!(
+        readme.contains(&shown),
+        "README.md's \"Does it find real bugs?\" table differs from reports/peers.md's; copy it:\n{shown}"
     );
 }

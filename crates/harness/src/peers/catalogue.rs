@@ -49,8 +49,9 @@ pub struct Peer {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Note {
-    /// The property (an oracle's name: `arrival-curve`, `invariant`, `retry-after`, ...).
-    pub property: String,
+    /// The properties it explains (oracles' names: `arrival-curve`, `invariant`, `retry-after`,
+    /// ...): one cause often breaks several.
+    pub properties: Vec<String>,
     /// Design choice or bug.
     pub kind: NoteKind,
     /// What happens and why, in our words.
@@ -116,12 +117,12 @@ impl Catalogue {
             parse_error(format!("{line}:{column}: {}", error.message()))
         })?;
         for peer in &catalogue.peers {
-            for note in &peer.notes {
-                if property(&note.property).is_none() {
+            for name in peer.notes.iter().flat_map(|note| &note.properties) {
+                if property(name).is_none() {
                     return Err(parse_error(format!(
                         "peer {:?}: a note names property {:?}; the properties are {}",
                         peer.name,
-                        note.property,
+                        name,
                         PROPERTIES.map(OracleKind::name).join(", ")
                     )));
                 }
@@ -161,7 +162,7 @@ home = "https://example.org/x"
 what = "a bucket"
 profile_why = "it rounds"
 [[peer.note]]
-property = "arrival-curve"
+properties = ["arrival-curve"]
 kind = "design"
 text = "windows"
 "#;
@@ -186,7 +187,10 @@ text = "windows"
 
     #[test]
     fn refuses_a_note_on_an_unknown_property() {
-        let text = ONE.replace("property = \"arrival-curve\"", "property = \"fairness\"");
+        let text = ONE.replace(
+            "properties = [\"arrival-curve\"]",
+            "properties = [\"fairness\"]",
+        );
         let error = Catalogue::parse(&text, Path::new("peers.toml")).unwrap_err();
         assert!(
             error.to_string().contains("property \"fairness\""),

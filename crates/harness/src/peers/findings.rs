@@ -4,8 +4,6 @@
 //! Promise: a function of the runs alone, in job order: no timings, no paths of this machine, so the
 //! report built from it compares byte for byte.
 
-use std::collections::BTreeMap;
-
 use serde::Serialize;
 
 use super::catalogue::{PROPERTIES, Peer};
@@ -51,8 +49,7 @@ pub struct PropertyFinding {
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
 pub enum PropertyState {
-    /// No run violated it (a run stops at its first violation, so this counts the runs that ran to
-    /// the end and those that stopped on another property).
+    /// No run violated it (each property is judged in runs of its own, with only its oracle on).
     Held {
         /// Runs that judged it.
         runs: usize,
@@ -125,15 +122,19 @@ pub struct Divergence {
 }
 
 impl PeerFindings {
-    /// The findings from `peer`'s runs.
-    pub fn of(peer: &Peer, results: &[RunResult]) -> PeerFindings {
-        let mut violated: BTreeMap<&'static str, (usize, Option<Found>)> = BTreeMap::new();
-        let mut judged = 0;
+    /// The findings from `peer`'s runs: `all`, every oracle on (the run table, the counts, the
+    /// distance from the model), and `alone`, for each switchable property the runs with only that
+    /// oracle on, so that one violation does not hide another behind it.
+    pub fn of(
+        peer: &Peer,
+        all: &[RunResult],
+        alone: &[(OracleKind, Vec<RunResult>)],
+    ) -> PeerFindings {
         let mut ops_checked = 0;
         let mut divergence = Divergence::default();
         let mut max_token_error = 0.0_f64;
-        let mut runs = Vec::with_capacity(results.len());
-        for result in results {
+        let mut runs = Vec::with_capacity(all.len());
+        for result in all {
             let steps = result.report.as_ref().map_or(0, |report| report.steps);
             ops_checked += steps;
             if let Some(report) = &result.report {
@@ -151,28 +152,6 @@ impl PeerFindings {
                 Status::Skipped { reason } => ("skipped", reason.clone()),
                 Status::Error { message } => ("error", message.clone()),
             };
-            if matches!(
-                result.status,
-                Status::Pass | Status::Fail { .. } | Status::Unreached { .. }
-            ) {
-                judged += 1;
-            }
-            if let Status::Fail { violation } = &result.status {
-                let entry = violated.entry(violation.oracle.name()).or_default();
-                entry.0 += 1;
-                if entry.1.is_none() {
-                    entry.1 = result.counterexample.as_ref().map(|c| Found {
-                        scenario: c.scenario.clone(),
-                        seed: c.seed,
-                        setup: c.setup.clone(),
-                        ops: c.ops.clone(),
-                        what: c.violation.what.clone(),
-                        expected: c.violation.expected.clone(),
-                        got: c.violation.got.clone(),
-                        shrink_budget_exhausted: c.shrink_budget_exhausted,
-                    });
-                }
-            }
             runs.push(RunFinding {
                 scenario: result.scenario.clone(),
                 seed: result.seed,
@@ -183,44 +162,84 @@ impl PeerFindings {
             });
         }
         divergence.max_token_error = format!("{max_token_error:.6}");
-        let profile = results
+        let profile = all
             .iter()
             .find(|result| result.report.is_some())
             .map(|result| result.profile.clone());
+        let safety = profile.as_ref().is_some_and(Profile::is_safety);
         let properties = PROPERTIES
             .iter()
-            .map(|&kind| PropertyFinding {
-                property: kind.name(),
-                state: match violated.remove(kind.name()) {
-                    Some((runs, Some(first))) => PropertyState::Violated {
-                        runs,
-                        first: Box::new(first),
-                    },
-                    Some((runs, None)) => PropertyState::NotJudged {
-                        why: format!("violated in {runs} runs, but no counterexample was kept"),
-                    },
-                    None if kind == OracleKind::Model
-                        && profile.as_ref().is_some_and(Profile::is_safety) =>
-                    {
+            .map(|&kind| {
+                let results = alone
+                    .iter()
+                    .find(|(alone_kind, _)| *alone_kind == kind)
+                    .map_or(all, |(_, results)| results.as_slice());
+                PropertyFinding {
+                    property: kind.name(),
+                    state: if kind == OracleKind::Model && safety {
                         PropertyState::NotJudged {
                             why: "the safety profile does not compare with the model decision by \
-                                  decision (the divergence below measures the distance)"
+                                  decision (the distance below measures it)"
                                 .to_owned(),
                         }
-                    }
-                    None => PropertyState::Held { runs: judged },
-                },
+                    } else {
+                        state_of(kind, results)
+                    },
+                }
             })
             .collect();
         PeerFindings {
             peer: peer.clone(),
             profile,
-            counts: Counts::of(results),
+            counts: Counts::of(all),
             ops_checked,
             properties,
             runs,
             divergence,
-            checking_time: results.iter().map(|result| result.elapsed).sum(),
+            checking_time: all.iter().map(|result| result.elapsed).sum(),
         }
+    }
+}
+
+/// Held or violated, from runs that judged `kind` (alone, or with every oracle for
+/// [`OracleKind::Subject`]).
+fn state_of(kind: OracleKind, results: &[RunResult]) -> PropertyState {
+    let judged = results
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.status,
+                Status::Pass | Status::Fail { .. } | Status::Unreached { .. }
+            )
+        })
+        .count();
+    let violations: Vec<&RunResult> = results
+        .iter()
+        .filter(|r| matches!(&r.status, Status::Fail { violation } if violation.oracle == kind))
+        .collect();
+    let Some(first) = violations.iter().find_map(|r| r.counterexample.as_ref()) else {
+        return if violations.is_empty() {
+            PropertyState::Held { runs: judged }
+        } else {
+            PropertyState::NotJudged {
+                why: format!(
+                    "violated in {} runs, but no counterexample was kept",
+                    violations.len()
+                ),
+            }
+        };
+    };
+    PropertyState::Violated {
+        runs: violations.len(),
+        first: Box::new(Found {
+            scenario: first.scenario.clone(),
+            seed: first.seed,
+            setup: first.setup.clone(),
+            ops: first.ops.clone(),
+            what: first.violation.what.clone(),
+            expected: first.violation.expected.clone(),
+            got: first.violation.got.clone(),
+            shrink_budget_exhausted: first.shrink_budget_exhausted,
+        }),
     }
 }

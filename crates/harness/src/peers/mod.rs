@@ -20,8 +20,17 @@ pub use self::catalogue::{Catalogue, CatalogueError, Note, NoteKind, Peer};
 pub use self::findings::PeerFindings;
 
 use crate::gate::{Gate, GateError, GateOptions, Observer};
+use crate::oracle::OracleSet;
 use crate::scenario::Scenario;
 use crate::subjects::Registry;
+
+/// Where one oracle set's counterexamples go: `all/`, or the oracle's name.
+fn oracles_dir(oracles: OracleSet) -> &'static str {
+    OracleSet::SWITCHABLE
+        .into_iter()
+        .find(|&kind| oracles == OracleSet::only(kind))
+        .map_or("all", |kind| kind.name())
+}
 
 /// The peers report: every peer's findings, in catalogue order.
 #[derive(Clone, Debug)]
@@ -31,8 +40,9 @@ pub struct PeersReport {
 }
 
 impl PeersReport {
-    /// Runs every peer of `catalogue` on every scenario (their declared seeds, scale 1), writing
-    /// counterexample files under `work_dir`'s `failures/`.
+    /// Runs every peer of `catalogue` on every scenario (their declared seeds, scale 1): once with
+    /// every oracle on, then once per property with only its oracle on; counterexample files go
+    /// under `work_dir`.
     pub fn run(
         registry: &Registry,
         catalogue: &Catalogue,
@@ -42,13 +52,21 @@ impl PeersReport {
     ) -> Result<PeersReport, GateError> {
         let work_dir = work_dir.into();
         let mut peers = Vec::with_capacity(catalogue.peers.len());
-        for peer in &catalogue.peers {
-            let mut options = GateOptions::new(work_dir.clone());
-            options.subjects = vec![peer.subject.clone()];
+        let runs = |subject: &str, oracles: OracleSet, observer: &mut dyn Observer| {
+            let mut options = GateOptions::new(work_dir.join(oracles_dir(oracles)));
+            options.subjects = vec![subject.to_owned()];
             options.allow_skips = true;
+            options.engine.run.oracles = oracles;
             let gate = Gate::new(registry, options)?;
-            let outcome = gate.check(scenarios, observer)?;
-            peers.push(PeerFindings::of(peer, outcome.results()));
+            Ok::<_, GateError>(gate.check(scenarios, observer)?.results().to_vec())
+        };
+        for peer in &catalogue.peers {
+            let all = runs(&peer.subject, OracleSet::ALL, observer)?;
+            let mut alone = Vec::new();
+            for kind in OracleSet::SWITCHABLE {
+                alone.push((kind, runs(&peer.subject, OracleSet::only(kind), observer)?));
+            }
+            peers.push(PeerFindings::of(peer, &all, &alone));
         }
         Ok(PeersReport { peers })
     }

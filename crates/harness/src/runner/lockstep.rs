@@ -411,6 +411,16 @@ impl<'a> Lockstep<'a> {
         }
         self.events.request_id(key, acquire.request_id);
         self.events.acquire(&expected, before, cost, now);
+        // A store error where the spec answers is the subject failing its caller, under every
+        // profile (the safety profile does not ask the model, but still asks for an answer).
+        if let (Ok(_), Err(SubjectError::Store(message))) = (&expected, got) {
+            return Some(Violation::new(
+                OracleKind::Subject,
+                "the subject failed on a valid request",
+                "an answer (allowed or denied)",
+                format!("store error: {message}"),
+            ));
+        }
         comparison.violation
     }
 
@@ -528,17 +538,17 @@ impl<'a> Lockstep<'a> {
     }
 
     /// A decision's reported balance lies in `[0, capacity]` (under every profile: a subject that says
-    /// it holds more than a full bucket, or less than nothing, is wrong whatever it rounds).
+    /// it holds more than a full bucket, or less than nothing, is wrong whatever it rounds). A balance
+    /// that is no number (NaN or infinite) is one the subject does not report, and is not judged.
     fn check_remaining_within_capacity(
         &mut self,
         acquire: Acquire,
         observed: &Observed,
     ) -> Option<Violation> {
         let capacity = self.model.config_of(acquire.key).capacity();
-        let within = observed.remaining.to_rational().is_some_and(|remaining| {
-            remaining >= Rational::ZERO && remaining <= Rational::from(capacity)
-        });
-        if within {
+        // NaN is how a subject says it reports no balance (a script whose reply has none): unjudged.
+        let remaining = observed.remaining.to_rational()?;
+        if remaining >= Rational::ZERO && remaining <= Rational::from(capacity) {
             return None;
         }
         self.divergence.other_violations += 1;

@@ -13,7 +13,7 @@
 pub struct Unsupported(pub String);
 
 /// Every placeholder, for validation and docs.
-pub const PLACEHOLDERS: [&str; 23] = [
+pub const PLACEHOLDERS: [&str; 24] = [
     "key",
     "now_s",
     "now_ms",
@@ -28,6 +28,7 @@ pub const PLACEHOLDERS: [&str; 23] = [
     "emission_interval_ms",
     "emission_interval_us",
     "emission_interval_ns",
+    "whole_emission_interval_ms",
     "period_s",
     "period_ms",
     "period_ns",
@@ -194,6 +195,8 @@ impl Context {
             "emission_interval_ms" => decimal(mul(mul(q, u)?, 1_000)?, p),
             "emission_interval_us" => decimal(mul(mul(q, u)?, 1_000_000)?, p),
             "emission_interval_ns" => self.exact_integer(name, mul(mul(q, u)?, NS)?, p),
+            // For scripts that take an interval in whole milliseconds (and would fail on another).
+            "whole_emission_interval_ms" => self.exact_integer(name, mul(mul(q, u)?, 1_000)?, p),
             // capacity / rate: the time to refill fully, the GCRA burst offset.
             "period_s" | "capacity_times_interval_s" => decimal(mul(c, q)?, p),
             "period_ms" => decimal(mul(mul(c, q)?, 1_000)?, p),
@@ -328,6 +331,7 @@ mod tests {
         assert_eq!(fill("{now_subsec_ns}").unwrap(), "500000001");
         assert_eq!(fill("{emission_interval_s}").unwrap(), "0.2");
         assert_eq!(fill("{emission_interval_ns}").unwrap(), "200000000");
+        assert_eq!(fill("{whole_emission_interval_ms}").unwrap(), "200");
         assert_eq!(fill("{capacity_times_interval_s}").unwrap(), "2");
         assert_eq!(fill("{cost_times_interval_s}").unwrap(), "0.6");
         assert_eq!(fill("{ttl_s}").unwrap(), "2");
@@ -343,6 +347,7 @@ mod tests {
             ..context()
         };
         assert!(thirds.fill("{emission_interval_ns}", op).is_err());
+        assert!(thirds.fill("{whole_emission_interval_ms}", op).is_err());
         let units = Context {
             unit: 2,
             ..context()

@@ -45,6 +45,8 @@ pub enum Allowed {
     Equals(i64),
     /// Allowed when the entry is not this integer (a nil is not any integer).
     NotEquals(i64),
+    /// Allowed when the entry is a number at least this (a nil is not).
+    AtLeast(i64),
     /// Allowed when the entry's truth is this: nil, 0, an empty string and `"0"` are false,
     /// anything else true (Redis turns Lua `true` into 1 and `false` into nil).
     Truthy(bool),
@@ -61,6 +63,15 @@ pub struct WaitMap {
     pub none_below: Option<Decimal>,
 }
 
+/// The remaining balance's entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemainingMap {
+    /// 0-based.
+    pub index: usize,
+    /// Read only from an admission's reply; a denial's reports no balance.
+    pub only_when_allowed: bool,
+}
+
 /// The whole mapping.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplyMap {
@@ -69,7 +80,7 @@ pub struct ReplyMap {
     /// How.
     pub allowed: Allowed,
     /// The remaining balance's entry, in script units.
-    pub remaining: Option<usize>,
+    pub remaining: Option<RemainingMap>,
     /// The retry-after's entry.
     pub retry_after: Option<WaitMap>,
     /// The reset-after's entry.
@@ -250,28 +261,34 @@ impl ReplyMap {
             })
         };
         let value = entry(self.allowed_index, "allowed")?;
+        // The allowed entry as a number; nil is none (it equals no integer and is below any floor).
+        let allowed_number = || match value {
+            Value::Nil => Ok(None),
+            other => number(other).map(Some).ok_or_else(|| {
+                Mismatch(format!(
+                    "allowed at index {} of the reply {} is {}, not a number or nil",
+                    self.allowed_index,
+                    show(reply),
+                    show(other)
+                ))
+            }),
+        };
         let allowed = match self.allowed {
             Allowed::Truthy(want) => truthy(value) == want,
-            Allowed::Equals(v) | Allowed::NotEquals(v) => {
-                let equal = match value {
-                    Value::Nil => false,
-                    other => number(other)
-                        .ok_or_else(|| {
-                            Mismatch(format!(
-                                "allowed at index {} of the reply {} is {}, not a number or nil",
-                                self.allowed_index,
-                                show(reply),
-                                show(other)
-                            ))
-                        })?
-                        .eq(&Decimal::from_i64(v)),
-                };
-                equal == matches!(self.allowed, Allowed::Equals(_))
+            Allowed::AtLeast(floor) => {
+                allowed_number()?.is_some_and(|n| !n.less_than(Decimal::from_i64(floor)))
+            }
+            Allowed::Equals(v) => allowed_number()?.is_some_and(|n| n.eq(&Decimal::from_i64(v))),
+            Allowed::NotEquals(v) => {
+                !allowed_number()?.is_some_and(|n| n.eq(&Decimal::from_i64(v)))
             }
         };
         let remaining = match self.remaining {
-            Some(index) => numeric(index, "remaining")?.amount(unit),
-            None => Amount::Approx(f64::NAN),
+            Some(map) if allowed || !map.only_when_allowed => {
+                numeric(map.index, "remaining")?.amount(unit)
+            }
+            // No balance reported (NaN): the oracles do not judge one.
+            _ => Amount::Approx(f64::NAN),
         };
         let wait = |map: &Option<WaitMap>, what: &str| -> Result<Option<Wait>, Mismatch> {
             let Some(map) = map else { return Ok(None) };
@@ -308,7 +325,10 @@ mod tests {
         ReplyMap {
             allowed_index: 0,
             allowed: Allowed::Truthy(false),
-            remaining: Some(1),
+            remaining: Some(RemainingMap {
+                index: 1,
+                only_when_allowed: false,
+            }),
             retry_after: Some(WaitMap {
                 index: 2,
                 unit: TimeUnit::S,

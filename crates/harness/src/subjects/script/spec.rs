@@ -4,14 +4,14 @@
 //!
 //! Promise: a description is refused, with `file:line:column`, on a syntax error, an unknown field,
 //! a bad value, an unknown placeholder or a key template without `{key}` (so every key is
-//! namespaced); nothing is read from Redis or the script's source here.
+//! namespaced; `""`, an absent optional key, is the one exception); nothing is read from Redis or the script's source here.
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
 use super::args;
-use super::reply::{Allowed, Decimal, ReplyMap, TimeUnit, WaitMap};
+use super::reply::{Allowed, Decimal, RemainingMap, ReplyMap, TimeUnit, WaitMap};
 use crate::profile::{Profile, Resolution};
 use crate::subjects::exec::SpecError;
 use crate::subjects::exec::spec::{ProfileField, parse_toml};
@@ -196,7 +196,9 @@ impl ScriptSpec {
         };
         for template in &script.keys {
             args::check_template(template).map_err(|e| at(template, e))?;
-            if !template.contains("{key}") {
+            // "" names no key (how a script is told an optional key is absent); any other key
+            // must be namespaced.
+            if !template.is_empty() && !template.contains("{key}") {
                 return Err(at(
                     template,
                     format!("key template {template:?} has no {{key}}: every key is namespaced"),
@@ -287,7 +289,7 @@ struct PackageField {
 #[serde(deny_unknown_fields)]
 struct ReplyTable {
     allowed: AllowedField,
-    remaining: Option<IndexField>,
+    remaining: Option<RemainingField>,
     retry_after: Option<WaitField>,
     reset_after: Option<WaitField>,
 }
@@ -298,13 +300,17 @@ struct AllowedField {
     index: usize,
     equals: Option<i64>,
     not_equals: Option<i64>,
+    at_least: Option<i64>,
     truthy: Option<bool>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct IndexField {
+struct RemainingField {
     index: usize,
+    /// The entry is a balance only in an admission's reply (a denial's holds a marker, as -1).
+    #[serde(default)]
+    only_when_allowed: bool,
 }
 
 #[derive(Deserialize)]
@@ -325,13 +331,15 @@ enum NumberField {
 impl ReplyTable {
     fn resolve(self) -> Result<ReplyMap, String> {
         let a = self.allowed;
-        let allowed = match (a.equals, a.not_equals, a.truthy) {
-            (Some(v), None, None) => Allowed::Equals(v),
-            (None, Some(v), None) => Allowed::NotEquals(v),
-            (None, None, Some(v)) => Allowed::Truthy(v),
+        let allowed = match (a.equals, a.not_equals, a.at_least, a.truthy) {
+            (Some(v), None, None, None) => Allowed::Equals(v),
+            (None, Some(v), None, None) => Allowed::NotEquals(v),
+            (None, None, Some(v), None) => Allowed::AtLeast(v),
+            (None, None, None, Some(v)) => Allowed::Truthy(v),
             _ => {
                 return Err(
-                    "reply.allowed has an index and exactly one of equals, not_equals, truthy"
+                    "reply.allowed has an index and exactly one of equals, not_equals, \
+                            at_least, truthy"
                         .into(),
                 );
             }
@@ -358,7 +366,10 @@ impl ReplyTable {
         Ok(ReplyMap {
             allowed_index: a.index,
             allowed,
-            remaining: self.remaining.map(|r| r.index),
+            remaining: self.remaining.map(|r| RemainingMap {
+                index: r.index,
+                only_when_allowed: r.only_when_allowed,
+            }),
             retry_after: wait(self.retry_after)?,
             reset_after: wait(self.reset_after)?,
         })

@@ -5,9 +5,10 @@
 //! UNLINK), so each trace starts from an empty store and nothing is left behind. The script is
 //! loaded once with SCRIPT LOAD and called by EVALSHA, and loaded again on NOSCRIPT.
 //!
-//! Promises: a Redis error reply to an acquire (the script raised) and an unreachable Redis are
-//! harness errors ([`SubjectError::Broken`], exit 2 in the gate) with the script's message or the
-//! `REDIS_URL` tried; a reply that does not match the description's mapping is a harness error naming
+//! Promises: a Redis error reply to an acquire (the script raised) is the limiter's answer, a
+//! [`SubjectError::Store`] with the script's message, which the runner judges (a failure where the
+//! spec answers); an unreachable Redis is a harness error ([`SubjectError::Broken`], exit 2 in the
+//! gate) naming the `REDIS_URL` tried; a reply that does not match the description's mapping is a harness error naming
 //! the description and the reply; only acquires are supported (no reconfigure, forget, sweep,
 //! inspect, would_allow or request ids), so scenarios needing them are skipped.
 
@@ -227,10 +228,11 @@ impl Subject for ScriptSubject {
             if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
                 self.broken(format!("lost Redis at REDIS_URL={}: {e}", self.url))
             } else {
-                self.broken(format!(
-                    "store error: the script raised an error on {acquire:?} (KEYS {keys:?}, ARGV \
-                     {argv:?}): {e}"
-                ))
+                // The script itself raised: its caller gets an error instead of a decision. That
+                // is a finding about the limiter, judged by the runner, not a harness error.
+                // No KEYS in the message: they carry this instance's prefix, and reports built
+                // from the message must be the same on every run.
+                SubjectError::Store(format!("the script raised an error (ARGV {argv:?}): {e}"))
             }
         })?;
         self.loaded
