@@ -2,7 +2,7 @@
 //! findings and the report that publishes them (`reports/peers.md` and `.json`).
 //!
 //! Roles: [`catalogue`] says what each peer is and what is known about it, [`findings`] turns the
-//! gate's runs of one peer into properties held and violated, [`render`] writes the report. The
+//! gate's runs of one peer into properties held and violated, `render` writes the report. The
 //! peers themselves are subjects like any other (subject files, `exec:`, `redis-script:`); nothing
 //! here knows how they run.
 //!
