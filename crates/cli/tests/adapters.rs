@@ -11,8 +11,6 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use common::{bucketproof, bucketproof_in, scratch, text};
 
 /// The most ops a planted bug's counterexample may have.
@@ -92,37 +90,10 @@ fn each_planted_bug_is_caught_small_and_replays() {
                 "{subject}: {}",
                 text(&out.stderr)
             );
-            let files: Vec<PathBuf> = std::fs::read_dir(reports.join("failures"))
-                .unwrap()
-                .map(|entry| entry.unwrap().path())
-                .collect();
-            assert!(!files.is_empty(), "{subject}: no counterexample");
-            let smallest = files
-                .iter()
-                .map(|file| {
-                    let value: serde_json::Value =
-                        serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
-                    (value["ops"].as_array().unwrap().len(), file)
-                })
-                .min()
-                .unwrap();
-            assert!(
-                smallest.0 <= MAX_OPS,
-                "{subject}: {} ops in {}",
-                smallest.0,
-                smallest.1.display()
-            );
+            let (ops, file) = common::smallest_counterexample(&reports);
+            assert!(ops <= MAX_OPS, "{subject}: {ops} ops in {}", file.display());
             // Replayed from the workspace, where the recorded command's script path resolves.
-            let replay = bucketproof_in(
-                &common::workspace(),
-                &["replay", smallest.1.to_str().unwrap()],
-            );
-            assert_eq!(replay.status.code(), Some(1), "{}", text(&replay.stderr));
-            assert!(
-                text(&replay.stdout).contains("reproduced"),
-                "{}",
-                text(&replay.stdout)
-            );
+            common::assert_replays(&common::workspace(), &file);
         }
     }
 }

@@ -10,8 +10,6 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use common::{bucketproof, bucketproof_in, scratch, text, workspace};
 
 /// The most ops a planted bug's counterexample may have.
@@ -33,6 +31,43 @@ fn redis_available(test: &str) -> bool {
 
 fn subject(file: &str) -> String {
     format!("redis-script:{FIXTURES}/{file}")
+}
+
+/// The overselling bugs planted in copies of `bucket.lua`: (name, the correct text, its
+/// replacement). One script, edited at test time, so every copy is the same bucket but for its bug.
+const PLANTED: [(&str, &str, &str); 2] = [
+    (
+        "uncapped",
+        "if gained >= full - credit then",
+        "if false then -- PLANTED BUG: the refill is not capped at capacity",
+    ),
+    (
+        "rollback",
+        "if now > at then\n  local gained = now - at",
+        "-- PLANTED BUG: a clock that runs back moves the cursor back, so the same time refills twice.\n\
+         if now ~= at then\n  local gained = math.max(now - at, 0)",
+    ),
+];
+
+/// Writes `bucket.lua` with `correct` replaced by `planted`, and its description, into `dir`; the
+/// subject name.
+fn planted_copy(dir: &std::path::Path, bug: &str, correct: &str, planted: &str) -> String {
+    let fixtures = workspace().join(FIXTURES);
+    let lua = std::fs::read_to_string(fixtures.join("bucket.lua")).unwrap();
+    assert!(
+        lua.contains(correct),
+        "bucket.lua no longer has {correct:?}"
+    );
+    std::fs::write(
+        dir.join(format!("bucket-{bug}.lua")),
+        lua.replace(correct, planted),
+    )
+    .unwrap();
+    let description = std::fs::read_to_string(fixtures.join("bucket.toml")).unwrap();
+    let path = dir.join(format!("bucket-{bug}.toml"));
+    let source = format!("\"bucket-{bug}.lua\"");
+    std::fs::write(&path, description.replace("\"bucket.lua\"", &source)).unwrap();
+    format!("redis-script:{}", path.display())
 }
 
 fn summary(out: &std::process::Output) -> serde_json::Value {
@@ -86,10 +121,10 @@ fn each_overselling_copy_is_caught_small_and_replays() {
     if !redis_available("each_overselling_copy_is_caught_small_and_replays") {
         return;
     }
-    for file in ["bucket-uncapped.toml", "bucket-rollback.toml"] {
-        let dir = scratch(&format!("script-{file}"));
+    for (bug, correct, planted) in PLANTED {
+        let dir = scratch(&format!("script-{bug}"));
         let reports = dir.join("reports");
-        let subject = subject(file);
+        let subject = planted_copy(&dir, bug, correct, planted);
         let out = bucketproof(&[
             "check",
             "--subject",
@@ -104,27 +139,9 @@ fn each_overselling_copy_is_caught_small_and_replays() {
             text(&out.stdout),
             text(&out.stderr)
         );
-        let files: Vec<PathBuf> = std::fs::read_dir(reports.join("failures"))
-            .unwrap()
-            .map(|entry| entry.unwrap().path())
-            .collect();
-        let smallest = files
-            .iter()
-            .map(|file| {
-                let value: serde_json::Value =
-                    serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
-                (value["ops"].as_array().unwrap().len(), file)
-            })
-            .min()
-            .expect("a counterexample");
-        assert!(smallest.0 <= MAX_OPS, "{subject}: {} ops", smallest.0);
-        let replay = bucketproof(&["replay", smallest.1.to_str().unwrap()]);
-        assert_eq!(replay.status.code(), Some(1), "{}", text(&replay.stderr));
-        assert!(
-            text(&replay.stdout).contains("reproduced"),
-            "{}",
-            text(&replay.stdout)
-        );
+        let (ops, file) = common::smallest_counterexample(&reports);
+        assert!(ops <= MAX_OPS, "{subject}: {ops} ops in {}", file.display());
+        common::assert_replays(&workspace(), &file);
     }
 }
 

@@ -60,3 +60,29 @@ pub fn failing_check<'a>(scenario: &'a str, reports: Option<&'a str>) -> Vec<&'a
     args.extend(reports.into_iter().flat_map(|dir| ["--reports", dir]));
     args
 }
+
+/// The shortest counterexample file under `reports/failures`: its op count and path. Panics when
+/// there is none.
+pub fn smallest_counterexample(reports: &Path) -> (usize, PathBuf) {
+    std::fs::read_dir(reports.join("failures"))
+        .expect("a failures directory")
+        .map(|entry| {
+            let file = entry.unwrap().path();
+            let value: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+            (value["ops"].as_array().unwrap().len(), file)
+        })
+        .min()
+        .expect("a counterexample")
+}
+
+/// `bucketproof replay FILE` from `dir` reproduces the recorded failure (exit 1, "reproduced").
+pub fn assert_replays(dir: &Path, file: &Path) {
+    let replay = bucketproof_in(dir, &["replay", file.to_str().unwrap()]);
+    assert_eq!(replay.status.code(), Some(1), "{}", text(&replay.stderr));
+    assert!(
+        text(&replay.stdout).contains("reproduced"),
+        "{}",
+        text(&replay.stdout)
+    );
+}
