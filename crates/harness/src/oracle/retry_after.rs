@@ -7,20 +7,51 @@ use super::{OracleKind, Violation};
 use crate::subject::Subject;
 use crate::trace::Acquire;
 
+/// What one retry-after check came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Probed {
+    /// The subject could not be asked (no `would_allow`): nothing was judged.
+    NotAsked,
+    /// Asked, and the wait held.
+    Held,
+    /// Asked, and the wait was wrong.
+    Violated(Violation),
+}
+
+impl Probed {
+    /// From the answers to the asks (`None`: not answered) and the violation they showed.
+    fn of(answered: bool, violation: Option<Violation>) -> Probed {
+        match (answered, violation) {
+            (_, Some(violation)) => Probed::Violated(violation),
+            (true, None) => Probed::Held,
+            (false, None) => Probed::NotAsked,
+        }
+    }
+
+    /// The violation, if any.
+    pub fn violation(self) -> Option<Violation> {
+        match self {
+            Probed::Violated(violation) => Some(violation),
+            _ => None,
+        }
+    }
+}
+
 /// Checks a denial of `denied` that said "retry after `wait` ns": the same acquire, moved to
 /// `denied.now + wait`, is asked of [`Subject::would_allow`].
-pub fn check(subject: &mut dyn Subject, denied: Acquire, wait: u64) -> Option<Violation> {
+pub fn check(subject: &mut dyn Subject, denied: Acquire, wait: u64) -> Probed {
     let at = |now: u64| Acquire { now, ..denied };
     let Some(retry_at) = denied.now.checked_add(wait) else {
-        return Some(Violation::new(
+        return Probed::Violated(Violation::new(
             OracleKind::RetryAfter,
             "retry_after points past the end of the clock",
             "never",
             format!("{wait}ns"),
         ));
     };
-    if subject.would_allow(at(retry_at)) == Some(false) {
-        return Some(Violation::new(
+    let at_retry = subject.would_allow(at(retry_at));
+    if at_retry == Some(false) {
+        return Probed::Violated(Violation::new(
             OracleKind::RetryAfter,
             "retrying at now + retry_after is denied",
             format!("allowed at {retry_at}"),
@@ -28,14 +59,14 @@ pub fn check(subject: &mut dyn Subject, denied: Acquire, wait: u64) -> Option<Vi
         ));
     }
     if wait > 0 && subject.would_allow(at(retry_at - 1)) == Some(true) {
-        return Some(Violation::new(
+        return Probed::Violated(Violation::new(
             OracleKind::RetryAfter,
             "retry_after is not tight: 1 ns earlier is already allowed",
             format!("denied at {}", retry_at - 1),
             "allowed",
         ));
     }
-    None
+    Probed::of(at_retry.is_some(), None)
 }
 
 /// The safety profile's form: the retry-after is never earlier than the subject's own next success,
@@ -46,18 +77,22 @@ pub fn check_not_early(
     denied: Acquire,
     wait: u64,
     slack: u64,
-) -> Option<Violation> {
-    let retry_at = denied.now.checked_add(wait)?.saturating_add(slack);
-    (subject.would_allow(Acquire {
+) -> Probed {
+    let Some(retry_at) = denied.now.checked_add(wait) else {
+        return Probed::NotAsked;
+    };
+    let retry_at = retry_at.saturating_add(slack);
+    let answer = subject.would_allow(Acquire {
         now: retry_at,
         ..denied
-    }) == Some(false))
-    .then(|| {
+    });
+    let violation = (answer == Some(false)).then(|| {
         Violation::new(
             OracleKind::RetryAfter,
             "retrying at now + retry_after is denied: the retry-after is earlier than the next success",
             format!("allowed at {retry_at}"),
             "denied",
         )
-    })
+    });
+    Probed::of(answer.is_some(), violation)
 }

@@ -219,7 +219,12 @@ fn state_of(kind: OracleKind, results: &[RunResult]) -> PropertyState {
         .collect();
     let Some(first) = violations.iter().find_map(|r| r.counterexample.as_ref()) else {
         return if violations.is_empty() {
-            PropertyState::Held { runs: judged }
+            match vacuous(kind, results) {
+                Some(why) => PropertyState::NotJudged {
+                    why: why.to_owned(),
+                },
+                None => PropertyState::Held { runs: judged },
+            }
         } else {
             PropertyState::NotJudged {
                 why: format!(
@@ -241,5 +246,27 @@ fn state_of(kind: OracleKind, results: &[RunResult]) -> PropertyState {
             got: first.violation.got.clone(),
             shrink_budget_exhausted: first.shrink_budget_exhausted,
         }),
+    }
+}
+
+/// Why a property no run violated was never actually put to the test, if it was not: "held" would
+/// claim what nothing checked.
+fn vacuous(kind: OracleKind, results: &[RunResult]) -> Option<&'static str> {
+    let total = |count: fn(&crate::runner::Divergence) -> u64| -> u64 {
+        results
+            .iter()
+            .filter_map(|r| r.report.as_ref())
+            .map(|report| count(&report.divergence))
+            .sum()
+    };
+    match kind {
+        OracleKind::RetryAfter if total(|d| d.retry_after_probes) == 0 => Some(
+            "no denial gave a retry-after the peer could be asked about (it reports none, or \
+             cannot answer would_allow)",
+        ),
+        OracleKind::Replay if total(|d| d.replay_checks) == 0 => {
+            Some("no run gave it a request id (it takes none)")
+        }
+        _ => None,
     }
 }

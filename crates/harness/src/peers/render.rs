@@ -27,8 +27,8 @@ pub(super) fn markdown(report: &PeersReport) -> String {
     );
     let _ = write!(out, "{MAX_COUNTEREXAMPLE_OPS} ops.\n\n");
     out.push_str(
-        "| peer | version | profile | runs: pass / fail / skip / error | ops checked | held | violated (shortest counterexample) |\n\
-         |---|---|---|---|---|---|---|\n",
+        "| peer | version | profile | runs: pass / fail / skip / error | ops checked | held | violated (shortest counterexample) | not judged |\n\
+         |---|---|---|---|---|---|---|---|\n",
     );
     for findings in &report.peers {
         let held: Vec<&str> = findings
@@ -47,10 +47,16 @@ pub(super) fn markdown(report: &PeersReport) -> String {
                 _ => None,
             })
             .collect();
+        let not_judged: Vec<&str> = findings
+            .properties
+            .iter()
+            .filter(|p| matches!(p.state, PropertyState::NotJudged { .. }))
+            .map(|p| p.property)
+            .collect();
         let counts = &findings.counts;
         let _ = writeln!(
             out,
-            "| [{}](#{}) | {} {} ({}) | {} | {} / {} / {} / {} | {} | {} | {} |",
+            "| [{}](#{}) | {} {} ({}) | {} | {} / {} / {} / {} | {} | {} | {} | {} |",
             findings.peer.name,
             anchor(&findings.peer.name),
             findings.peer.package,
@@ -64,6 +70,7 @@ pub(super) fn markdown(report: &PeersReport) -> String {
             findings.ops_checked,
             or_none(&held.join(", ")),
             or_none(&violated.join(", ")),
+            or_none(&not_judged.join(", ")),
         );
     }
     for findings in &report.peers {

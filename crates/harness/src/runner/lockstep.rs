@@ -19,6 +19,7 @@ use crate::oracle::arrival::{Allowance, ArrivalCurve, CurveConfig, Recreation};
 use crate::oracle::differential::{Admission, compare_acquire};
 use crate::oracle::eviction::{Creation, Dropped, Refusal};
 use crate::oracle::replay::{Replays, Retry};
+use crate::oracle::retry_after::Probed;
 use crate::oracle::{OracleKind, OracleSet, Violation, invariants, retry_after};
 use crate::profile::Rounding;
 use crate::subject::{Inspection, Observed, Subject, SubjectError};
@@ -455,6 +456,9 @@ impl<'a> Lockstep<'a> {
     /// subject shows (a recreation it cannot show is not judged). Only the subject's own reports are
     /// used.
     fn check_replay(&mut self, acquire: Acquire, observed: &Observed) -> Option<Violation> {
+        if self.options.oracles.judges(OracleKind::Replay) && acquire.request_id.is_some() {
+            self.divergence.replay_checks += 1;
+        }
         if observed.created == Some(true) {
             let shown = self.shown_cursor(acquire.key);
             // A key never seen before starts at `now` where the subject cannot show its cursor.
@@ -533,6 +537,10 @@ impl<'a> Lockstep<'a> {
                 safety.retry_slack_ns,
             ),
         };
+        if violation != Probed::NotAsked {
+            self.divergence.retry_after_probes += 1;
+        }
+        let violation = violation.violation();
         self.divergence.other_violations += u64::from(violation.is_some());
         violation
     }

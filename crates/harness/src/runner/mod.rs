@@ -116,6 +116,14 @@ pub struct Divergence {
     pub lossy_resets: u64,
     /// Other oracle violations (invariants, retry-after).
     pub other_violations: u64,
+    /// Denials whose retry-after the subject could be asked about (`would_allow` answered): zero
+    /// means the retry-after oracle judged nothing. Not in reports (they predate it).
+    #[serde(skip)]
+    pub retry_after_probes: u64,
+    /// Acquires with a request id the replay oracle judged: zero means it judged nothing. Not in
+    /// reports.
+    #[serde(skip)]
+    pub replay_checks: u64,
 }
 
 /// One point of the sampled key's series.
