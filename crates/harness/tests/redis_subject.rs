@@ -9,19 +9,7 @@ use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_harness::scenario::duration::YEAR;
 use bucketproof_harness::subjects::redis::RedisSubject;
 use bucketproof_harness::{Acquire, ConfigSpec, Setup};
-use common::SECOND;
-
-fn redis_available(test: &str) -> bool {
-    if std::env::var("REDIS_URL").is_ok() {
-        return true;
-    }
-    assert!(
-        std::env::var("BUCKETPROOF_REQUIRE_REDIS").as_deref() != Ok("1"),
-        "{test}: REDIS_URL is not set but BUCKETPROOF_REQUIRE_REDIS=1"
-    );
-    eprintln!("\n!!!!! SKIP {test}: REDIS_URL is not set, this Redis test did NOT run !!!!!\n");
-    false
-}
+use common::{SECOND, redis_available};
 
 #[test]
 fn the_redis_script_agrees_with_the_model_on_mixed_traces() {

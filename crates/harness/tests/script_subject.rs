@@ -4,25 +4,14 @@
 //! op's now has refilled). Needs `REDIS_URL`; without it each test prints a loud SKIP line and
 //! passes, unless `BUCKETPROOF_REQUIRE_REDIS=1` (CI), which makes the skip a failure.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use bucketproof_harness::subjects::script::{Loaded, ScriptSpec, ScriptSubjects, redis_url};
 use bucketproof_harness::{Acquire, ConfigSpec, Setup, Subject};
-
-const SECOND: u64 = 1_000_000_000;
-
-fn redis_available(test: &str) -> bool {
-    if std::env::var("REDIS_URL").is_ok() {
-        return true;
-    }
-    assert!(
-        std::env::var("BUCKETPROOF_REQUIRE_REDIS").as_deref() != Ok("1"),
-        "{test}: REDIS_URL is not set but BUCKETPROOF_REQUIRE_REDIS=1"
-    );
-    eprintln!("\n!!!!! SKIP {test}: REDIS_URL is not set, this Redis test did NOT run !!!!!\n");
-    false
-}
+use common::{SECOND, redis_available};
 
 fn workspace() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")

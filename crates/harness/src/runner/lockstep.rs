@@ -553,6 +553,11 @@ impl<'a> Lockstep<'a> {
         acquire: Acquire,
         observed: &Observed,
     ) -> Option<Violation> {
+        // A replayed answer is the recorded one, with the balance of its time, under the config of
+        // its time (a reconfiguration since may have lowered the capacity).
+        if observed.replayed {
+            return None;
+        }
         let capacity = self.model.config_of(acquire.key).capacity();
         // NaN is how a subject says it reports no balance (a script whose reply has none): unjudged.
         let remaining = observed.remaining.to_rational()?;

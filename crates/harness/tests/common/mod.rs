@@ -76,3 +76,17 @@ pub fn assert_agrees_on_mixed_traces(
         }
     }
 }
+
+/// True if `REDIS_URL` is set. Otherwise a loud SKIP line and false, or, under
+/// `BUCKETPROOF_REQUIRE_REDIS=1` (CI), a failure: a Redis test never passes by not running.
+pub fn redis_available(test: &str) -> bool {
+    if std::env::var("REDIS_URL").is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var("BUCKETPROOF_REQUIRE_REDIS").as_deref() != Ok("1"),
+        "{test}: REDIS_URL is not set but BUCKETPROOF_REQUIRE_REDIS=1"
+    );
+    eprintln!("\n!!!!! SKIP {test}: REDIS_URL is not set, this Redis test did NOT run !!!!!\n");
+    false
+}
