@@ -485,6 +485,22 @@ class Limiter {
 // ---------------------------------------------------------------------------------------------
 // The conversation: one reply (a JSON text) per request.
 
+// One reply (a JSON text) to `request`: `{"id":..,<reply(request)>}`, or, when `reply` throws a
+// Refusal, the typed error. An error changes nothing, so asked to inspect it still shows the
+// unchanged state: `stateOf()`, a JSON text or null. Every adapter built on this file answers here.
+function answer(request, reply, stateOf) {
+  const head = `{"id":${request.id}`;
+  try {
+    return `${head},${reply(request)}}`;
+  } catch (error) {
+    if (!(error instanceof Refusal)) throw error;
+    const state = request.inspect ? stateOf() : null;
+    const around = request.inspect ? `,"before":${state},"after":${state}` : '';
+    const message = JSON.stringify(error.message);
+    return `${head},"error":{"kind":"${error.kind}","message":${message}}${around}}`;
+  }
+}
+
 class Server {
   constructor(bug) {
     this.bug = bug;
@@ -492,17 +508,7 @@ class Server {
   }
 
   answer(request) {
-    const head = `{"id":${request.id}`;
-    try {
-      return `${head},${this.reply(request)}}`;
-    } catch (error) {
-      if (!(error instanceof Refusal)) throw error;
-      // An error changes nothing; asked to inspect, it still shows the (unchanged) state.
-      const state = request.inspect && this.limiter ? this.limiter.state(request.key) : null;
-      const around = request.inspect ? `,"before":${state},"after":${state}` : '';
-      const message = JSON.stringify(error.message);
-      return `${head},"error":{"kind":"${error.kind}","message":${message}}${around}}`;
-    }
+    return answer(request, (r) => this.reply(r), () => (this.limiter ? this.limiter.state(request.key) : null));
   }
 
   reply(request) {
@@ -616,6 +622,6 @@ function main(argv) {
   serve(new Server(bug), 'bucket.js');
 }
 
-module.exports = { readRequest, serve, ProtocolError, Refusal };
+module.exports = { readRequest, serve, answer, ProtocolError, Refusal };
 
 if (require.main === module) main(process.argv.slice(2));

@@ -360,18 +360,9 @@ class Limiter:
     # --- the protocol ------------------------------------------------------------------------
 
     def handle(self, obj):
-        if type(obj) is not dict:
-            raise ProtocolError("a request is not a JSON object")
-        op = obj.get("op")
-        shape = SHAPES.get(op)
-        rid = u64(obj, "id")
-        if shape is None:
-            return error(rid, "unsupported", f"unknown op {op!r}")
-        required, allowed = shape
-        keys = obj.keys()
-        if not required <= keys or not keys <= allowed:
-            raise ProtocolError(f"{op} has fields {sorted(keys)}; required {sorted(required)}, "
-                                f"allowed {sorted(allowed)}")
+        op, rid, refused = check_request(obj)
+        if refused:
+            return refused
         if op == "acquire":
             request_id = obj.get("request_id")
             if request_id is not None:
@@ -403,8 +394,6 @@ class Limiter:
             self.setup(default, u64(obj, "max_keys"), policy, u64(obj, "sweep_per_op"),
                        u64(obj, "dedupe_window_ns"), u64(obj, "dedupe_per_key"))
         elif op == "hello":
-            if 1 not in obj["protocol"]:
-                return error(rid, "unsupported", "this adapter speaks protocol version 1 only")
             name = "py-bucket" if self.bug is None else f"py-bucket+{self.bug}"
             return (f'{{"id":{rid},"protocol":1,"name":"{name}","version":"1.0","capabilities":'
                     '{"reconfigure":true,"forget":true,"sweep":true,"inspect":true,"would_allow":true,'
@@ -440,6 +429,27 @@ SHAPES = {
     "would_allow": _shape(("key", "now_ns", "cost")),
     "reset": _shape(()),
 }
+
+
+def check_request(obj):
+    """One request held to its op's shape: `(op, id, refusal)`, where `refusal` is the reply to send
+    instead of handling it (an unknown op, a protocol version other than 1) or None. A request that
+    is not an object, or has a missing or unknown field, raises ProtocolError: the conversation is
+    broken. Every adapter's `handle` starts here."""
+    if type(obj) is not dict:
+        raise ProtocolError("a request is not a JSON object")
+    op, rid = obj.get("op"), u64(obj, "id")
+    shape = SHAPES.get(op)
+    if shape is None:
+        return op, rid, error(rid, "unsupported", f"unknown op {op!r}")
+    required, allowed = shape
+    keys = obj.keys()
+    if not required <= keys or not keys <= allowed:
+        raise ProtocolError(f"{op} has fields {sorted(keys)}; required {sorted(required)}, "
+                            f"allowed {sorted(allowed)}")
+    if op == "hello" and 1 not in obj["protocol"]:
+        return op, rid, error(rid, "unsupported", "this adapter speaks protocol version 1 only")
+    return op, rid, None
 
 
 def decode(lines):

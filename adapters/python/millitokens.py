@@ -19,7 +19,7 @@ refuses setups with a key bound below the default, and acquires with request ids
 
 import sys
 
-from bucket import SHAPES, ProtocolError, bool_text, error, flag, parse_config, run, u64
+from bucket import bool_text, check_request, error, flag, parse_config, run, u64
 
 NS_PER_MS = 1_000_000
 U64_MAX = (1 << 64) - 1
@@ -96,17 +96,10 @@ class MilliTokens:
         return reply + "}"
 
     def handle(self, obj):
-        if type(obj) is not dict:
-            raise ProtocolError("a request is not a JSON object")
-        op, rid = obj.get("op"), u64(obj, "id")
-        if op not in SHAPES:
-            return error(rid, "unsupported", f"unknown op {op!r}")
-        required, allowed = SHAPES[op]
-        if not required <= obj.keys() <= allowed:
-            raise ProtocolError(f"{op} has fields {sorted(obj)}")
+        op, rid, refused = check_request(obj)
+        if refused:
+            return refused
         if op == "hello":
-            if 1 not in obj["protocol"]:
-                return error(rid, "unsupported", "this adapter speaks protocol version 1 only")
             name = "py-millitokens" if self.bug is None else f"py-millitokens+{self.bug}"
             return (f'{{"id":{rid},"protocol":1,"name":"{name}","version":"1.0","capabilities":'
                     '{"reconfigure":false,"forget":true,"sweep":false,"inspect":true,'

@@ -43,7 +43,7 @@ try {
   process.exit(2);
 }
 
-const { serve, Refusal } = require(path.join(__dirname, '..', '..', 'adapters', 'node', 'bucket.js'));
+const { serve, answer, Refusal } = require(path.join(__dirname, '..', '..', 'adapters', 'node', 'bucket.js'));
 
 const MAX_SAFE = BigInt(Number.MAX_SAFE_INTEGER);
 // The harness's default key bound: a setup asking for less wants a bound this subject lacks.
@@ -142,15 +142,7 @@ class Peer {
   }
 
   answer(request) {
-    const head = `{"id":${request.id}`;
-    try {
-      return `${head},${this.reply(request)}}`;
-    } catch (error) {
-      if (!(error instanceof Refusal)) throw error;
-      const state = request.inspect && this.options !== null ? this.state(request.key) : 'null';
-      const around = request.inspect ? `,"before":${state},"after":${state}` : '';
-      return `${head},"error":{"kind":"${error.kind}","message":${JSON.stringify(error.message)}}${around}}`;
-    }
+    return answer(request, (r) => this.reply(r), () => (this.options !== null ? this.state(request.key) : null));
   }
 }
 
