@@ -29,19 +29,8 @@ const ADAPTERS: [(&str, &str, &[&str]); 2] = [
 
 /// True if `program` runs here; else a loud skip, or a failure under `BUCKETPROOF_REQUIRE_ADAPTERS=1`.
 fn runs(program: &str) -> bool {
-    if std::process::Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok()
-    {
-        return true;
-    }
-    assert!(
-        std::env::var("BUCKETPROOF_REQUIRE_ADAPTERS").as_deref() != Ok("1"),
-        "{program} is not installed but BUCKETPROOF_REQUIRE_ADAPTERS=1"
-    );
-    eprintln!("\n!!!!! SKIP adapter tests for {program}: it is not installed !!!!!\n");
-    false
+    let missing = (!common::program_runs(program)).then(|| format!("{program} is not installed"));
+    common::available("adapter tests", missing, "BUCKETPROOF_REQUIRE_ADAPTERS")
 }
 
 #[test]

@@ -52,29 +52,18 @@ const PEERS: [Peer; 2] = [
 /// True if `peer` is installed and its interpreter runs; else a loud skip, or a failure under
 /// `BUCKETPROOF_REQUIRE_PEERS=1`.
 fn installed(peer: &Peer) -> bool {
-    let runs = std::process::Command::new(peer.interpreter)
-        .arg("--version")
-        .output()
-        .is_ok();
-    let present = common::workspace().join(peer.installed).exists();
-    if runs && present {
-        return true;
-    }
-    let why = if runs {
-        format!("{} is missing", peer.installed)
+    let missing = if !common::program_runs(peer.interpreter) {
+        Some(format!("{} is not installed", peer.interpreter))
+    } else if !common::workspace().join(peer.installed).exists() {
+        Some(format!("{} is missing (run peers/install)", peer.installed))
     } else {
-        format!("{} is not installed", peer.interpreter)
+        None
     };
-    assert!(
-        std::env::var("BUCKETPROOF_REQUIRE_PEERS").as_deref() != Ok("1"),
-        "peer {}: {why}, but BUCKETPROOF_REQUIRE_PEERS=1: run peers/install",
-        peer.subject
-    );
-    eprintln!(
-        "\n!!!!! SKIPPED peer tests for {}: {why}; run peers/install !!!!!\n",
-        peer.subject
-    );
-    false
+    common::available(
+        &format!("peer tests for {}", peer.subject),
+        missing,
+        "BUCKETPROOF_REQUIRE_PEERS",
+    )
 }
 
 #[test]

@@ -15,15 +15,10 @@ use common::{bucketproof, bucketproof_in, scratch, text, workspace};
 const FIXTURES: &str = "tests/fixtures/redis-script";
 
 fn redis_available(test: &str) -> bool {
-    if std::env::var("REDIS_URL").is_ok() {
-        return true;
-    }
-    assert!(
-        std::env::var("BUCKETPROOF_REQUIRE_REDIS").as_deref() != Ok("1"),
-        "{test}: REDIS_URL is not set but BUCKETPROOF_REQUIRE_REDIS=1"
-    );
-    eprintln!("\n!!!!! SKIP {test}: REDIS_URL is not set, this Redis test did NOT run !!!!!\n");
-    false
+    let missing = std::env::var("REDIS_URL")
+        .is_err()
+        .then(|| "REDIS_URL is not set".to_owned());
+    common::available(test, missing, "BUCKETPROOF_REQUIRE_REDIS")
 }
 
 fn subject(file: &str) -> String {

@@ -105,3 +105,23 @@ pub fn assert_caught_small(scenario: Option<&str>, subject: &str, name: &str) ->
     assert_replays(&workspace(), &file);
     (printed, file)
 }
+
+/// Whether a test's outside requirement is here: `missing` says what is not (`None`: all is). A
+/// missing one is a loud SKIP line and false, or, when the environment variable `require` is `1`
+/// (CI sets it), a failure: a test never passes by not running.
+pub fn available(test: &str, missing: Option<String>, require: &str) -> bool {
+    let Some(missing) = missing else {
+        return true;
+    };
+    assert!(
+        std::env::var(require).as_deref() != Ok("1"),
+        "{test}: {missing}, but {require}=1"
+    );
+    eprintln!("\n!!!!! SKIP {test}: {missing}; it did NOT run !!!!!\n");
+    false
+}
+
+/// True if `program --version` runs.
+pub fn program_runs(program: &str) -> bool {
+    Command::new(program).arg("--version").output().is_ok()
+}
