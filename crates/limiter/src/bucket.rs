@@ -118,7 +118,7 @@ impl BucketState {
     }
 
     #[inline]
-    fn assert_valid(&self, config: &Config, previous_last_refill: Nanos) {
+    pub(crate) fn assert_valid(&self, config: &Config, previous_last_refill: Nanos) {
         debug_assert!(
             self.balance <= config.capacity_units(),
             "balance above capacity"
@@ -262,18 +262,31 @@ pub fn transition(
         next.balance -= cost_units;
     }
     next.assert_valid(config, state.last_refill);
-    debug_assert!(config.units_per_token() <= u64::MAX as u128);
-    let decision = Decision {
-        remaining_units: [next.balance as u64, (next.balance >> 64) as u64],
-        units_per_token: config.units_per_token() as u64,
-        capacity: config.capacity(),
-        denied_cost: if allowed { 0 } else { cost },
-        units_per_ns: config.units_per_nanosecond(),
-        lag: next.last_refill - now.min(next.last_refill),
-        now,
-        allowed,
-    };
-    Ok((next, decision))
+    Ok((next, Decision::made(config, &next, attempt, allowed)))
+}
+
+impl Decision {
+    /// The decision on `attempt` whose bucket (refilled, and charged if `allowed`) is now `next`.
+    #[inline(always)]
+    pub(crate) fn made(
+        config: &Config,
+        next: &BucketState,
+        attempt: Attempt,
+        allowed: bool,
+    ) -> Decision {
+        debug_assert!(config.units_per_token() <= u64::MAX as u128);
+        let Attempt { cost, now } = attempt;
+        Decision {
+            remaining_units: [next.balance as u64, (next.balance >> 64) as u64],
+            units_per_token: config.units_per_token() as u64,
+            capacity: config.capacity(),
+            denied_cost: if allowed { 0 } else { cost },
+            units_per_ns: config.units_per_nanosecond(),
+            lag: next.last_refill - now.min(next.last_refill),
+            now,
+            allowed,
+        }
+    }
 }
 
 /// What [`transition`] would see at `now`, without charging or writing anything (what a peek

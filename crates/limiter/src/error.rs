@@ -27,6 +27,25 @@ pub enum ConfigError {
         /// [`crate::MAX_RATE_DENOMINATOR`].
         max_denom: u64,
     },
+    /// A bandwidth set with no bandwidth.
+    #[error("a bandwidth set holds at least one bandwidth, got none")]
+    NoBandwidths,
+    /// A bandwidth set with more than [`crate::MAX_BANDWIDTHS`].
+    #[error("a bandwidth set holds at most {max} bandwidths, got {count}")]
+    TooManyBandwidths {
+        /// How many were given (at least).
+        count: usize,
+        /// [`crate::MAX_BANDWIDTHS`].
+        max: usize,
+    },
+    /// A bandwidth name that is not one, or that two bandwidths of a set share.
+    #[error("bandwidth name {name:?}: {reason}")]
+    BandwidthName {
+        /// The name given.
+        name: String,
+        /// What was wrong.
+        reason: &'static str,
+    },
     /// A rate string that does not parse.
     #[error("cannot parse rate {input:?}: {reason}")]
     ParseRate {

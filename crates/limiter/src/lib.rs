@@ -25,6 +25,8 @@
 //! - [`rate`] and [`config`]: validated, reduced rates and capacities;
 //! - [`units`]: exact [`Tokens`] and [`Wait`];
 //! - `bucket`: [`BucketState`], [`Decision`] and the single transition every front end uses;
+//! - `bandwidths` and `set`: a key's [`Bandwidths`] (1 to 8 bandwidths, all of which must cover a cost)
+//!   and the transition over them, [`SetState`] and [`Decisions`];
 //! - [`keyed`]: the sharded keyed [`Limiter`] with its memory bound, expiry and request ids;
 //! - [`direct`]: [`DirectLimiter`], one bucket behind a spin lock (the one-key case, no map);
 //! - [`clock`]: [`Clock`], [`MonotonicClock`], [`ManualClock`];
@@ -36,6 +38,7 @@
 //!   public API).
 #![warn(missing_docs)]
 
+mod bandwidths;
 mod bucket;
 pub mod clock;
 pub mod config;
@@ -45,10 +48,14 @@ mod error;
 mod hashing;
 pub mod keyed;
 pub mod rate;
+mod set;
 mod sync;
 mod table;
 pub mod units;
 
+pub use bandwidths::{
+    Bandwidth, BandwidthName, Bandwidths, Identity, MAX_BANDWIDTHS, MAX_NAME_LEN,
+};
 pub use bucket::{BucketState, Decision, Snapshot};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::Config;
@@ -56,6 +63,7 @@ pub use direct::DirectLimiter;
 pub use error::{AcquireError, ConfigError};
 pub use keyed::{Acquired, Builder, EvictionPolicy, Limiter, Peek, Request, RequestId, Stats};
 pub use rate::{MAX_RATE_DENOMINATOR, Rate};
+pub use set::{Decisions, SetState};
 pub use units::{Tokens, Wait};
 
 /// Time in nanoseconds since a clock's origin.
@@ -75,6 +83,7 @@ pub const NANOS_PER_SECOND: Nanos = 1_000_000_000;
 #[doc(hidden)]
 pub mod internal {
     pub use crate::bucket::{Attempt, snapshot, transition};
+    pub use crate::set::transition_set;
     use crate::{BucketState, Nanos};
 
     /// A state with any `balance` and cursor, unchecked (see [`BucketState::new`] for the checked

@@ -6,6 +6,7 @@
 //! windows saturating at `u64::MAX` ns), so the rest of the limiter never re-checks one.
 
 use std::hash::Hash;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::eviction::EvictionPolicy;
@@ -13,11 +14,11 @@ use super::shard::Shard;
 use super::{Limiter, Padded};
 use crate::hashing::KeyHasher;
 use crate::sync::Mutex;
-use crate::{Clock, Config, MonotonicClock, Nanos, defaults};
+use crate::{Bandwidths, Clock, Config, MonotonicClock, Nanos, defaults};
 
 /// Builder for [`Limiter`]; see [`Limiter::builder`].
 pub struct Builder<K, C = MonotonicClock> {
-    default_config: Config,
+    default_config: Bandwidths,
     clock: C,
     shards: usize,
     max_keys: usize,
@@ -107,7 +108,12 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
             shard_bits: self.shards.trailing_zeros(),
             hasher,
             settings: Settings {
-                default_config: self.default_config,
+                default_config: *self.default_config.first(),
+                default_set: self
+                    .default_config
+                    .single()
+                    .is_none()
+                    .then(|| Arc::new(self.default_config)),
                 resolver: self.resolver,
                 max_keys: self.max_keys,
                 max_keys_per_shard,
@@ -123,7 +129,10 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
 
 /// What a built limiter keeps of its builder.
 pub(super) struct Settings<K> {
+    /// The default set's first bandwidth: the whole default when the set is one unnamed bandwidth.
     pub(super) default_config: Config,
+    /// The default set when it is not one unnamed bandwidth (then every new key is a set key).
+    pub(super) default_set: Option<Arc<Bandwidths>>,
     pub(super) resolver: Option<Resolver<K>>,
     pub(super) max_keys: usize,
     pub(super) max_keys_per_shard: usize,
@@ -140,16 +149,28 @@ impl<K> Settings<K> {
             None => self.default_config,
         }
     }
+
+    /// The set a new key gets, when it is not one unnamed bandwidth: the default set, unless a
+    /// resolver (which answers one config) decides.
+    #[inline]
+    pub(super) fn resolved_set(&self, _key: &K) -> Option<&Arc<Bandwidths>> {
+        match &self.resolver {
+            Some(_) => None,
+            None => self.default_set.as_ref(),
+        }
+    }
 }
 
 impl<K: Hash + Eq + Clone> Limiter<K, MonotonicClock> {
-    /// A limiter with `default_config` for every key and the default settings.
-    pub fn new(default_config: Config) -> Limiter<K, MonotonicClock> {
+    /// A limiter with `default_config` (a [`Config`], or a [`Bandwidths`] set) for every key and the
+    /// default settings.
+    pub fn new(default_config: impl Into<Bandwidths>) -> Limiter<K, MonotonicClock> {
         Self::builder(default_config).build()
     }
 
     /// A builder starting from the defaults (see each setter).
-    pub fn builder(default_config: Config) -> Builder<K, MonotonicClock> {
+    pub fn builder(default_config: impl Into<Bandwidths>) -> Builder<K, MonotonicClock> {
+        let default_config = default_config.into();
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         Builder {
             default_config,

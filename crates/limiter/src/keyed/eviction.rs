@@ -69,6 +69,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         self.state_of(key, bucket)
             .refilled(&config, now)
             .is_full(&config)
+            && (!bucket.has_extra() || self.rest_is_full(key, bucket, now))
     }
 
     /// Makes room for one new key (of an acquire or a reconfigure) in this shard at its bound, by the

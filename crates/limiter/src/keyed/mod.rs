@@ -30,11 +30,13 @@ mod eviction;
 #[cfg(feature = "racy-variant")]
 mod racy;
 mod records;
+mod set;
 mod shard;
 #[cfg(test)]
 mod tests;
 
 use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
 
 pub use builder::Builder;
 use builder::Settings;
@@ -45,7 +47,10 @@ use shard::Shard;
 use crate::bucket::{Attempt, BucketState, Decision, snapshot};
 use crate::hashing::KeyHasher;
 use crate::sync::{Mutex, lock};
-use crate::{AcquireError, Clock, Config, MonotonicClock, Nanos, Tokens, Wait};
+use crate::{
+    AcquireError, Bandwidths, Clock, Config, Decisions, MonotonicClock, Nanos, SetState, Tokens,
+    Wait,
+};
 
 /// One acquire, with the optional parts spelled out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,15 +86,27 @@ impl Request {
     }
 }
 
-/// An acquire's decision plus what the limiter did to get it.
+/// An acquire's decision plus what the limiter did to get it: a [`Decision`], or with
+/// [`Limiter::acquire_set_with`] every bandwidth's part ([`Decisions`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Acquired {
+pub struct Acquired<D = Decision> {
     /// The decision (for a replay: the first decision for that request id).
-    pub decision: Decision,
+    pub decision: D,
     /// The bucket did not exist before this call (first sight, or expired and dropped).
     pub created: bool,
     /// The request id was known: nothing was charged, `decision` is the recorded one.
     pub replayed: bool,
+}
+
+impl Acquired<Decisions> {
+    /// The same report with the set's binding part as its decision.
+    pub(crate) fn binding(self) -> Acquired {
+        Acquired {
+            decision: *self.decision.binding(),
+            created: self.created,
+            replayed: self.replayed,
+        }
+    }
 }
 
 /// A read-only look at one key.
@@ -164,6 +181,51 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         self.acquire_inner(key, attempt, request.request_id)
     }
 
+    /// Takes `cost` tokens for `key` at `now`, with every bandwidth's part of the decision (one part
+    /// for a key of one bandwidth).
+    pub fn acquire_set_at(
+        &self,
+        key: &K,
+        cost: u64,
+        now: Nanos,
+    ) -> Result<Decisions, AcquireError> {
+        Ok(self
+            .acquire_set_with(key, Request::cost(cost).at(now))?
+            .decision)
+    }
+
+    /// [`Limiter::acquire_with`] with every bandwidth's part of the decision.
+    pub fn acquire_set_with(
+        &self,
+        key: &K,
+        request: Request,
+    ) -> Result<Acquired<Decisions>, AcquireError> {
+        let now = request.now.unwrap_or_else(|| self.clock.now());
+        let attempt = Attempt {
+            cost: request.cost,
+            now,
+        };
+        let hash = self.hasher.hash_one(key);
+        let mut shard = lock(self.shard(hash));
+        let found = shard.find(hash, key);
+        let result = if shard.holds_set(key, found, &self.settings) {
+            shard.acquire_set(hash, key, attempt, request.request_id, &self.settings)
+        } else {
+            shard
+                .acquire(hash, key, attempt, request.request_id, &self.settings)
+                .map(|acquired| Acquired {
+                    decision: Decisions::one(acquired.decision),
+                    created: acquired.created,
+                    replayed: acquired.replayed,
+                })
+        };
+        if let Ok(Acquired { created: true, .. }) = result {
+            let budget = self.settings.sweep_per_op;
+            shard.sweep_some(now, budget, budget.saturating_mul(8), &self.settings);
+        }
+        result
+    }
+
     #[inline(always)]
     fn acquire_inner(
         &self,
@@ -189,28 +251,61 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         result
     }
 
-    /// The key's balance at `now`, read-only: nothing is refilled, charged or created.
+    /// The key's balance at `now`, read-only: nothing is refilled, charged or created. For a key of
+    /// several bandwidths, the bandwidth with the fewest whole tokens (the first of equals); see
+    /// [`Limiter::peek_set_at`] for all.
     pub fn peek_at(&self, key: &K, now: Nanos) -> Peek {
         let hash = self.hasher.hash_one(key);
         let shard = lock(self.shard(hash));
         let (config, state, found) = shard.current(hash, key, now, &self.settings);
-        let present = found.is_some();
-        let view = snapshot(&config, state, now);
-        Peek {
-            remaining: view.remaining,
-            reset_after: view.reset_after,
-            present,
-            config,
+        if !shard.holds_set(key, found, &self.settings) {
+            let view = snapshot(&config, state, now);
+            return Peek {
+                remaining: view.remaining,
+                reset_after: view.reset_after,
+                present: found.is_some(),
+                config,
+            };
         }
+        drop(shard);
+        let mut parts = self.peek_set_at(key, now);
+        let fewest = (0..parts.len())
+            .rev()
+            .min_by_key(|&i| parts[i].remaining.whole())
+            .unwrap_or(0);
+        parts.swap_remove(fewest)
+    }
+
+    /// Every bandwidth's balance at `now`, in the set's order, read-only.
+    pub fn peek_set_at(&self, key: &K, now: Nanos) -> Vec<Peek> {
+        let hash = self.hasher.hash_one(key);
+        let shard = lock(self.shard(hash));
+        let (set, state, found) = shard.current_set(hash, key, now, &self.settings);
+        let present = found.is_some();
+        set.as_slice()
+            .iter()
+            .enumerate()
+            .filter_map(|(position, bandwidth)| {
+                let config = *bandwidth.config();
+                let view = snapshot(&config, state.bandwidth(position)?, now);
+                Some(Peek {
+                    remaining: view.remaining,
+                    reset_after: view.reset_after,
+                    present,
+                    config,
+                })
+            })
+            .collect()
     }
 
     /// True if an acquire of `cost` for `key` at `now` would be allowed, read-only (a
-    /// [`Limiter::peek_at`]): the balance the key would have at `now` covers `cost` whole tokens.
-    /// A cost above the capacity is never covered; a cost of 0 always is (an acquire would refuse it
-    /// as invalid, which is [`Limiter::acquire_at`]'s answer to give).
+    /// [`Limiter::peek_set_at`]): the balance every bandwidth would have at `now` covers `cost`
+    /// whole tokens. A cost above a capacity is never covered; a cost of 0 always is (an acquire
+    /// would refuse it as invalid, which is [`Limiter::acquire_at`]'s answer to give).
     pub fn would_allow_at(&self, key: &K, cost: u64, now: Nanos) -> bool {
-        let remaining = self.peek_at(key, now).remaining;
-        remaining.units() >= cost as u128 * remaining.units_per_token()
+        self.peek_set_at(key, now)
+            .iter()
+            .all(|peek| peek.remaining.units() >= cost as u128 * peek.remaining.units_per_token())
     }
 
     /// Moves `key` to `config` at `now`: refill under the old config, round down to the new unit grid,
@@ -221,19 +316,34 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     /// A key with no state is created, so it meets the key bound as a new key of an acquire does:
     /// its shard makes room by the [`EvictionPolicy`], and if none can be made the call returns
     /// [`AcquireError::KeyLimitReached`] and changes nothing (no override, no key dropped).
-    pub fn reconfigure_at(&self, key: &K, config: Config, now: Nanos) -> Result<u64, AcquireError> {
+    ///
+    /// `config` is a [`Config`] or a [`Bandwidths`] set: each new bandwidth continues the old one of
+    /// its identity (its name, else its position), converted and clamped; one with no old
+    /// counterpart starts full; an old one with no new counterpart is dropped.
+    pub fn reconfigure_at(
+        &self,
+        key: &K,
+        config: impl Into<Bandwidths>,
+        now: Nanos,
+    ) -> Result<u64, AcquireError> {
+        let config = Arc::new(config.into());
         let hash = self.hasher.hash_one(key);
         let mut shard = lock(self.shard(hash));
-        let (old, state, found) = shard.current(hash, key, now, &self.settings);
+        let (old, state, found) = shard.current_set(hash, key, now, &self.settings);
         let pos = match found {
             Some((_, pos)) => pos,
-            None => shard.insert(hash, key, state, now, &self.settings)?,
+            None => {
+                let first = state
+                    .bandwidth(0)
+                    .unwrap_or_else(|| BucketState::full(old.first(), now));
+                shard.insert(hash, key, first, now, &self.settings)?
+            }
         };
         let next = state.reconfigured(&old, &config, now);
         let extra = shard.extra_mut(key, pos);
         let version = extra.config_override.map_or(0, |(_, version)| version) + 1;
-        extra.config_override = Some((config, version));
-        shard.store(pos, key, next);
+        extra.config_override = Some((*config.first(), version));
+        shard.store_set(pos, key, &config, &next);
         Ok(version)
     }
 
@@ -277,7 +387,24 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         ))
     }
 
-    /// The config that applies to `key` now (override, resolver or default).
+    /// The key's stored state and bandwidth set, if it holds any (a key of one bandwidth as a set of
+    /// one).
+    pub fn inspect_set(&self, key: &K) -> Option<(SetState, Bandwidths)> {
+        let hash = self.hasher.hash_one(key);
+        let shard = lock(self.shard(hash));
+        let (set, state, found) = shard.current_set(hash, key, 0, &self.settings);
+        found.map(|_| (state, (*set).clone()))
+    }
+
+    /// The bandwidth set that applies to `key` now (override, resolver or default).
+    pub fn bandwidths_for(&self, key: &K) -> Bandwidths {
+        let hash = self.hasher.hash_one(key);
+        let shard = lock(self.shard(hash));
+        (*shard.current_set(hash, key, 0, &self.settings).0).clone()
+    }
+
+    /// The config that applies to `key` now (override, resolver or default); for a key of several
+    /// bandwidths, its first.
     pub fn config_for(&self, key: &K) -> Config {
         let hash = self.hasher.hash_one(key);
         let shard = lock(self.shard(hash));

@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 
-use crate::{Decision, Nanos};
+use crate::{Decision, Decisions, Nanos};
 
 /// Identifies one logical request across retries (e.g. the low 128 bits of an idempotency key's hash,
 /// or a UUID). Scoped to the key it was used with.
@@ -25,10 +25,36 @@ impl From<u64> for RequestId {
     }
 }
 
+/// The decision a record holds: a one-bandwidth key's, or (boxed, as it is large and rare) a
+/// bandwidth set's, every bandwidth's part.
+#[derive(Clone, Debug)]
+pub(super) enum Recorded {
+    One(Decision),
+    Set(Box<Decisions>),
+}
+
+impl Recorded {
+    /// The one decision that answers for it (a set's binding part).
+    pub(super) fn decision(&self) -> Decision {
+        match self {
+            Recorded::One(decision) => *decision,
+            Recorded::Set(decisions) => *decisions.binding(),
+        }
+    }
+
+    /// Every bandwidth's part.
+    pub(super) fn decisions(&self) -> Decisions {
+        match self {
+            Recorded::One(decision) => Decisions::one(*decision),
+            Recorded::Set(decisions) => (**decisions).clone(),
+        }
+    }
+}
+
 /// One key's request-id records, oldest first: `(id, stamped at, decision)`, stamped with the
 /// effective time of the acquire that made them.
 #[derive(Default)]
-pub(super) struct Records(VecDeque<(RequestId, Nanos, Decision)>);
+pub(super) struct Records(VecDeque<(RequestId, Nanos, Recorded)>);
 
 /// A record stamped at `stamped_at` is live at the key's effective time `at` within `window`:
 /// `at < stamped_at + window`, exactly (no overflow). `at >= stamped_at` always holds for a key's own
@@ -44,12 +70,12 @@ impl Records {
         request_id: RequestId,
         at: Nanos,
         window: Nanos,
-    ) -> Option<Decision> {
+    ) -> Option<&Recorded> {
         self.0
             .iter()
             .rev()
             .find(|(id, stamped_at, _)| *id == request_id && is_live(*stamped_at, at, window))
-            .map(|(_, _, decision)| *decision)
+            .map(|(_, _, decision)| decision)
     }
 
     /// True if any record is live at the effective time `at` (which keeps the key's bucket from
@@ -66,7 +92,7 @@ impl Records {
         &mut self,
         request_id: RequestId,
         at: Nanos,
-        decision: Decision,
+        decision: Recorded,
         per_key: usize,
     ) {
         let requests = &mut self.0;

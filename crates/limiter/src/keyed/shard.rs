@@ -19,7 +19,8 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
-use super::records::{Records, RequestId};
+use super::records::{Recorded, Records, RequestId};
+use super::set::KeySet;
 use super::{Acquired, Settings, Stats};
 use crate::bucket::{Attempt, BucketState, transition};
 use crate::hashing::KeyHasher;
@@ -107,6 +108,9 @@ pub(super) struct Extra {
     pub(super) requests: Records,
     /// The balance of a bucket flagged `WIDE` (at or above `NARROW_LIMIT`); `None` for a narrow one.
     pub(super) wide_balance: Option<u128>,
+    /// A key decided by a bandwidth set other than one unnamed bandwidth: the set and the balances of
+    /// every bandwidth after the first (whose balance is the packed bucket's, see `set`).
+    pub(super) set: Option<KeySet>,
 }
 
 impl Extra {
@@ -242,7 +246,10 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             bucket.flagged_balance = (bucket.flagged_balance & HAS_EXTRA) | state.balance() as u64;
             if let Some(extra) = self.extras.get_mut(key) {
                 extra.wide_balance = None;
-                if extra.config_override.is_none() && extra.requests.is_empty() {
+                if extra.config_override.is_none()
+                    && extra.requests.is_empty()
+                    && extra.set.is_none()
+                {
                     self.extras.remove(key);
                     bucket.flagged_balance &= !HAS_EXTRA;
                 }
@@ -269,6 +276,11 @@ impl<K: Hash + Eq + Clone> Shard<K> {
     ) -> Result<Acquired, AcquireError> {
         let Attempt { cost, now } = attempt;
         let (config, state, found) = self.current(hash, key, now, settings);
+        if self.holds_set(key, found, settings) {
+            return self
+                .acquire_set(hash, key, attempt, request_id, settings)
+                .map(Acquired::binding);
+        }
         // Validate the cost before consulting request ids or making room: an error changes nothing.
         if config.cost_units(cost).is_none() {
             self.stats.errors += 1;
@@ -285,6 +297,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
                     extra
                         .requests
                         .replay(request_id, at, settings.dedupe_window)
+                        .map(Recorded::decision)
                 })
             } else {
                 None
@@ -316,7 +329,12 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             if per_key > 0 && settings.dedupe_window > 0 {
                 // Stamped with this acquire's effective time, the refilled cursor (step 6).
                 let requests = &mut self.extra_mut(key, pos).requests;
-                requests.record(request_id, next.last_refill(), decision, per_key);
+                requests.record(
+                    request_id,
+                    next.last_refill(),
+                    Recorded::One(decision),
+                    per_key,
+                );
             }
         }
         if decision.is_allowed() {

@@ -1,0 +1,210 @@
+//! The transition over a bandwidth set (docs/semantics.md, "Several bandwidths per key").
+//!
+//! What it owns: [`SetState`] (one balance per bandwidth, one cursor), [`Decisions`] (one
+//! [`Decision`] per bandwidth) and [`transition_set`]. It holds no arithmetic of its own: every
+//! refill, charge, conversion and wait is `bucket`'s single-bucket step, applied to each bandwidth.
+//! What it promises, beyond each bandwidth's own promises: all bandwidths are allowed and charged, or
+//! none is; the combined wait is the largest of the bandwidths' waits; the cursor is one for all.
+
+use arrayvec::ArrayVec;
+
+use crate::bucket::{Attempt, BucketState, Decision};
+use crate::{AcquireError, Bandwidths, MAX_BANDWIDTHS, Nanos, Wait};
+
+/// The state of a key with a bandwidth set: one balance per bandwidth (in units of that bandwidth's
+/// grid) and one cursor, which every operation moves for all bandwidths at once.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SetState {
+    balances: ArrayVec<u128, MAX_BANDWIDTHS>,
+    last_refill: Nanos,
+}
+
+impl SetState {
+    /// A key seen for the first time: every bandwidth full, the cursor at `now`.
+    pub fn full(set: &Bandwidths, now: Nanos) -> SetState {
+        SetState {
+            balances: set
+                .as_slice()
+                .iter()
+                .map(|b| b.config().capacity_units())
+                .collect(),
+            last_refill: now,
+        }
+    }
+
+    /// The state of bandwidth `position` as a single bucket, if there is one.
+    pub fn bandwidth(&self, position: usize) -> Option<BucketState> {
+        let balance = *self.balances.get(position)?;
+        Some(BucketState::from_parts(balance, self.last_refill))
+    }
+
+    /// The time up to which every bandwidth has been refilled.
+    pub const fn last_refill(&self) -> Nanos {
+        self.last_refill
+    }
+
+    /// A state from the bandwidths' states, which share `last_refill`; for the front ends, which
+    /// store bandwidths apart.
+    pub(crate) fn from_balances(
+        balances: impl IntoIterator<Item = u128>,
+        last_refill: Nanos,
+    ) -> SetState {
+        SetState {
+            balances: balances.into_iter().collect(),
+            last_refill,
+        }
+    }
+
+    /// The balances, in the set's order.
+    pub(crate) fn balances(&self) -> &[u128] {
+        &self.balances
+    }
+
+    /// The state refilled up to `max(now, last_refill)`, each bandwidth by its own rate.
+    pub fn refilled(&self, set: &Bandwidths, now: Nanos) -> SetState {
+        let mut next = self.clone();
+        for (position, bandwidth) in set.as_slice().iter().enumerate() {
+            let part = self.part(position).refilled(bandwidth.config(), now);
+            next.balances[position] = part.balance();
+            next.last_refill = part.last_refill();
+        }
+        next
+    }
+
+    /// True when every bandwidth is full: indistinguishable from a fresh key.
+    pub fn is_full(&self, set: &Bandwidths) -> bool {
+        set.as_slice()
+            .iter()
+            .enumerate()
+            .all(|(position, b)| self.part(position).is_full(b.config()))
+    }
+
+    /// Moves this key from `old` to `new` at `now` (docs/semantics.md, "Several bandwidths per key"):
+    /// every old bandwidth refilled to `t = max(now, last_refill)`; a new bandwidth continues the old
+    /// one of its identity, converted and clamped; one with no old counterpart starts full.
+    pub fn reconfigured(&self, old: &Bandwidths, new: &Bandwidths, now: Nanos) -> SetState {
+        let refill_to = now.max(self.last_refill);
+        let balances = new
+            .as_slice()
+            .iter()
+            .enumerate()
+            .map(|(position, bandwidth)| {
+                let config = bandwidth.config();
+                match old.position_of(new.identity(position)) {
+                    Some(was) => {
+                        let old_config = old.as_slice()[was].config();
+                        self.part(was)
+                            .reconfigured(old_config, config, now)
+                            .balance()
+                    }
+                    None => config.capacity_units(),
+                }
+            })
+            .collect();
+        SetState {
+            balances,
+            last_refill: refill_to,
+        }
+    }
+
+    fn part(&self, position: usize) -> BucketState {
+        BucketState::from_parts(self.balances[position], self.last_refill)
+    }
+}
+
+/// The decision on an acquire of a key with a bandwidth set: one [`Decision`] per bandwidth, in the
+/// set's order, all allowed or all denied.
+///
+/// A denied bandwidth's part says its own wait (`After(0)` if that bandwidth covered the cost);
+/// [`Decisions::retry_after`] is the largest, after which every bandwidth covers it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Decisions {
+    parts: ArrayVec<Decision, MAX_BANDWIDTHS>,
+}
+
+impl Decisions {
+    /// True if the request was admitted and every bandwidth charged.
+    pub fn is_allowed(&self) -> bool {
+        self.parts[0].is_allowed()
+    }
+
+    /// Each bandwidth's part, in the set's order.
+    pub fn bandwidths(&self) -> &[Decision] {
+        &self.parts
+    }
+
+    /// For a denial: the largest of the bandwidths' waits (`Never` if any is), so that retrying at
+    /// `now + retry_after` succeeds with no other traffic and 1 ns earlier fails. `None` when allowed.
+    pub fn retry_after(&self) -> Option<Wait> {
+        self.parts.iter().filter_map(Decision::retry_after).max()
+    }
+
+    /// How long until every bandwidth is full again with no traffic.
+    pub fn reset_after(&self) -> Wait {
+        self.parts
+            .iter()
+            .map(Decision::reset_after)
+            .max()
+            .unwrap_or(Wait::After(0))
+    }
+
+    /// The one part that answers for the whole decision where a single number is asked for (a
+    /// [`crate::Limiter::acquire_at`] on such a key): for a denial the bandwidth with the largest
+    /// wait, so its `retry_after` is the whole decision's; for an allow the one with the fewest whole
+    /// tokens left. The first of equals.
+    pub fn binding(&self) -> &Decision {
+        let key = |part: &&Decision| match part.retry_after() {
+            Some(wait) => (wait, 0),
+            None => (Wait::After(0), u64::MAX - part.remaining().whole()),
+        };
+        // `max_by_key` keeps the last of equals; walk backwards to keep the first.
+        self.parts
+            .iter()
+            .rev()
+            .max_by_key(key)
+            .unwrap_or(&self.parts[0])
+    }
+
+    /// A decision of one bandwidth as a set's.
+    pub(crate) fn one(decision: Decision) -> Decisions {
+        let mut parts = ArrayVec::new();
+        parts.push(decision);
+        Decisions { parts }
+    }
+}
+
+/// One acquire on a key with a bandwidth set: every bandwidth refilled by its own rate, allowed iff
+/// every one covers `cost`, then every one charged; otherwise none is. The same steps as
+/// [`transition`], which is this function for a set of one, kept apart so that the single-bucket path
+/// stays as small as it is (no set, no loop).
+pub fn transition_set(
+    set: &Bandwidths,
+    state: &SetState,
+    attempt: Attempt,
+) -> Result<(SetState, Decisions), AcquireError> {
+    let Attempt { cost, now } = attempt;
+    if cost == 0 || cost > set.cost_bound() {
+        return Err(AcquireError::InvalidCost {
+            cost,
+            capacity: set.cost_bound(),
+        });
+    }
+    debug_assert_eq!(state.balances.len(), set.len(), "one balance per bandwidth");
+    let mut next = state.refilled(set, now);
+    let allowed = set
+        .as_slice()
+        .iter()
+        .zip(&next.balances)
+        .all(|(b, &balance)| balance >= cost as u128 * b.config().units_per_token());
+    let mut parts = ArrayVec::new();
+    for (position, bandwidth) in set.as_slice().iter().enumerate() {
+        let config = bandwidth.config();
+        if allowed {
+            next.balances[position] -= cost as u128 * config.units_per_token();
+        }
+        let part = next.part(position);
+        part.assert_valid(config, state.last_refill);
+        parts.push(Decision::made(config, &part, attempt, allowed));
+    }
+    Ok((next, Decisions { parts }))
+}
