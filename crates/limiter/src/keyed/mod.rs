@@ -183,6 +183,27 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
 
     /// Takes `cost` tokens for `key` at `now`, with every bandwidth's part of the decision (one part
     /// for a key of one bandwidth).
+    ///
+    /// A burst of 3 and a sustained 1 token per second on one key: the fourth call in the same instant
+    /// is denied by the burst alone, charges neither bandwidth, and may retry when the burst frees a
+    /// token.
+    ///
+    /// ```
+    /// use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Limiter, Wait};
+    ///
+    /// let burst = Bandwidth::named("burst", Config::new(3, "3/s".parse()?)?)?;
+    /// let daily = Bandwidth::named("daily", Config::new(100, "100/d".parse()?)?)?;
+    /// let limiter: Limiter<&str> = Limiter::new(Bandwidths::new([burst, daily])?);
+    /// for _ in 0..3 {
+    ///     assert!(limiter.acquire_set_at(&"alice", 1, 0)?.is_allowed());
+    /// }
+    /// let denied = limiter.acquire_set_at(&"alice", 1, 0)?;
+    /// assert!(!denied.is_allowed());
+    /// // The burst waits a third of a second; the daily quota covers the cost and waits 0.
+    /// assert_eq!(denied.retry_after(), Some(Wait::After(333_333_334)));
+    /// assert_eq!(denied.bandwidths()[1].remaining().whole(), 97);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn acquire_set_at(
         &self,
         key: &K,
