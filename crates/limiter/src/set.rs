@@ -175,7 +175,7 @@ impl Decisions {
 
 /// One acquire on a key with a bandwidth set: every bandwidth refilled by its own rate, allowed iff
 /// every one covers `cost`, then every one charged; otherwise none is. The same steps as
-/// [`transition`], which is this function for a set of one, kept apart so that the single-bucket path
+/// [`transition`](crate::bucket::transition), which is this function for a set of one, kept apart so that the single-bucket path
 /// stays as small as it is (no set, no loop).
 pub fn transition_set(
     set: &Bandwidths,
