@@ -38,13 +38,22 @@
 
 #![warn(missing_docs)]
 
+mod bandwidths;
 mod bucket;
 mod config;
+mod decisions;
 mod model;
+mod set;
 
+pub use bandwidths::{ModelBandwidths, ModelIdentity};
 pub use bucket::{ModelBucket, ModelDecision, ModelPeek, ModelWait, cmp_whole};
-pub use config::{ConfigError, MAX_RATE_DENOM, ModelConfig, ModelError, NANOS_PER_SECOND};
+pub use config::{
+    ConfigError, MAX_BANDWIDTHS, MAX_NAME_LEN, MAX_RATE_DENOM, ModelConfig, ModelError,
+    NANOS_PER_SECOND, NameRule,
+};
+pub use decisions::ModelDecisions;
 pub use model::{Model, Outcome};
+pub use set::ModelSetBucket;
 
 /// The model's exact rational: always reduced, arbitrary precision.
 ///
