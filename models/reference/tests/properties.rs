@@ -1013,8 +1013,23 @@ fn prop_keyed_traces_of_sets_replay_whole_decisions_and_keep_every_bandwidth_in_
                 }
                 SetOp::Sweep(step) => {
                     now = apply(now, *step);
+                    // "Evictable: every bandwidth full at the judgment time", read by peeks.
+                    let full: Vec<u64> = (m.keys().into_iter())
+                        .filter(|&k| {
+                            let parts = m
+                                .peek_set(k, now)
+                                .into_iter()
+                                .zip(m.bandwidths_of(k).configs());
+                            parts
+                                .into_iter()
+                                .all(|(p, c)| p.remaining == c.capacity_tokens())
+                        })
+                        .collect();
                     for k in m.sweep(now) {
                         SWEPT.hit();
+                        if !full.contains(&k) {
+                            return false;
+                        }
                         first.retain(|(key, _), _| *key != k);
                     }
                 }
