@@ -1,8 +1,9 @@
 //! The single-bucket transition, with no keys: refill, decide, peek, reconfigure.
 //!
 //! Owns docs/semantics.md "acquire" steps 1 and 3-5, "peek", and "reconfigure" steps 1-3, for one bucket.
-//! The keyed [`crate::Model`] calls exactly these functions (one transition, reused), adding only the per-key
-//! parts (dedupe records, overrides, versions, expiry).
+//! The set transition ([`crate::ModelSetBucket`]) applies exactly these functions to each bandwidth, and the
+//! keyed [`crate::Model`] calls that (one transition, reused), adding only the per-key parts (dedupe records,
+//! overrides, versions, expiry).
 //!
 //! Promises: every function is pure (it returns a new bucket, never mutates one); all arithmetic is in big
 //! rationals, so nothing overflows or rounds except where the spec says to round (`ceil` of waits, `floor` of
@@ -134,13 +135,10 @@ fn min_whole(whole: u64, value: Rational) -> Rational {
 }
 
 /// acquire step 1: "`cost == 0` or `cost > capacity` -> `Err(InvalidCost)`. Nothing changes (no refill, no
-/// request-id record)."
-pub(crate) fn check_cost(config: &ModelConfig, cost: u64) -> Result<(), ModelError> {
-    if cost == 0 || cost > config.capacity() {
-        return Err(ModelError::InvalidCost {
-            cost,
-            capacity: config.capacity(),
-        });
+/// request-id record)." For a bandwidth set `capacity` is the smallest of its capacities.
+pub(crate) fn check_cost(capacity: u64, cost: u64) -> Result<(), ModelError> {
+    if cost == 0 || cost > capacity {
+        return Err(ModelError::InvalidCost { cost, capacity });
     }
     Ok(())
 }
@@ -212,6 +210,20 @@ impl ModelBucket {
             tokens: config.capacity_tokens(),
             last_refill: now,
         }
+    }
+
+    /// One bandwidth of a set's state as a bucket: its balance and the set's one cursor. Only the set
+    /// transition calls it, with a balance it holds (so the bucket is a reachable state).
+    pub(crate) fn from_parts(tokens: Rational, last_refill: u64) -> Self {
+        ModelBucket {
+            tokens,
+            last_refill,
+        }
+    }
+
+    /// The bucket's balance, given up (the set transition keeps only the balances of its bandwidths).
+    pub(crate) fn into_tokens(self) -> Rational {
+        self.tokens
     }
 
     /// The exact token balance.
@@ -296,33 +308,60 @@ impl ModelBucket {
         now: u64,
         cost: u64,
     ) -> Result<(ModelBucket, ModelDecision), ModelError> {
-        check_cost(config, cost)?;
+        check_cost(config.capacity(), cost)?;
         let refilled = self.refilled(config, now);
-        let t = refilled.last_refill;
-        if cmp_whole(&refilled.tokens, cost).is_ge() {
-            let next = ModelBucket {
-                // `a/b - cost = (a - cost * b) / b`, already in lowest terms: dashu's rational minus
-                // integer builds it without a gcd.
-                tokens: &refilled.tokens - Integer::from(cost),
-                last_refill: t,
-            };
-            assert!(
-                cmp_whole(&next.tokens, 0).is_ge(),
-                "tokens >= 0 after a charge"
-            );
-            let decision = ModelDecision::Allowed {
-                remaining: next.tokens.clone(),
-                reset_after: next.reset_after(config, now),
-            };
-            Ok((next, decision))
+        if refilled.covers(cost) {
+            Ok(refilled.charged(config, now, cost))
         } else {
-            let retry_after = wait_for(config, now, t, cost, &refilled.tokens);
-            let decision = ModelDecision::Denied {
-                remaining: refilled.tokens.clone(),
-                retry_after,
-                reset_after: refilled.reset_after(config, now),
-            };
+            let decision = refilled.refused(config, now, cost);
             Ok((refilled, decision))
+        }
+    }
+
+    /// step 4's test on a refilled bucket: "`tokens >= cost`".
+    pub(crate) fn covers(&self, cost: u64) -> bool {
+        covers(&self.tokens, cost)
+    }
+
+    /// steps 4 and 5 of an allowed request on a bucket refilled to `t` that [covers](Self::covers) `cost`:
+    /// "allowed, `tokens -= cost`", and the decision carries the charged balance and its `reset_after`.
+    pub(crate) fn charged(
+        &self,
+        config: &ModelConfig,
+        now: u64,
+        cost: u64,
+    ) -> (ModelBucket, ModelDecision) {
+        let next = ModelBucket {
+            // `a/b - cost = (a - cost * b) / b`, already in lowest terms: dashu's rational minus
+            // integer builds it without a gcd.
+            tokens: &self.tokens - Integer::from(cost),
+            last_refill: self.last_refill,
+        };
+        assert!(
+            cmp_whole(&next.tokens, 0).is_ge(),
+            "tokens >= 0 after a charge"
+        );
+        let decision = ModelDecision::Allowed {
+            remaining: next.tokens.clone(),
+            reset_after: next.reset_after(config, now),
+        };
+        (next, decision)
+    }
+
+    /// steps 4 and 5 of a denied request on a bucket refilled to `t`: "denied, tokens unchanged", and its
+    /// wait "`(t - now) + ceil((cost - tokens) / rate_per_ns)`; `Never` if `rate == 0`". A bucket that covers
+    /// `cost` is denied only as one bandwidth of a set another bandwidth of which does not: then "`wait_i = 0`
+    /// if `tokens_i >= cost`".
+    pub(crate) fn refused(&self, config: &ModelConfig, now: u64, cost: u64) -> ModelDecision {
+        let retry_after = if self.covers(cost) {
+            ModelWait::After(0)
+        } else {
+            wait_for(config, now, self.last_refill, cost, &self.tokens)
+        };
+        ModelDecision::Denied {
+            remaining: self.tokens.clone(),
+            retry_after,
+            reset_after: self.reset_after(config, now),
         }
     }
 
@@ -371,10 +410,21 @@ impl ModelBucket {
     /// `tokens = a/b` in lowest terms, so `tokens * U` is whole exactly when `b` divides `U`: one integer
     /// remainder instead of a rational product.
     pub fn is_on_grid(&self, config: &ModelConfig) -> bool {
-        // `q * 10^9 <= 2^32 * 10^9 < 2^64`; a denominator wider than that cannot divide it.
-        let units_per_token = config.rate_denom() * crate::NANOS_PER_SECOND;
-        u64::try_from(self.tokens.denominator()).is_ok_and(|b| units_per_token.is_multiple_of(b))
+        on_grid(&self.tokens, config)
     }
+}
+
+/// step 4's test, "`tokens >= cost`", on a balance: [`ModelBucket::covers`] for a balance the set transition
+/// holds, read in place.
+pub(crate) fn covers(tokens: &Rational, cost: u64) -> bool {
+    cmp_whole(tokens, cost).is_ge()
+}
+
+/// [`ModelBucket::is_on_grid`] on a balance, read in place.
+pub(crate) fn on_grid(tokens: &Rational, config: &ModelConfig) -> bool {
+    // `q * 10^9 <= 2^32 * 10^9 < 2^64`; a denominator wider than that cannot divide it.
+    let units_per_token = config.rate_denom() * crate::NANOS_PER_SECOND;
+    u64::try_from(tokens.denominator()).is_ok_and(|b| units_per_token.is_multiple_of(b))
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@
 //! > Config: `capacity >= 1` tokens and a rate.
 //!
 //! Promise: a [`ModelConfig`] value is always valid and always holds the *reduced* fraction, because its fields are
-//! private and its only constructor validates. Invalid input becomes a typed [`ConfigError`], never a panic.
+//! private and its only constructor validates. Invalid input becomes a typed [`ConfigError`], never a panic. The
+//! errors of a bandwidth set ([`crate::ModelBandwidths`]) are [`ConfigError`]s too, so one error type says why any
+//! config of a key was refused.
 
 use std::fmt;
 
@@ -17,6 +19,40 @@ pub const NANOS_PER_SECOND: u64 = 1_000_000_000;
 
 /// The largest allowed reduced rate denominator: "`1 <= q <= 2^32`".
 pub const MAX_RATE_DENOM: u64 = 1 << 32;
+
+/// "A key's config is a *bandwidth set*: 1 to 8 bandwidths".
+pub const MAX_BANDWIDTHS: usize = 8;
+
+/// A bandwidth name: "a lowercase letter or `*`, then up to 31" more characters, so at most 32 bytes.
+pub const MAX_NAME_LEN: usize = 32;
+
+/// Which rule of a bandwidth name was broken ("a lowercase letter or `*`, then up to 31 of lowercase letters,
+/// digits, `_`, `-`, `.`, `*`").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NameRule {
+    /// The name is empty: it needs a first character.
+    Empty,
+    /// "then up to 31": the name has more than 32 bytes (it carries the length).
+    TooLong(usize),
+    /// "a lowercase letter or `*`": the first character is neither.
+    First,
+    /// "lowercase letters, digits, `_`, `-`, `.`, `*`": the character at this byte offset is none of them.
+    Later(usize),
+}
+
+impl fmt::Display for NameRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NameRule::Empty => write!(f, "a name is not empty"),
+            NameRule::TooLong(len) => write!(f, "a name has at most 32 bytes, not {len}"),
+            NameRule::First => write!(f, "a name starts with a lowercase letter or `*`"),
+            NameRule::Later(at) => write!(
+                f,
+                "byte {at} is not a lowercase letter, a digit, `_`, `-`, `.` or `*`"
+            ),
+        }
+    }
+}
 
 /// Why a configuration was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -32,6 +68,24 @@ pub enum ConfigError {
         /// The denominator as given (before reduction).
         rate_denom: u64,
     },
+    /// "1 to 8 bandwidths": a set of none was given.
+    NoBandwidths,
+    /// "1 to 8 bandwidths": more were given. Carries how many.
+    TooManyBandwidths(usize),
+    /// The name of the bandwidth at `position` (from 0) is not a structured-field key.
+    BandwidthName {
+        /// The bandwidth's position in the set as given.
+        position: usize,
+        /// The rule it breaks.
+        rule: NameRule,
+    },
+    /// "names in one set are distinct": the bandwidths at these two positions share a name.
+    DuplicateBandwidthName {
+        /// The position of the first bandwidth with the name.
+        first: usize,
+        /// The position of the later one.
+        second: usize,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -46,6 +100,17 @@ impl fmt::Display for ConfigError {
                 f,
                 "rate {rate_numer}/{rate_denom} reduces to a denominator above 2^32"
             ),
+            ConfigError::NoBandwidths => write!(f, "a bandwidth set has at least 1 bandwidth"),
+            ConfigError::TooManyBandwidths(count) => write!(
+                f,
+                "a bandwidth set has at most {MAX_BANDWIDTHS} bandwidths, not {count}"
+            ),
+            ConfigError::BandwidthName { position, rule } => {
+                write!(f, "the name of bandwidth #{position}: {rule}")
+            }
+            ConfigError::DuplicateBandwidthName { first, second } => {
+                write!(f, "bandwidths #{first} and #{second} have the same name")
+            }
         }
     }
 }
@@ -55,11 +120,12 @@ impl std::error::Error for ConfigError {}
 /// Errors of the model's operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ModelError {
-    /// acquire step 1: "`cost == 0` or `cost > capacity` -> `Err(InvalidCost)`. Nothing changes."
+    /// acquire step 1: "`cost == 0` or `cost > capacity` -> `Err(InvalidCost)`. Nothing changes." For a set:
+    /// "`cost` above the *smallest* capacity".
     InvalidCost {
         /// The cost that was asked for.
         cost: u64,
-        /// The capacity of the key's config at that moment.
+        /// The capacity of the key's config at that moment: the smallest of its bandwidths'.
         capacity: u64,
     },
     /// reconfigure step 4: "Invalid new config -> error, nothing changes." Also returned by [`ModelConfig::new`].

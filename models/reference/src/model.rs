@@ -2,25 +2,34 @@
 //!
 //! Owns the per-key rules of docs/semantics.md: acquire steps 1-6 (error vs denial, the dedupe window and its
 //! per-key FIFO), peek, reconfigure (with the per-key config version), forget, and the expiry rules (evictable,
-//! sweep, and following an implementation's eviction). The bucket arithmetic itself is [`ModelBucket`]'s.
+//! sweep, and following an implementation's eviction). Every key's config is a bandwidth set
+//! ([`ModelBandwidths`]; a [`ModelConfig`] is the set of one), and its state is a [`ModelSetBucket`], whose
+//! transition is [`ModelBucket`](crate::ModelBucket)'s per bandwidth: the arithmetic lives there.
 //!
 //! Promises: deterministic (a `BTreeMap`, no hashing, no clock, no randomness); errors change nothing; after every
-//! operation, for each held key `0 <= tokens <= capacity`, `tokens` lies on the key's unit grid `1/(q * 10^9)`,
-//! and `last_refill` never moved back while the bucket was held (asserted).
+//! operation, for each held key and each of its bandwidths `0 <= tokens_i <= capacity_i`, `tokens_i` lies on that
+//! bandwidth's unit grid `1/(q_i * 10^9)`, and `last_refill` never moved back while the bucket was held
+//! (asserted). For a key of one bandwidth every answer is the one of the single-bucket rules.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::Integer;
 use crate::Rational;
 
-use crate::bucket::{ModelBucket, ModelDecision, ModelPeek, check_cost, cmp_whole};
+use crate::bandwidths::ModelBandwidths;
+use crate::bucket::{ModelDecision, ModelPeek, check_cost, cmp_whole};
 use crate::config::{ModelConfig, ModelError};
+use crate::decisions::ModelDecisions;
+use crate::set::ModelSetBucket;
 
 /// The result of a successful acquire.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Outcome {
-    /// The decision: a fresh one, or the recorded one when `replayed`.
+    /// The decision's binding part ([`ModelDecisions::binding`]): for a key of one bandwidth, its decision.
     pub decision: ModelDecision,
+    /// The whole decision, every bandwidth's part: a fresh one, or the recorded one when `replayed`.
+    pub decisions: ModelDecisions,
     /// Step 2: "return the recorded decision unchanged (`replayed`). Nothing changes, nothing is charged."
     pub replayed: bool,
     /// Whether this acquire created the key's bucket ("`tokens = capacity`, `last_refill = now` of the operation
@@ -28,13 +37,26 @@ pub struct Outcome {
     pub created: bool,
 }
 
+impl Outcome {
+    /// The outcome carrying `decisions`, with its binding part as the single `decision`.
+    fn of(decisions: ModelDecisions, replayed: bool, created: bool) -> Self {
+        Outcome {
+            decision: decisions.binding().clone(),
+            decisions,
+            replayed,
+            created,
+        }
+    }
+}
+
 /// One request-id record: "(id -> decision, t)".
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Record {
     /// The caller's request id.
     request_id: u64,
-    /// The decision returned the first time, returned unchanged on a replay.
-    decision: ModelDecision,
+    /// The decision returned the first time, returned unchanged on a replay: "A request-id record holds the whole
+    /// decision (every bandwidth's part)".
+    decisions: ModelDecisions,
     /// "stamped with the effective time `t` of the acquire that made it (not the caller's `now`)".
     stamped_at: u64,
 }
@@ -43,9 +65,9 @@ struct Record {
 #[derive(Debug, Clone, Default)]
 struct Entry {
     /// The bucket; `None` behaves as fresh ("A key with no state behaves as a *fresh* bucket").
-    bucket: Option<ModelBucket>,
+    bucket: Option<ModelSetBucket>,
     /// "a per-key override set by `reconfigure`"; `None` means the default config.
-    override_config: Option<ModelConfig>,
+    override_config: Option<ModelBandwidths>,
     /// "the key's config version": bumped by each reconfigure, kept across sweep/evict, dropped by forget.
     version: u64,
     /// Oldest first. Non-empty only while `bucket` is `Some`.
@@ -76,26 +98,34 @@ impl Entry {
 
     /// The bucket an operation at `now` works on: the held one, else a fresh one ("`tokens = capacity`") at the
     /// key's effective time.
-    fn bucket_at(&self, config: &ModelConfig, now: u64) -> ModelBucket {
-        self.bucket
-            .clone()
-            .unwrap_or_else(|| ModelBucket::fresh(config, self.effective_time(now)))
+    ///
+    /// Borrowed when held: the transitions are pure, so the held state is read, never copied.
+    fn bucket_at(&self, set: &ModelBandwidths, now: u64) -> Cow<'_, ModelSetBucket> {
+        match &self.bucket {
+            Some(bucket) => Cow::Borrowed(bucket),
+            None => Cow::Owned(ModelSetBucket::fresh(set, self.effective_time(now))),
+        }
     }
 
-    /// The invariants, asserted after every mutation: "`tokens` (a rational in `[0, capacity]`)", the tokens lie on
-    /// the key's unit grid `1/(q * 10^9)`, at most `dedupe_per_key` records, and records only with a bucket.
-    /// `config` is the key's (its override, else the default).
-    fn check_invariants(&self, config: &ModelConfig, dedupe_per_key: usize) {
+    /// The invariants, asserted after every mutation: "`tokens` (a rational in `[0, capacity]`)" per bandwidth,
+    /// each bandwidth's tokens on its unit grid `1/(q_i * 10^9)` (one balance per bandwidth), at most
+    /// `dedupe_per_key` records, and records only with a bucket. `set` is the key's (its override, else the
+    /// default).
+    fn check_invariants(&self, set: &ModelBandwidths, dedupe_per_key: usize) {
         assert!(
             self.records.len() <= dedupe_per_key,
             "FIFO bound on records"
         );
         match self.bucket.as_ref() {
             Some(bucket) => {
-                let against_capacity = cmp_whole(bucket.tokens(), config.capacity());
-                assert!(cmp_whole(bucket.tokens(), 0).is_ge(), "tokens >= 0");
-                assert!(against_capacity.is_le(), "tokens <= capacity");
-                assert!(bucket.is_on_grid(config), "tokens lie on the unit grid");
+                for (tokens, config) in bucket.tokens().iter().zip(set.configs()) {
+                    assert!(cmp_whole(tokens, 0).is_ge(), "tokens >= 0");
+                    assert!(
+                        cmp_whole(tokens, config.capacity()).is_le(),
+                        "tokens <= capacity"
+                    );
+                }
+                assert!(bucket.is_on_grid(set), "tokens lie on the unit grid");
             }
             None => assert!(self.records.is_empty(), "records only live with a bucket"),
         }
@@ -111,7 +141,7 @@ impl Entry {
 #[derive(Debug, Clone)]
 pub struct Model {
     /// "else the default config".
-    default_config: ModelConfig,
+    default_config: ModelBandwidths,
     /// The dedupe window: a record stamped at `r` is live while the key's effective time is before `r + window`.
     dedupe_window_ns: u64,
     /// "only the newest `dedupe_per_key` records of a key are kept (FIFO)".
@@ -129,19 +159,30 @@ fn is_live(stamped_at: u64, window: u64, at: u64) -> bool {
 
 impl Model {
     /// A model with no keys. Keys without an override use `default_config` ("else the default config"; the
-    /// resolver is modelled by calling [`Model::reconfigure`] for the keys it would configure).
+    /// resolver is modelled by calling [`Model::reconfigure`] for the keys it would configure): a
+    /// [`ModelBandwidths`] set, or a [`ModelConfig`] (a set of one).
     /// `dedupe_window_ns` and `dedupe_per_key` bound the request-id records "(count and time)".
-    pub fn new(default_config: ModelConfig, dedupe_window_ns: u64, dedupe_per_key: usize) -> Self {
+    pub fn new(
+        default_config: impl Into<ModelBandwidths>,
+        dedupe_window_ns: u64,
+        dedupe_per_key: usize,
+    ) -> Self {
         Model {
-            default_config,
+            default_config: default_config.into(),
             dedupe_window_ns,
             dedupe_per_key,
             entries: BTreeMap::new(),
         }
     }
 
-    /// The default config.
+    /// The default config: the first bandwidth of the default set ([`Model::default_bandwidths`]), which is the
+    /// whole config of a set of one.
     pub fn default_config(&self) -> &ModelConfig {
+        self.default_config.first()
+    }
+
+    /// The default bandwidth set.
+    pub fn default_bandwidths(&self) -> &ModelBandwidths {
         &self.default_config
     }
 
@@ -155,9 +196,15 @@ impl Model {
         self.dedupe_per_key
     }
 
-    /// "Each key may have its own config (a per-key override set by `reconfigure`, else the resolver's answer,
-    /// else the default config)."
+    /// The first bandwidth of the key's set ([`Model::bandwidths_of`]): the whole config of a key of one
+    /// bandwidth.
     pub fn config_of(&self, key: u64) -> &ModelConfig {
+        self.bandwidths_of(key).first()
+    }
+
+    /// "Each key may have its own config (a per-key override set by `reconfigure`, else the resolver's answer,
+    /// else the default config)", a bandwidth set.
+    pub fn bandwidths_of(&self, key: u64) -> &ModelBandwidths {
         self.entries
             .get(&key)
             .and_then(|e| e.override_config.as_ref())
@@ -185,8 +232,15 @@ impl Model {
     }
 
     /// The key's state "`tokens` ... and `last_refill`", or `None` if the key holds no bucket (it then behaves as
-    /// fresh).
+    /// fresh). For a key of several bandwidths, its first bandwidth's balance ([`Model::state_set`] gives all).
     pub fn state(&self, key: u64) -> Option<(&Rational, u64)> {
+        self.state_set(key)
+            .and_then(|(tokens, last_refill)| Some((tokens.first()?, last_refill)))
+    }
+
+    /// The key's state "one `tokens_i` per bandwidth and one `last_refill`", in the set's order, or `None` if the
+    /// key holds no bucket (it then behaves as fresh).
+    pub fn state_set(&self, key: u64) -> Option<(&[Rational], u64)> {
         self.entries
             .get(&key)
             .and_then(|e| e.bucket.as_ref())
@@ -222,10 +276,11 @@ impl Model {
 
     /// acquire(key, now, cost, request_id?):
     /// 1. "`cost == 0` or `cost > capacity` -> `Err(InvalidCost)`. Nothing changes (no refill, no request-id
-    ///    record)."
+    ///    record)." For a set: "`cost` above the *smallest* capacity".
     /// 2. "If `request_id` is given and the key holds a record for it that is still in the dedupe window, return the
-    ///    recorded decision unchanged (`replayed`). Nothing changes, nothing is charged."
-    /// 3. - 5. Refill, decide, report: [`ModelBucket::decide`] (a key with no state is fresh at this `now`, or
+    ///    recorded decision unchanged (`replayed`). Nothing changes, nothing is charged." "A request-id record
+    ///    holds the whole decision (every bandwidth's part); a replay returns it unchanged."
+    /// 3. - 5. Refill, decide, report: [`ModelSetBucket::decide`] (a key with no state is fresh at this `now`, or
     ///         at the time a sweep dropped it if that is later).
     /// 6. "If `request_id` was given, record (id -> decision, t) on the key (evicting its oldest record beyond
     ///    `dedupe_per_key`)", stamped with the effective time `t`; with a window of 0 (ids off) nothing is kept.
@@ -243,37 +298,33 @@ impl Model {
         // One lookup for the reads of steps 1-5 and one for the write of step 6: the model keeps up with
         // attack scenarios that hold thousands of keys.
         let held_entry = self.entries.get(&key);
-        let config = held_entry
+        let set = held_entry
             .and_then(|e| e.override_config.as_ref())
             .unwrap_or(&self.default_config);
         // Step 1.
-        check_cost(config, cost)?;
+        check_cost(set.smallest_capacity(), cost)?;
         // Step 2.
         if let Some(id) = request_id
             && let Some(record) =
                 held_entry.and_then(|e| e.live_record(id, self.dedupe_window_ns, now))
         {
-            return Ok(Outcome {
-                decision: record.decision.clone(),
-                replayed: true,
-                created: false,
-            });
+            return Ok(Outcome::of(record.decisions.clone(), true, false));
         }
         // Steps 3-5.
         let held = held_entry.and_then(|e| e.bucket.as_ref());
         let created = held.is_none();
         let before = match held_entry {
-            Some(entry) => entry.bucket_at(config, now),
-            None => ModelBucket::fresh(config, now),
+            Some(entry) => entry.bucket_at(set, now),
+            None => Cow::Owned(ModelSetBucket::fresh(set, now)),
         };
-        let (after, decision) = before.decide(config, now, cost)?;
+        let (after, decisions) = before.decide(set, now, cost)?;
         let before_refill = before.last_refill();
         assert!(
             after.last_refill() >= before_refill,
             "last_refill is monotone per key"
         );
         let entry = self.entries.entry(key).or_default();
-        let config = entry
+        let set = entry
             .override_config
             .as_ref()
             .unwrap_or(&self.default_config);
@@ -285,29 +336,53 @@ impl Model {
             entry.records.retain(|record| record.request_id != id);
             entry.records.push_back(Record {
                 request_id: id,
-                decision: decision.clone(),
+                decisions: decisions.clone(),
                 stamped_at,
             });
             while entry.records.len() > self.dedupe_per_key {
                 entry.records.pop_front();
             }
         }
-        entry.check_invariants(config, self.dedupe_per_key);
-        Ok(Outcome {
-            decision,
-            replayed: false,
-            created,
-        })
+        entry.check_invariants(set, self.dedupe_per_key);
+        Ok(Outcome::of(decisions, false, created))
     }
 
     /// peek(key, now): "Read-only: what step 3 would compute (remaining, reset_after), without writing anything."
-    /// A key with no state is peeked as a fresh bucket at its effective time.
+    /// A key with no state is peeked as a fresh bucket at its effective time. For a key of several bandwidths,
+    /// the bandwidth with the fewest whole tokens, the first of equals ([`Model::peek_set`] gives all).
     pub fn peek(&self, key: u64, now: u64) -> ModelPeek {
-        let config = self.config_of(key);
-        match self.entries.get(&key) {
-            Some(entry) => entry.bucket_at(config, now).peek(config, now),
-            None => ModelBucket::fresh(config, now).peek(config, now),
-        }
+        self.with_peeks(key, now, |peeks| {
+            // Strictly fewer: a later bandwidth with as many whole tokens leaves the earlier one.
+            peeks.reduce(|fewest, peek| {
+                if peek.remaining.floor() < fewest.remaining.floor() {
+                    peek
+                } else {
+                    fewest
+                }
+            })
+        })
+        .expect("a bandwidth set has at least one bandwidth, so a peek has a part")
+    }
+
+    /// "peek reports every bandwidth's `remaining_i` and `reset_after_i`", in the set's order; read-only.
+    pub fn peek_set(&self, key: u64, now: u64) -> Vec<ModelPeek> {
+        self.with_peeks(key, now, |peeks| peeks.collect())
+    }
+
+    /// `f` of every bandwidth's peek of `key` at `now` ([`ModelSetBucket::peek`]), a key with no state peeked
+    /// as a fresh bucket at its effective time.
+    fn with_peeks<T>(
+        &self,
+        key: u64,
+        now: u64,
+        f: impl FnOnce(&mut dyn Iterator<Item = ModelPeek>) -> T,
+    ) -> T {
+        let set = self.bandwidths_of(key);
+        let bucket = match self.entries.get(&key) {
+            Some(entry) => entry.bucket_at(set, now),
+            None => Cow::Owned(ModelSetBucket::fresh(set, now)),
+        };
+        f(&mut bucket.peek(set, now))
     }
 
     /// reconfigure(key, new_config, now):
@@ -322,17 +397,29 @@ impl Model {
     ///    harness judges an implementation's refusal and makes the model follow it (nothing to do but drop a
     ///    bucket the implementation may have dropped already).
     ///
-    /// The new config becomes the key's override. Request-id records are kept. Returns the new config version.
-    pub fn reconfigure(&mut self, key: u64, new_config: ModelConfig, now: u64) -> u64 {
-        let old_config = self.config_of(key).clone();
+    /// For a set ([`ModelSetBucket::reconfigured`]): every old bandwidth refilled to `t`; a new bandwidth continues
+    /// the old one of its identity (name, else position), converted and clamped; one with no old counterpart
+    /// starts full; an old one with no new counterpart is dropped. "The key's config version increases by one,
+    /// whatever changed."
+    ///
+    /// The new config (a [`ModelBandwidths`] set, or a [`ModelConfig`]: a set of one) becomes the key's
+    /// override. Request-id records are kept. Returns the new config version.
+    pub fn reconfigure(
+        &mut self,
+        key: u64,
+        new_config: impl Into<ModelBandwidths>,
+        now: u64,
+    ) -> u64 {
+        let new_config = new_config.into();
+        let old_config = self.bandwidths_of(key).clone();
         let entry = self.entries.entry(key).or_default();
         let before = entry.bucket_at(&old_config, now);
-        entry.dropped_at = None;
         let after = before.reconfigured(&old_config, &new_config, now);
         assert!(
             after.last_refill() >= before.last_refill(),
             "last_refill is monotone per key"
         );
+        entry.dropped_at = None;
         entry.bucket = Some(after);
         entry.override_config = Some(new_config);
         entry.version = entry.version.saturating_add(1);
@@ -348,8 +435,8 @@ impl Model {
     }
 
     /// "A bucket is evictable at sweep time `s` iff, at its judgment time `j = max(s, last_refill)`, it is full and
-    /// holds no record live at `j` (and has no override)." A key holding no bucket is vacuously evictable (there
-    /// is nothing to lose).
+    /// holds no record live at `j` (and has no override)." "Evictable: every bandwidth full at the judgment
+    /// time." A key holding no bucket is vacuously evictable (there is nothing to lose).
     pub fn is_evictable_at(&self, key: u64, s: u64) -> bool {
         let Some(entry) = self.entries.get(&key) else {
             return true;
@@ -360,7 +447,7 @@ impl Model {
         let judged_at = entry.effective_time(s);
         // "... and the key has no override config" (an override is explicit state, kept until forget).
         entry.override_config.is_none()
-            && bucket.is_full_at(self.config_of(key), judged_at)
+            && bucket.is_full_at(self.bandwidths_of(key), judged_at)
             && !entry
                 .records
                 .iter()
@@ -400,9 +487,9 @@ impl Model {
     /// dropped with the old bucket; the override config and version stay.
     pub fn recreate(&mut self, key: u64, cursor: u64) {
         self.evict(key);
-        let config = self.config_of(key).clone();
+        let set = self.bandwidths_of(key).clone();
         let entry = self.entries.entry(key).or_default();
-        entry.bucket = Some(ModelBucket::fresh(&config, cursor));
+        entry.bucket = Some(ModelSetBucket::fresh(&set, cursor));
         entry.dropped_at = None;
         self.check_invariants(key);
     }
@@ -428,7 +515,7 @@ impl Model {
     /// [`Entry::check_invariants`] for `key`, after a mutation.
     fn check_invariants(&self, key: u64) {
         if let Some(entry) = self.entries.get(&key) {
-            entry.check_invariants(self.config_of(key), self.dedupe_per_key);
+            entry.check_invariants(self.bandwidths_of(key), self.dedupe_per_key);
         }
     }
 }

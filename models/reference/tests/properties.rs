@@ -7,8 +7,8 @@
 use bucketproof_model::Integer;
 use bucketproof_model::Rational;
 use bucketproof_model::{
-    MAX_RATE_DENOM, Model, ModelBucket, ModelConfig, ModelDecision, ModelError, ModelWait,
-    cmp_whole,
+    MAX_BANDWIDTHS, MAX_RATE_DENOM, Model, ModelBandwidths, ModelBucket, ModelConfig,
+    ModelDecision, ModelDecisions, ModelError, ModelPeek, ModelSetBucket, ModelWait, cmp_whole,
 };
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -550,4 +550,506 @@ fn prop_cmp_whole_agrees_with_the_general_rational_comparison() {
         TestResult::from_bool(cmp_whole(&value, whole) == value.cmp(&Rational::from(whole)))
     }
     check(prop as fn(i128, u128, u64, bool) -> TestResult);
+}
+
+// ---- Several bandwidths per key ----
+
+/// Names drawn from a small pool, so that two sets often share identities (reconfiguration by identity).
+const NAMES: [Option<&str>; 5] = [None, None, Some("a"), Some("b"), Some("c")];
+
+/// A valid bandwidth set: 1 to 4 bandwidths (now and then 8), names from [`NAMES`] (a repeated name is dropped,
+/// so the set is valid).
+#[derive(Debug, Clone)]
+struct ArbSet(ModelBandwidths);
+
+impl Arbitrary for ArbSet {
+    fn arbitrary(g: &mut Gen) -> Self {
+        let n = if draw(g, 10) == 0 {
+            MAX_BANDWIDTHS as u64
+        } else {
+            draw(g, 4) + 1
+        };
+        let mut parts: Vec<(Option<&str>, ModelConfig)> = Vec::new();
+        for _ in 0..n {
+            let name = *g.choose(&NAMES).unwrap();
+            let name = name.filter(|name| !parts.iter().any(|(other, _)| *other == Some(name)));
+            parts.push((name, ArbConfig::arbitrary(g).0));
+        }
+        ArbSet(ModelBandwidths::new(parts).expect("distinct names, 1 to 8 bandwidths"))
+    }
+}
+
+/// A cost valid for every bandwidth of `set`: at most its smallest capacity.
+fn gen_set_cost(g: &mut Gen, set: &ModelBandwidths) -> u64 {
+    let bound = set.smallest_capacity();
+    match draw(g, 4) {
+        0 => bound,
+        1 => 1,
+        _ => draw(g, bound) + 1,
+    }
+}
+
+/// A step sized by one of the set's bandwidths, so that refills matter in each now and then.
+fn gen_set_step(g: &mut Gen, set: &ModelBandwidths) -> Step {
+    let position = draw(g, set.len() as u64) as usize;
+    gen_step(g, set.config(position).unwrap())
+}
+
+/// A bandwidth set and a reachable state under it, with a `now` (the last operation's time).
+#[derive(Debug, Clone)]
+struct ReachedSet {
+    set: ModelBandwidths,
+    bucket: ModelSetBucket,
+    now: u64,
+}
+
+impl Arbitrary for ReachedSet {
+    fn arbitrary(g: &mut Gen) -> Self {
+        let set = ArbSet::arbitrary(g).0;
+        let mut now = mixed_u64(g, 1 << 40);
+        if draw(g, 2) == 0 {
+            now = draw(g, 1 << 40);
+        }
+        let mut bucket = ModelSetBucket::fresh(&set, now);
+        for _ in 0..draw(g, 8) {
+            now = apply(now, gen_set_step(g, &set));
+            let cost = gen_set_cost(g, &set);
+            bucket = bucket.decide(&set, now, cost).expect("valid cost").0;
+        }
+        ReachedSet { set, bucket, now }
+    }
+}
+
+/// One bandwidth's trace: steps, costs and now and then a reconfiguration.
+#[derive(Debug, Clone)]
+struct OneTrace {
+    config: ModelConfig,
+    start: u64,
+    ops: Vec<(Step, u64, Option<ModelConfig>)>,
+}
+
+impl Arbitrary for OneTrace {
+    fn arbitrary(g: &mut Gen) -> Self {
+        let config = ArbConfig::arbitrary(g).0;
+        let ops = (0..draw(g, 12))
+            .map(|_| {
+                let step = gen_step(g, &config);
+                let cost = match draw(g, 8) {
+                    0 => 0,
+                    _ => gen_cost(g, &config),
+                };
+                let new = (draw(g, 5) == 0).then(|| ArbConfig::arbitrary(g).0);
+                (step, cost, new)
+            })
+            .collect();
+        OneTrace {
+            config,
+            start: mixed_u64(g, 1 << 40),
+            ops,
+        }
+    }
+}
+
+/// "Every rule above is the one-bandwidth case of this section": the set of one config, driven through any trace
+/// (acquires, invalid costs, reconfigurations, peeks), is the single bucket of that config, state for state and
+/// decision for decision; its one part is the binding one.
+#[test]
+fn prop_a_set_of_one_is_the_single_bucket_of_its_config() {
+    fn prop(t: OneTrace) -> bool {
+        let mut config = t.config;
+        let mut single = ModelBucket::fresh(&config, t.start);
+        let mut set = ModelSetBucket::fresh(&ModelBandwidths::from(&config), t.start);
+        let mut now = t.start;
+        for (step, cost, new) in t.ops {
+            now = apply(now, step);
+            let one = ModelBandwidths::from(&config);
+            if let Some(new) = new {
+                single = single.reconfigured(&config, &new, now);
+                set = set.reconfigured(&one, &ModelBandwidths::from(&new), now);
+                config = new;
+            } else {
+                let peeks: Vec<ModelPeek> = set.peek(&one, now).collect();
+                if peeks != [single.peek(&config, now)] {
+                    return false;
+                }
+                match (
+                    single.decide(&config, now, cost),
+                    set.decide(&one, now, cost),
+                ) {
+                    (Ok((s, d)), Ok((b, ds))) => {
+                        if d.retry_after().is_some() {
+                            DENIED.hit();
+                        }
+                        let same = ds.bandwidths() == [d.clone()]
+                            && ds.binding() == &d
+                            && ds.retry_after() == d.retry_after()
+                            && ds.reset_after() == d.reset_after()
+                            && ds.is_allowed() == d.is_allowed();
+                        if !same {
+                            return false;
+                        }
+                        (single, set) = (s, b);
+                    }
+                    (Err(e), Err(f)) if e == f => {}
+                    _ => return false,
+                }
+            }
+            if set.tokens() != [single.tokens().clone()]
+                || set.last_refill() != single.last_refill()
+            {
+                return false;
+            }
+        }
+        true
+    }
+    static DENIED: Coverage = Coverage::new();
+    check(prop as fn(OneTrace) -> bool);
+    DENIED.at_least(100, "a denial of a set of one");
+}
+
+/// Steps 3-5 of a set are the single-bucket rules per bandwidth, tied by "all or none": each bandwidth refilled by
+/// its own config; allowed iff each single bucket would allow; then each is exactly its single bucket's charge and
+/// decision; otherwise each keeps its refilled balance, reports it with its own `reset_after`, and waits 0 if it
+/// covers the cost, else its single bucket's `retry_after`.
+#[test]
+fn prop_a_set_decides_as_its_bandwidths_each_by_the_single_rules_all_or_none() {
+    fn prop(r: ReachedSet, back: bool, dt: u32, cost_seed: u64) -> bool {
+        let now = if back {
+            r.now.saturating_sub(u64::from(dt))
+        } else {
+            r.now.saturating_add(u64::from(dt) * 1000)
+        };
+        let cost = cost_seed % r.set.smallest_capacity() + 1;
+        let (after, ds) = r.bucket.decide(&r.set, now, cost).unwrap();
+        let singles: Vec<_> = (0..r.set.len())
+            .map(|i| {
+                let (config, bucket) = (r.set.config(i).unwrap(), r.bucket.bandwidth(i).unwrap());
+                let (next, decision) = bucket.decide(config, now, cost).unwrap();
+                (
+                    bucket.refilled(config, now),
+                    next,
+                    decision,
+                    bucket.peek(config, now),
+                )
+            })
+            .collect();
+        let allowed = singles.iter().all(|(_, _, d, _)| d.is_allowed());
+        if allowed != ds.is_allowed() || after.last_refill() != now.max(r.bucket.last_refill()) {
+            return false;
+        }
+        if !allowed && singles.iter().any(|(_, _, d, _)| d.is_allowed()) {
+            PARTLY_COVERED.hit();
+        }
+        singles
+            .iter()
+            .enumerate()
+            .all(|(i, (refilled, next, single, peek))| {
+                let part = &ds.bandwidths()[i];
+                let tokens = &after.tokens()[i];
+                if allowed {
+                    part == single && tokens == next.tokens()
+                } else {
+                    let wait = match single {
+                        ModelDecision::Allowed { .. } => ModelWait::After(0),
+                        denied => denied.retry_after().unwrap(),
+                    };
+                    tokens == refilled.tokens()
+                        && part
+                            == &ModelDecision::Denied {
+                                remaining: refilled.tokens().clone(),
+                                retry_after: wait,
+                                reset_after: peek.reset_after,
+                            }
+                }
+            })
+    }
+    static PARTLY_COVERED: Coverage = Coverage::new();
+    check(prop as fn(ReachedSet, bool, u32, u64) -> bool);
+    PARTLY_COVERED.at_least(20, "a denial in which some bandwidth covered the cost");
+}
+
+/// "every bandwidth covers `cost` from `now + retry_after` on, and one does not 1 ns earlier: the rule of step 5
+/// holds unchanged": after a set's denial with `After(w)` the same request is allowed at `now + w` and denied at
+/// `now + w - 1`; `Never` exactly when a short bandwidth never refills or the request is still denied at
+/// `u64::MAX`.
+#[test]
+fn prop_a_sets_retry_after_is_the_least_wait_allowed_at_now_plus_w_denied_1_ns_earlier() {
+    fn prop(r: ReachedSet, back: u16, cost_seed: u64) -> TestResult {
+        let now = r.now.saturating_sub(u64::from(back) * 997);
+        let cost = cost_seed % r.set.smallest_capacity() + 1;
+        let (after, ds) = r.bucket.decide(&r.set, now, cost).unwrap();
+        let Some(retry_after) = ds.retry_after() else {
+            return TestResult::discard();
+        };
+        let allowed_at = |t: u64| after.decide(&r.set, t, cost).unwrap().1.is_allowed();
+        let short_frozen = (0..r.set.len()).any(|i| {
+            !r.set.config(i).unwrap().refills() && cmp_whole(&after.tokens()[i], cost).is_lt()
+        });
+        match retry_after {
+            ModelWait::After(w) => {
+                if r.set.len() > 1 {
+                    FINITE.hit();
+                }
+                TestResult::from_bool(w >= 1 && allowed_at(now + w) && !allowed_at(now + w - 1))
+            }
+            ModelWait::Never => {
+                if !short_frozen {
+                    OVERFLOW.hit();
+                }
+                TestResult::from_bool(short_frozen || !allowed_at(u64::MAX))
+            }
+        }
+    }
+    static FINITE: Coverage = Coverage::new();
+    static OVERFLOW: Coverage = Coverage::new();
+    check(prop as fn(ReachedSet, u16, u64) -> TestResult);
+    FINITE.at_least(50, "a finite retry_after of a set of several");
+    OVERFLOW.at_least(
+        10,
+        "a Never beyond u64::MAX with every short bandwidth refilling",
+    );
+}
+
+/// Reconfiguration by identity: each new bandwidth with an old one of its identity is exactly that old bandwidth's
+/// single-bucket reconfiguration (refilled under its old config, converted, clamped: never more than it had), one
+/// without starts full, and the one cursor moves to `max(now, last_refill)`.
+#[test]
+fn prop_reconfigure_continues_each_bandwidth_by_identity_and_never_creates_tokens() {
+    fn prop(r: ReachedSet, new: ArbSet, dt: u32) -> bool {
+        let new = new.0;
+        let now = r.now.saturating_add(u64::from(dt));
+        let after = r.bucket.reconfigured(&r.set, &new, now);
+        if after.last_refill() != now.max(r.bucket.last_refill())
+            || after.tokens().len() != new.len()
+        {
+            return false;
+        }
+        (0..new.len()).all(|i| {
+            let config = new.config(i).unwrap();
+            let tokens = &after.tokens()[i];
+            match r.set.position_of(&new.identity(i)) {
+                Some(was) => {
+                    CONTINUED.hit();
+                    let (old, bucket) =
+                        (r.set.config(was).unwrap(), r.bucket.bandwidth(was).unwrap());
+                    let single = bucket.reconfigured(old, config, now);
+                    tokens == single.tokens() && tokens <= bucket.refilled(old, now).tokens()
+                }
+                None => {
+                    STARTED.hit();
+                    tokens == &config.capacity_tokens()
+                }
+            }
+        })
+    }
+    static CONTINUED: Coverage = Coverage::new();
+    static STARTED: Coverage = Coverage::new();
+    check(prop as fn(ReachedSet, ArbSet, u32) -> bool);
+    CONTINUED.at_least(200, "a bandwidth that continues");
+    STARTED.at_least(200, "a bandwidth that starts full");
+}
+
+/// "No overselling holds per bandwidth: over any `[a, b]`, admitted cost <= `tokens_i` at `a` + `rate_i * (b -
+/// a)` for every `i`", over traces of a monotone clock, `tokens_i` at `a` read (peeked) just before the
+/// operation at `a`.
+#[test]
+fn prop_no_bandwidth_of_a_set_is_oversold_over_any_interval() {
+    fn prop(r: ReachedSet, gaps: Vec<(u32, u64)>) -> bool {
+        let mut bucket = r.bucket;
+        let mut now = r.now.max(bucket.last_refill());
+        // Per operation: its time, the balances just before it, and the cost it admitted (0 if denied).
+        let mut ops: Vec<(u64, Vec<Rational>, u64)> = Vec::new();
+        for (gap, cost_seed) in gaps.into_iter().take(16) {
+            let Some(next) = now.checked_add(u64::from(gap) * 100_000) else {
+                break;
+            };
+            now = next;
+            let cost = cost_seed % r.set.smallest_capacity() + 1;
+            let before = bucket.peek(&r.set, now).map(|p| p.remaining).collect();
+            let (after, ds) = bucket.decide(&r.set, now, cost).unwrap();
+            ops.push((now, before, if ds.is_allowed() { cost } else { 0 }));
+            bucket = after;
+        }
+        for a in 0..ops.len() {
+            for b in a..ops.len() {
+                // At most 16 costs of at most u64::MAX each: u128 holds the sum.
+                let admitted: u128 = ops[a..=b].iter().map(|op| u128::from(op.2)).sum();
+                if admitted > 0 && b > a {
+                    WINDOW.hit();
+                }
+                let span = Rational::from(ops[b].0 - ops[a].0);
+                for (i, config) in r.set.configs().enumerate() {
+                    let bound = &ops[a].1[i] + &span * config.rate_per_ns();
+                    if Rational::from(Integer::from(admitted)) > bound {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+    static WINDOW: Coverage = Coverage::new();
+    check(prop as fn(ReachedSet, Vec<(u32, u64)>) -> bool);
+    WINDOW.at_least(
+        100,
+        "an interval of several operations that admitted something",
+    );
+}
+
+/// An op of a keyed trace over bandwidth sets.
+#[derive(Debug, Clone)]
+enum SetOp {
+    Acquire {
+        key: u64,
+        step: Step,
+        cost: u64,
+        id: Option<u64>,
+    },
+    Reconfigure {
+        key: u64,
+        step: Step,
+        set: ModelBandwidths,
+    },
+    Sweep(Step),
+}
+
+#[derive(Debug, Clone)]
+struct SetTrace {
+    default: ModelBandwidths,
+    start: u64,
+    ops: Vec<SetOp>,
+}
+
+impl Arbitrary for SetTrace {
+    fn arbitrary(g: &mut Gen) -> Self {
+        let default = ArbSet::arbitrary(g).0;
+        let ops = (0..draw(g, 30))
+            .map(|_| {
+                let key = draw(g, 3);
+                let step = gen_set_step(g, &default);
+                match draw(g, 10) {
+                    0 => SetOp::Reconfigure {
+                        key,
+                        step,
+                        set: ArbSet::arbitrary(g).0,
+                    },
+                    1 => SetOp::Sweep(step),
+                    _ => SetOp::Acquire {
+                        key,
+                        step,
+                        cost: match draw(g, 6) {
+                            0 => 0,
+                            1 => u64::MAX,
+                            _ => gen_set_cost(g, &default),
+                        },
+                        id: (draw(g, 2) == 0).then(|| draw(g, 3)),
+                    },
+                }
+            })
+            .collect();
+        SetTrace {
+            default,
+            start: draw(g, 1 << 40),
+            ops,
+        }
+    }
+}
+
+/// Over random keyed traces of bandwidth sets (rollbacks, reconfigurations, sweeps, request ids): a replay changes
+/// nothing and returns the whole recorded decision; an error changes nothing; every bandwidth of every held key
+/// stays in `[0, capacity_i]`; a swept key had every bandwidth full.
+#[test]
+fn prop_keyed_traces_of_sets_replay_whole_decisions_and_keep_every_bandwidth_in_bounds() {
+    type Snapshot = Vec<Option<(Vec<Rational>, u64)>>;
+    fn snapshot(m: &Model) -> Snapshot {
+        (0..3)
+            .map(|k| m.state_set(k).map(|(t, l)| (t.to_vec(), l)))
+            .collect()
+    }
+    fn prop(t: SetTrace) -> bool {
+        let mut m = Model::new(t.default, 1 << 50, 4);
+        let mut first: std::collections::BTreeMap<(u64, u64), ModelDecisions> = Default::default();
+        let mut now = t.start;
+        for op in &t.ops {
+            match op {
+                SetOp::Acquire {
+                    key,
+                    step,
+                    cost,
+                    id,
+                } => {
+                    now = apply(now, *step);
+                    let before = snapshot(&m);
+                    match m.acquire(*key, now, *cost, *id) {
+                        Err(ModelError::InvalidCost { capacity, .. }) => {
+                            if snapshot(&m) != before
+                                || capacity != m.bandwidths_of(*key).smallest_capacity()
+                            {
+                                return false;
+                            }
+                        }
+                        Err(_) => return false,
+                        Ok(out) => {
+                            if out.replayed {
+                                if out.decisions.bandwidths().len() > 1 {
+                                    REPLAYS.hit();
+                                }
+                                let recorded = first.get(&(*key, id.unwrap()));
+                                if snapshot(&m) != before || recorded != Some(&out.decisions) {
+                                    return false;
+                                }
+                            } else if let Some(id) = id {
+                                first.insert((*key, *id), out.decisions.clone());
+                            }
+                            if &out.decision != out.decisions.binding() {
+                                return false;
+                            }
+                        }
+                    }
+                }
+                SetOp::Reconfigure { key, step, set } => {
+                    now = apply(now, *step);
+                    m.reconfigure(*key, set.clone(), now);
+                }
+                SetOp::Sweep(step) => {
+                    now = apply(now, *step);
+                    // "Evictable: every bandwidth full at the judgment time", read by peeks.
+                    let full: Vec<u64> = (m.keys().into_iter())
+                        .filter(|&k| {
+                            let parts = m
+                                .peek_set(k, now)
+                                .into_iter()
+                                .zip(m.bandwidths_of(k).configs());
+                            parts
+                                .into_iter()
+                                .all(|(p, c)| p.remaining == c.capacity_tokens())
+                        })
+                        .collect();
+                    for k in m.sweep(now) {
+                        SWEPT.hit();
+                        if !full.contains(&k) {
+                            return false;
+                        }
+                        first.retain(|(key, _), _| *key != k);
+                    }
+                }
+            }
+            for k in m.keys() {
+                let (tokens, _) = m.state_set(k).unwrap();
+                let set = m.bandwidths_of(k);
+                let in_bounds = tokens.len() == set.len()
+                    && (tokens.iter().zip(set.configs()))
+                        .all(|(t, c)| t >= &Rational::ZERO && t <= &c.capacity_tokens());
+                if !in_bounds {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+    static REPLAYS: Coverage = Coverage::new();
+    static SWEPT: Coverage = Coverage::new();
+    check(prop as fn(SetTrace) -> bool);
+    REPLAYS.at_least(25, "a replayed decision of several bandwidths");
+    SWEPT.at_least(10, "a sweep that dropped a key of a set");
 }
