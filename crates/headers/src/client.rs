@@ -9,8 +9,10 @@
 //! - fields on a response with a positive `Age` came from a cache and are ignored (Section 7.3);
 //!   a `Retry-After` on such a response is still honoured, because waiting longer is always safe;
 //! - malformed fields are ignored as a whole; fields in trailers are never read;
-//! - with several service limits, it paces on the one that runs out first (lowest `r`, then longest
-//!   `t`) and keeps all of them, and the policies, for observability ([`Pacer::limits`]);
+//! - with several service limits, every item is a constraint of its own and a request waits until
+//!   *every* item allows it (see "Several service limits" below); all items and policies of the last
+//!   fresh response are kept for the caller ([`Pacer::limits`], [`Pacer::policies`],
+//!   [`Pacer::constraints`]);
 //! - hints are not promises (Section 8.3): a 429 after a healthy hint is handled like any 429;
 //! - every wait is capped at [`PacerConfig::max_wait`], so a hostile or broken `t` / `Retry-After` of
 //!   a million seconds cannot park the client forever (Section 8.5.1);
@@ -20,11 +22,29 @@
 //! [`RetryPolicy`] says which requests may be retried at all: idempotent methods, or any request that
 //! carries an `Idempotency-Key`; and never past a deadline or an attempt budget.
 //!
+//! # Several service limits
+//!
+//! A response may carry several items: "more than one quota policy can affect a given request"
+//! (draft-11 Section 2), and a bucketproof key of several bandwidths sends one item per bandwidth,
+//! all of which must cover a request for it to be admitted. Section 7 asks the client not to
+//! "exceed the available quota within the time expressed in the effective window parameter", and
+//! that holds for each item. So each item becomes a [`Constraint`] (its `r` as a budget until its
+//! window ends), a request of `cost` may go at the latest of the times at which each constraint
+//! allows it, and the constraint that allows it last is the binding one ([`Pacer::binding_for`]).
+//!
+//! "Pacing on the item that frees first" would be wrong here: at the moment the first item frees,
+//! another may still be exhausted, and the request would earn the very 429 the hints were sent to
+//! avoid. Keeping every item and waiting for the binding one is the same thing as pacing on the
+//! single item when there is one, and it is what makes the no-429 argument below hold per item.
+//! Items are never merged or dropped because they look alike: two items with the same name and
+//! another `pk` or `t` are two constraints (waiting longer than either alone says is always safe).
+//!
 //! Why a single sequential pacing client never sees a 429 from the exact limiter: a response with
 //! `r >= cost` means the balance was at least `cost` when the server answered, and with no other
 //! client it can only have grown; with `r < cost` the client waits `t` (at which point at least `r + 1`
 //! whole tokens exist) plus `(cost - r - 1) * w / q` seconds, and `q / w` never exceeds the true rate
-//! because `w` is rounded up. The simulation in [`crate::sim`] checks exactly this.
+//! because `w` is rounded up. With several bandwidths the argument holds for each item on its own, and
+//! the client waits for all of them. The simulation in [`crate::sim`] checks exactly this.
 
 use http::header::{AGE, DATE, RETRY_AFTER};
 use http::{HeaderMap, Method, StatusCode};
@@ -124,10 +144,56 @@ pub struct Observation {
     pub retry_after: Option<Nanos>,
     /// The fields were present but ignored because the response came from a cache (`Age > 0`).
     pub ignored_stale: bool,
-    /// The service limit the pacer now paces on.
+    /// The service limit the pacer now paces on: the binding constraint for a cost of 1
+    /// ([`Pacer::binding_for`]), or with no constraint (after a `Retry-After`) the fresh limit that
+    /// runs out first ([`binding_limit`]).
     pub binding: Option<ServiceLimit>,
     /// The earliest time the pacer will now allow the next request.
     pub next_at: Nanos,
+}
+
+/// What one service limit of the last fresh response still allows: no more than `budget` quota
+/// units before `window_end` (draft-11 Section 7).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Constraint {
+    /// The item as received.
+    pub limit: ServiceLimit,
+    /// Quota units this item still allows before `window_end`: its `r`, less what was sent since.
+    pub budget: u64,
+    /// When its effective window ends (observation time + `t`, capped, plus jitter); `None` when the
+    /// item has no `t`.
+    pub window_end: Option<Nanos>,
+    /// `(q, w)` of its policy (the slowest, should several match its name and `pk`), for the wait
+    /// beyond the window when a cost exceeds `r + 1`.
+    pub policy_rate: Option<(u64, u64)>,
+}
+
+impl Constraint {
+    /// The earliest time (>= `now`) at which this item allows a request costing `cost`; no wait is
+    /// longer than `max_wait` past its window's end (or past `now` without a window).
+    pub fn ready_for(&self, cost: u64, now: Nanos, max_wait: Nanos) -> Nanos {
+        if self.budget >= cost {
+            return now;
+        }
+        match self.window_end {
+            Some(end) => {
+                // At `end`, at least budget + 1 units exist; each further unit takes at most w / q
+                // seconds, as the policy rate q / w never exceeds the true rate.
+                let short = cost - self.budget - 1;
+                let extra = match self.policy_rate {
+                    Some((q, w)) if q > 0 && short > 0 => {
+                        let ns = (short as u128 * w as u128 * NANOS_PER_SECOND as u128)
+                            .div_ceil(q as u128);
+                        u64::try_from(ns).unwrap_or(u64::MAX)
+                    }
+                    _ => 0,
+                };
+                now.max(end.saturating_add(extra.min(max_wait)))
+            }
+            // Exhausted and no window: wait the cap; a new response will tell more.
+            None => now.saturating_add(max_wait),
+        }
+    }
 }
 
 /// The pacing state for one server (or one partition).
@@ -137,12 +203,8 @@ pub struct Pacer {
     rng: ChaCha8Rng,
     /// No request before this time (Retry-After, backoff, or an exhausted window).
     blocked_until: Nanos,
-    /// Quota units the binding limit still allows before `window_end`, if known.
-    budget: Option<u64>,
-    /// When the binding limit's effective window ends (observation time + `t`).
-    window_end: Option<Nanos>,
-    /// `(q, w)` of the binding policy, for the extra wait when a cost exceeds `r + 1`.
-    policy_rate: Option<(u64, u64)>,
+    /// One per item of the last fresh response that still binds; a request waits for all of them.
+    constraints: Vec<Constraint>,
     failures: u32,
     limits: Vec<ServiceLimit>,
     policies: Vec<QuotaPolicy>,
@@ -178,9 +240,7 @@ impl Pacer {
             config,
             rng: ChaCha8Rng::seed_from_u64(seed),
             blocked_until: 0,
-            budget: None,
-            window_end: None,
-            policy_rate: None,
+            constraints: Vec::new(),
             failures: 0,
             limits: Vec::new(),
             policies: Vec::new(),
@@ -195,6 +255,33 @@ impl Pacer {
     /// Every policy of the last fresh response (for observability).
     pub fn policies(&self) -> &[QuotaPolicy] {
         &self.policies
+    }
+
+    /// What each item of the last fresh response still allows, in wire order; an item leaves when
+    /// its window has passed at a send, and all leave on a `Retry-After`.
+    pub fn constraints(&self) -> &[Constraint] {
+        &self.constraints
+    }
+
+    /// The item a request costing `cost` waits for at `now`: the constraint that allows it last,
+    /// and among equals the one that runs out first ([`binding_limit`]'s order). `None` without
+    /// constraints.
+    pub fn binding_for(&self, cost: u64, now: Nanos) -> Option<&ServiceLimit> {
+        let max_wait = self.config.max_wait;
+        self.constraints
+            .iter()
+            .enumerate()
+            .max_by(|(i, a), (j, b)| {
+                let (ra, rb) = (
+                    a.ready_for(cost, now, max_wait),
+                    b.ready_for(cost, now, max_wait),
+                );
+                // The later wins; then the one that runs out first; then the earlier item.
+                ra.cmp(&rb)
+                    .then_with(|| runs_out_first(&b.limit, &a.limit))
+                    .then_with(|| j.cmp(i))
+            })
+            .map(|(_, c)| &c.limit)
     }
 
     /// Consecutive throttled responses so far.
@@ -240,14 +327,6 @@ impl Pacer {
         }
 
         // Fresh timing information, in precedence order.
-        self.policy_rate = binding.as_ref().and_then(|b| {
-            policy.as_ref().and_then(|p| {
-                p.policies
-                    .iter()
-                    .find(|q| q.name == b.name && q.partition_key == b.partition_key)
-                    .and_then(|q| q.window.map(|w| (q.quota, w)))
-            })
-        });
         if let Some(ra) = retry_after {
             // Retry-After wins; the effective window may be ignored (Section 7).
             let jitter = if throttled {
@@ -256,15 +335,23 @@ impl Pacer {
                 0
             };
             self.blocked_until = now.saturating_add(self.capped(ra)).saturating_add(jitter);
-            self.window_end = None;
-            self.budget = None;
-        } else if let Some(b) = &binding {
-            self.budget = Some(b.remaining);
+            self.constraints.clear();
+        } else if let (Some(l), Some(b)) = (&limit, &binding) {
+            // One draw for the whole response: every window it reports ends later by the same jitter.
             let jitter = uniform_inclusive(&mut self.rng, self.config.window_jitter);
-            self.window_end = b.reset.map(|t| {
-                now.saturating_add(self.capped(t.saturating_mul(NANOS_PER_SECOND)))
-                    .saturating_add(jitter)
-            });
+            self.constraints = l
+                .limits
+                .iter()
+                .map(|item| Constraint {
+                    limit: item.clone(),
+                    budget: item.remaining,
+                    window_end: item.reset.map(|t| {
+                        now.saturating_add(self.capped(t.saturating_mul(NANOS_PER_SECOND)))
+                            .saturating_add(jitter)
+                    }),
+                    policy_rate: policy_rate(item, policy.as_ref()),
+                })
+                .collect();
             // An earlier block (Retry-After, backoff) stands: with requests in flight, responses
             // can arrive out of order, and waiting longer is always safe.
             if throttled && b.remaining == 0 && b.reset.is_none() {
@@ -275,88 +362,93 @@ impl Pacer {
         } else if throttled {
             let d = self.config.backoff.delay(self.failures, &mut self.rng);
             self.blocked_until = now.saturating_add(d);
-            self.budget = None;
-            self.window_end = None;
+            self.constraints.clear();
         } else {
-            self.budget = None;
-            self.window_end = None;
+            self.constraints.clear();
         }
         if throttled && retry_after.is_none() && binding.as_ref().is_some_and(|b| b.remaining > 0) {
-            // A 429 although the hint said there was quota: the hint was not a promise. Trust the
-            // status, not the number.
-            self.budget = Some(0);
-            if self.window_end.is_none() {
+            // A 429 although every item said there was quota: the hint was not a promise. Trust the
+            // status, not the number, for the item that runs out first.
+            let first = limit.as_ref().and_then(|l| binding_index(&l.limits));
+            let windowless = match first.and_then(|i| self.constraints.get_mut(i)) {
+                Some(c) => {
+                    c.budget = 0;
+                    c.window_end.is_none()
+                }
+                None => true,
+            };
+            if windowless {
                 let d = self.config.backoff.delay(self.failures, &mut self.rng);
                 self.blocked_until = now.saturating_add(d);
             }
         }
+        let next_at = self.ready_for(1, now);
+        let binding = self.binding_for(1, now).cloned().or(binding);
         Observation {
             throttled,
             retry_after,
             ignored_stale: stale && had_fields,
             binding,
-            next_at: self.ready_for(1, now),
+            next_at,
         }
     }
 
-    /// The earliest time (>= `now`) at which a request costing `cost` quota units may be sent.
+    /// The earliest time (>= `now`) at which a request costing `cost` quota units may be sent: the
+    /// latest of any block and of every constraint's own time ([`Constraint::ready_for`]).
     ///
-    /// When `cost` exceeds `r + 1`, the wait beyond `t` is derived from the policy's `q / w`; without
-    /// a matching policy it is unknown and not added, and the next response corrects the estimate.
+    /// When `cost` exceeds an item's `r + 1`, the wait beyond its `t` is derived from its policy's
+    /// `q / w`; without a matching policy it is unknown and not added, and the next response
+    /// corrects the estimate.
     pub fn ready_for(&self, cost: u64, now: Nanos) -> Nanos {
-        let mut at = self.blocked_until.max(now);
-        if let Some(budget) = self.budget
-            && budget < cost
-        {
-            match self.window_end {
-                Some(end) => {
-                    // At `end`, at least budget + 1 units exist; each further unit takes at most
-                    // w / q seconds, as the policy rate q / w never exceeds the true rate.
-                    let short = cost - budget - 1;
-                    let extra = match self.policy_rate {
-                        Some((q, w)) if q > 0 && short > 0 => {
-                            let ns = (short as u128 * w as u128 * NANOS_PER_SECOND as u128)
-                                .div_ceil(q as u128);
-                            u64::try_from(ns).unwrap_or(u64::MAX)
-                        }
-                        _ => 0,
-                    };
-                    at = at.max(end.saturating_add(self.capped(extra)));
-                }
-                None => {
-                    // Exhausted and no window: wait the cap; a new response will tell more.
-                    at = at.max(now.saturating_add(self.config.max_wait));
-                }
-            }
-        }
-        at
+        let max_wait = self.config.max_wait;
+        self.constraints
+            .iter()
+            .map(|c| c.ready_for(cost, now, max_wait))
+            .fold(self.blocked_until.max(now), Nanos::max)
     }
 
-    /// Records that a request costing `cost` was sent at `now`.
+    /// Records that a request costing `cost` was sent at `now`: it spends from every item.
     pub fn record_send(&mut self, cost: u64, now: Nanos) {
-        if let Some(end) = self.window_end
-            && now >= end
-        {
-            // The window passed: the old budget is stale, the next response will bring a new one.
-            self.budget = None;
-            self.window_end = None;
-        }
-        if let Some(b) = self.budget.as_mut() {
-            *b = b.saturating_sub(cost);
+        // An item whose window passed is stale: the next response will bring a new one.
+        self.constraints
+            .retain(|c| c.window_end.is_none_or(|end| now < end));
+        for c in &mut self.constraints {
+            c.budget = c.budget.saturating_sub(cost);
         }
     }
+}
+
+/// `(q, w)` of the policy `item` reports on (same name and `pk`, with a window); the slowest
+/// `q / w` should several match, as it makes the longest wait.
+fn policy_rate(item: &ServiceLimit, policy: Option<&RateLimitPolicy>) -> Option<(u64, u64)> {
+    policy?
+        .policies
+        .iter()
+        .filter(|q| q.name == item.name && q.partition_key == item.partition_key)
+        .filter_map(|q| q.window.map(|w| (q.quota, w)))
+        // q1 / w1 < q2 / w2 exactly when q1 * w2 < q2 * w1.
+        .min_by(|(q1, w1), (q2, w2)| (*q1 as u128 * *w2 as u128).cmp(&(*q2 as u128 * *w1 as u128)))
+}
+
+/// `Less` when `a` runs out before `b`: the lower `r`, and among equals the longer `t` (no `t`
+/// counts as longest).
+fn runs_out_first(a: &ServiceLimit, b: &ServiceLimit) -> std::cmp::Ordering {
+    a.remaining.cmp(&b.remaining).then_with(|| {
+        let ta = a.reset.unwrap_or(u64::MAX);
+        let tb = b.reset.unwrap_or(u64::MAX);
+        tb.cmp(&ta)
+    })
+}
+
+/// The position of [`binding_limit`]'s answer.
+fn binding_index(limits: &[ServiceLimit]) -> Option<usize> {
+    (0..limits.len()).min_by(|&a, &b| runs_out_first(&limits[a], &limits[b]))
 }
 
 /// The limit that runs out first: the lowest `r`, and among equals the longest `t` (no `t` counts
 /// as longest).
 pub fn binding_limit(limits: &[ServiceLimit]) -> Option<&ServiceLimit> {
-    limits.iter().min_by(|a, b| {
-        a.remaining.cmp(&b.remaining).then_with(|| {
-            let ta = a.reset.unwrap_or(u64::MAX);
-            let tb = b.reset.unwrap_or(u64::MAX);
-            tb.cmp(&ta)
-        })
-    })
+    binding_index(limits).map(|i| &limits[i])
 }
 
 /// Which requests may be retried, how often and until when.

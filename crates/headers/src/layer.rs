@@ -1,21 +1,29 @@
 //! A tower [`Layer`] that rate-limits requests with a keyed limiter and speaks draft-11 on the wire.
 //!
 //! Per request: a user function extracts the limiter key from the request head, another gives its
-//! cost (default 1), the [`DecisionSource`] decides, and
+//! cost (default 1), the [`DecisionSource`] decides ([`DecisionSource::decide_set`]), and
 //! - **allowed**: the inner service runs; its response gets `RateLimit-Policy` and `RateLimit` when
 //!   [`RateLimitLayer::emit_on_success`] is on (the default), except on redirections unless
 //!   [`RateLimitLayer::emit_on_redirect`] is on: draft-11 Section 6 warns that a low `r` on a 3xx can
 //!   stall a client before it follows `Location`;
 //! - **denied**: `429 Too Many Requests` with `Retry-After` (delay seconds, rounded up, never earlier
-//!   than any `t` in the response, draft-11 Section 6), both fields, and an `application/problem+json`
-//!   body of type quota-exceeded listing the violated policy. The inner service is not called;
+//!   than the `t` of an item whose `r` does not cover the cost, draft-11 Section 6), both fields, and
+//!   an `application/problem+json` body of type quota-exceeded listing the violated policies. The
+//!   inner service is not called;
 //! - **cost above capacity**: `413` with a problem body (no wait would help, so it is not a 429);
 //! - **source unavailable / key table full**: `503` with a temporary-reduced-capacity problem body;
 //! - **decided by a fallback** ([`Outcome::degraded`]): handled as above, plus the header
 //!   [`DEGRADED_HEADER`]` : ?1` so the outage is visible, never disguised.
 //!
+//! A key of one unnamed bandwidth is one item in each field, named [`Advertiser::policy`]. A key of
+//! several bandwidths is one item per bandwidth in each field, in the set's order, named after the
+//! bandwidth ([`crate::set`]); `Retry-After` is the combined wait, after which every bandwidth covers
+//! the cost, and a denial's violated policies are the bandwidths that did not cover it. Errors
+//! (413, 503) name [`Advertiser::policy`]: no decision was made, so no bandwidth is to blame.
+//!
 //! Fields are only ever written to the header section, never to trailers (draft-11 Sections 3.1 and
-//! 4.1). `pk` is the keyed hash of the limiter key ([`crate::pk`]); the raw key never reaches a header.
+//! 4.1). `pk` is the keyed hash of the limiter key ([`crate::pk`]) under [`Advertiser::policy`], the
+//! same on every item of a response; the raw key never reaches a header.
 
 use std::borrow::Cow;
 use std::future::Future;
@@ -33,6 +41,7 @@ use crate::mapping::{self, AdvertiseOptions};
 use crate::pk::PartitionKeyHasher;
 use crate::problem;
 use crate::profile::Profile;
+use crate::set::{Part, SetOutcome};
 use crate::source::{DecisionSource, Outcome, SourceError};
 
 /// Set to `?1` (a Structured Field Boolean) on every response decided while the limiter's store was
@@ -86,7 +95,8 @@ type ErrorFn = dyn Fn(&SourceError) + Send + Sync;
 pub struct Advertiser {
     /// The wire profile.
     pub profile: Profile,
-    /// The advertised policy name (stable, versioned).
+    /// The advertised policy name (stable, versioned): the one item of a key of one unnamed
+    /// bandwidth, and what `pk` is bound to.
     pub policy: PolicyName,
     /// `qu`.
     pub unit: QuotaUnit,
@@ -108,41 +118,70 @@ impl Advertiser {
         }
     }
 
-    /// The values for `outcome`, decided for a key whose partition bytes are `key`.
+    /// The values for `outcome`, decided for a key whose partition bytes are `key`: one item under
+    /// [`Advertiser::policy`].
     pub fn advertisement(&self, key: &[u8], outcome: &Outcome) -> Advertisement {
+        self.set_advertisement(key, &SetOutcome::single(*outcome))
+    }
+
+    /// The values for a decision over a key's bandwidths: one `RateLimit-Policy` item and one
+    /// `RateLimit` item per part, in order, each named by [`Advertiser::item_name`], and
+    /// `Retry-After` from the combined wait.
+    pub fn set_advertisement(&self, key: &[u8], outcome: &SetOutcome) -> Advertisement {
+        // One partition key for every item: all of a key's bandwidths limit the same requests, so
+        // they are one partition under several policies, and a client can tell so from `pk`.
         let pk = self.pk.as_ref().map(|h| h.partition_key(&self.policy, key));
-        let rate = outcome.config.rate();
-        let policy = QuotaPolicy {
-            name: self.policy.clone(),
-            quota: mapping::policy_quota(outcome.config.capacity()),
-            unit: self.unit.clone(),
-            window: mapping::policy_window_secs(
-                outcome.config.capacity(),
-                rate.numer(),
-                rate.denom(),
-            ),
-            partition_key: pk.clone(),
-        };
-        let adv = outcome.advertised(self.options);
-        let limit = ServiceLimit {
-            name: self.policy.clone(),
-            remaining: adv.remaining,
-            reset: adv.reset,
-            partition_key: pk,
-        };
-        // Section 6: Retry-After SHOULD NOT be earlier than the end of the effective window.
-        let retry_after = outcome
-            .retry_after_secs()
-            .map(|ra| ra.max(adv.reset.unwrap_or(0)));
+        let advertised = outcome.advertised(self.options);
+        let mut policies = Vec::with_capacity(advertised.len());
+        let mut limits = Vec::with_capacity(advertised.len());
+        let mut window_floor = 0;
+        for (part, adv) in outcome.parts().iter().zip(&advertised) {
+            let name = self.item_name(part);
+            let config = part.config();
+            let rate = config.rate();
+            policies.push(QuotaPolicy {
+                name: name.clone(),
+                quota: mapping::policy_quota(config.capacity()),
+                unit: self.unit.clone(),
+                window: mapping::policy_window_secs(config.capacity(), rate.numer(), rate.denom()),
+                partition_key: pk.clone(),
+            });
+            limits.push(ServiceLimit {
+                name: name.clone(),
+                remaining: adv.remaining,
+                reset: adv.reset,
+                partition_key: pk.clone(),
+            });
+            if adv.remaining < outcome.cost() {
+                window_floor = window_floor.max(adv.reset.unwrap_or(0));
+            }
+        }
+        // Section 6: Retry-After SHOULD NOT be earlier than the end of the effective window. Of the
+        // items whose `r` does not cover the cost, that is: an item that still covers it does not
+        // forbid the retry, so its window need not delay it.
+        let retry_after = outcome.retry_after_secs().map(|ra| ra.max(window_floor));
         Advertisement {
-            policy: RateLimitPolicy {
-                policies: vec![policy],
-            },
-            limit: RateLimit {
-                limits: vec![limit],
-            },
+            policy: RateLimitPolicy { policies },
+            limit: RateLimit { limits },
             retry_after,
         }
+    }
+
+    /// The name `part`'s items carry: its bandwidth's ([`crate::set`], "Names on the wire"), or
+    /// [`Advertiser::policy`] for the one part of a key of one unnamed bandwidth.
+    pub fn item_name<'a>(&'a self, part: &'a Part) -> &'a PolicyName {
+        part.name().unwrap_or(&self.policy)
+    }
+
+    /// The policies a denial names as violated (draft-11 Section 5.1): the items of the bandwidths
+    /// that did not cover the cost. Empty when allowed.
+    pub fn violated<'a>(&'a self, outcome: &'a SetOutcome) -> Vec<&'a PolicyName> {
+        outcome
+            .parts()
+            .iter()
+            .filter(|p| p.violated())
+            .map(|p| self.item_name(p))
+            .collect()
     }
 
     /// Writes the fields (and `Retry-After`, and the degraded flag) into a header section.
@@ -361,7 +400,7 @@ where
             let key = (shared.key)(&parts);
             let cost = (shared.cost)(&parts);
             let req = Request::from_parts(parts, body);
-            let outcome = match shared.source.decide(&key, cost).await {
+            let outcome = match shared.source.decide_set(&key, cost).await {
                 Ok(o) => o,
                 Err(err) => {
                     (shared.on_error)(&err);
@@ -369,22 +408,22 @@ where
                 }
             };
             let advertiser = &shared.advertiser;
-            let adv = advertiser.advertisement(&key.partition_bytes(), &outcome);
-            if outcome.decision.is_allowed() {
+            let adv = advertiser.set_advertisement(&key.partition_bytes(), &outcome);
+            if outcome.is_allowed() {
                 let mut resp = inner.call(req).await?;
                 let emit = shared.emit_on_success
                     && (shared.emit_on_redirect || !resp.status().is_redirection());
                 let headers = resp.headers_mut();
                 if emit {
-                    advertiser.write(headers, &adv, outcome.degraded);
-                } else if outcome.degraded {
+                    advertiser.write(headers, &adv, outcome.degraded());
+                } else if outcome.degraded() {
                     headers.insert(DEGRADED_HEADER, HeaderValue::from_static("?1"));
                 }
                 Ok(resp)
             } else {
-                let body = problem::quota_exceeded(&[&advertiser.policy], adv.retry_after);
+                let body = problem::quota_exceeded(&advertiser.violated(&outcome), adv.retry_after);
                 let mut resp = problem_response::<ResB>(StatusCode::TOO_MANY_REQUESTS, body);
-                advertiser.write(resp.headers_mut(), &adv, outcome.degraded);
+                advertiser.write(resp.headers_mut(), &adv, outcome.degraded());
                 Ok(resp)
             }
         })

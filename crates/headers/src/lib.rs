@@ -48,6 +48,7 @@ pub mod merge;
 pub mod pk;
 pub mod problem;
 pub mod profile;
+pub mod set;
 pub mod sim;
 pub mod source;
 

@@ -11,13 +11,20 @@
 //! | `RateLimit-Policy` `w` | refill time of an empty bucket, `capacity / rate` | *up* to whole seconds; omitted if the rate is 0 or it exceeds [`SF_INTEGER_MAX`] | `q/w` then never exceeds the true rate |
 //! | `RateLimit` `r` | whole tokens left after this request | *down* (floor), then capped by the DoS ratio and [`SF_INTEGER_MAX`] | never more than the client may spend |
 //! | `RateLimit` `t` | time until one more whole token than `r` is available (plus the refill cursor's lead over `now`, if any) | *up* to whole seconds; omitted if the rate is 0 | within `t` the client can use no more than `r` |
-//! | `Retry-After` | exact wait until this request's cost fits | *up* to whole seconds, so never `0` for a positive wait; never earlier than any `t` in the response | retrying then succeeds |
+//! | `Retry-After` | exact wait until this request's cost fits (for several bandwidths, the largest of their waits) | *up* to whole seconds, so never `0` for a positive wait; never earlier than the `t` of an item whose `r` is below the cost | retrying then succeeds |
 //!
 //! `t` needs a word: the draft calls it the *effective window*, "the number of seconds within which
 //! the client can use no more than the available quota". For a token bucket holding `b` tokens that is
 //! the time until `floor(b) + 1` tokens have accrued: `ceil((floor(b) + 1 - b) / rate)`. It is
 //! positive even for a full bucket (a client that spends everything gets its next token after one
 //! token's refill time), so a pacing client can always act on it.
+//!
+//! Draft-11 Section 6 asks that `Retry-After` not "reference a point in time earlier than the end
+//! of the effective window". With several items (one per bandwidth, [`crate::set`]) that is read as
+//! the window of every item that forbids the retry, the items whose `r` is below the cost: an item
+//! whose `r` covers the cost allows the retry inside its window, so its window need not delay it (a
+//! daily bandwidth's `t` of 9 s would otherwise hold back a retry the per-minute bandwidth allows in
+//! 1 s). A denied one-bandwidth request always has `r` below its cost, so there it is the `t`.
 //!
 //! Nothing in this module reads a clock; the numbers come from one decision of the limiter.
 

@@ -4,8 +4,11 @@
 //! `(time, sequence)`, and every random draw from a ChaCha8 stream seeded per client with our own
 //! sampling function, so a scenario and a seed always give the same numbers.
 //!
-//! The service side is the real thing minus the socket: `Limiter::acquire_at` decides and the layer's
-//! [`Advertiser`] writes the very header values the tower layer would send. Two client populations:
+//! The service side is the real thing minus the socket: the in-memory source's decision
+//! ([`source::decide_set_at`], at virtual time) and the layer's [`Advertiser`] writing the very header
+//! values the tower layer would send. The service's key is limited by the scenario's bucket
+//! ([`run`]) or by a set of several bandwidths ([`run_bandwidths`]), one item per bandwidth on the
+//! wire. Two client populations:
 //! - **pacing**: a [`Pacer`] reads every response (fields, `Retry-After`) before each send;
 //! - **naive**: sends as soon as it wants to and retries a 429 immediately (after the round trip).
 //!
@@ -17,7 +20,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fmt::Write as _;
 
-use bucketproof_limiter::{Config, Limiter, Rate};
+use bucketproof_limiter::{Bandwidths, Config, Limiter, Rate};
 use http::{HeaderMap, StatusCode};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
@@ -25,7 +28,7 @@ use rand_core::SeedableRng;
 use crate::client::{Nanos, Pacer, PacerConfig, RetryPolicy, uniform_inclusive};
 use crate::field::PolicyName;
 use crate::layer::Advertiser;
-use crate::source::Outcome;
+use crate::source;
 
 const MS: Nanos = 1_000_000;
 const S: Nanos = bucketproof_limiter::NANOS_PER_SECOND;
@@ -140,7 +143,26 @@ pub fn run(scenario: &Scenario, population: Population) -> Result<Metrics, SimEr
         Rate::new(scenario.rate.0, scenario.rate.1).map_err(|e| SimError::Config(e.to_string()))?;
     let config =
         Config::new(scenario.capacity, rate).map_err(|e| SimError::Config(e.to_string()))?;
-    let limiter: Limiter<u32> = Limiter::new(config);
+    simulate(scenario, population, Bandwidths::from(config))
+}
+
+/// Runs `scenario` with its bucket replaced by the bandwidth set `bandwidths` (the scenario's
+/// `capacity` and `rate` are not used): every request must be covered by every bandwidth, and each
+/// response carries one item per bandwidth.
+pub fn run_bandwidths(
+    scenario: &Scenario,
+    bandwidths: &Bandwidths,
+    population: Population,
+) -> Result<Metrics, SimError> {
+    simulate(scenario, population, bandwidths.clone())
+}
+
+fn simulate(
+    scenario: &Scenario,
+    population: Population,
+    bandwidths: Bandwidths,
+) -> Result<Metrics, SimError> {
+    let limiter: Limiter<u32> = Limiter::new(bandwidths);
     let advertiser =
         Advertiser::new(PolicyName::versioned("sim", 1).map_err(|_| SimError::Policy)?);
     let pacer_config = PacerConfig::default();
@@ -207,19 +229,12 @@ pub fn run(scenario: &Scenario, population: Population) -> Result<Metrics, SimEr
                 m.attempts += 1;
                 st.pacer.record_send(scenario.cost, now);
                 let key = if scenario.shared_bucket { 0 } else { c };
-                let config = limiter.config_for(&key);
-                let response = match limiter.acquire_at(&key, scenario.cost, now) {
-                    Ok(decision) => {
-                        let outcome = Outcome {
-                            decision,
-                            config,
-                            cost: scenario.cost,
-                            degraded: false,
-                        };
-                        let adv = advertiser.advertisement(&key.to_be_bytes(), &outcome);
+                let response = match source::decide_set_at(&limiter, &key, scenario.cost, now) {
+                    Ok(outcome) => {
+                        let adv = advertiser.set_advertisement(&key.to_be_bytes(), &outcome);
                         let mut headers = HeaderMap::new();
                         advertiser.write(&mut headers, &adv, false);
-                        let status = if decision.is_allowed() {
+                        let status = if outcome.is_allowed() {
                             StatusCode::OK
                         } else {
                             StatusCode::TOO_MANY_REQUESTS

@@ -7,16 +7,25 @@
 //! into a 503 and flags the second with a response header: an outage is never disguised as an
 //! ordinary denial or approval.
 //!
+//! A source answers with one [`Outcome`] ([`DecisionSource::decide`]) or with every bandwidth's
+//! part of the decision ([`DecisionSource::decide_set`], a [`SetOutcome`]); the layer asks for the
+//! latter. Its provided body wraps `decide`, so a source that knows one bandwidth per key implements
+//! `decide` alone. The in-memory [`Limiter`] answers `decide_set` with every bandwidth of a key of
+//! several ([`decide_set_at`]). The `RedisLimiter` keeps the provided body: Redis does not store
+//! bandwidth sets yet, so each of its keys has one bandwidth and the layer advertises one item.
+//!
 //! This module also owns the glue from one limiter [`Decision`] to the advertised numbers
-//! ([`Outcome::advertised`], [`Outcome::retry_after_secs`]), using [`crate::mapping`]'s rounding.
+//! ([`Outcome::advertised`], [`Outcome::retry_after_secs`]), using [`crate::mapping`]'s rounding;
+//! [`SetOutcome`] uses the same glue for each of its parts.
 
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
 
-use bucketproof_limiter::{AcquireError, Clock, Config, Decision, Limiter, Wait};
+use bucketproof_limiter::{AcquireError, Clock, Config, Decision, Limiter, Nanos, Wait};
 
 use crate::mapping::{self, AdvertiseOptions, Advertised};
+use crate::set::SetOutcome;
 
 /// One decision with the configuration it was made under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,6 +93,9 @@ pub mod redis {
     /// Keys are the Redis user ids. A decision made by a fallback while Redis is unreachable (the
     /// limiter's `LocalBudget` or `FailOpen` policy) is flagged `degraded`; with `FailClosed` the
     /// outage is [`SourceError::Unavailable`], which the layer answers with 503, never with 429.
+    ///
+    /// One bandwidth per key: the Redis script does not store bandwidth sets yet, so this source
+    /// keeps the provided [`DecisionSource::decide_set`], one item under the layer's policy name.
     impl DecisionSource<String> for RedisLimiter {
         async fn decide(&self, key: &String, cost: u64) -> Result<Outcome, SourceError> {
             let outcome = self.acquire(key, cost).await.map_err(source_error)?;
@@ -116,6 +128,18 @@ pub trait DecisionSource<K>: Send + Sync {
         key: &'a K,
         cost: u64,
     ) -> impl Future<Output = Result<Outcome, SourceError>> + Send + 'a;
+
+    /// One decision with every bandwidth's part, at the source's own clock: what the layer
+    /// advertises. The provided body is [`DecisionSource::decide`] as a one-bandwidth decision,
+    /// which is the whole answer of a source that knows one bandwidth per key.
+    fn decide_set<'a>(
+        &'a self,
+        key: &'a K,
+        cost: u64,
+    ) -> impl Future<Output = Result<SetOutcome, SourceError>> + Send + 'a {
+        let decided = self.decide(key, cost);
+        async move { decided.await.map(SetOutcome::single) }
+    }
 }
 
 impl<K, C> DecisionSource<K> for Limiter<K, C>
@@ -135,6 +159,14 @@ where
                 .map_err(SourceError::from),
         )
     }
+
+    fn decide_set<'a>(
+        &'a self,
+        key: &'a K,
+        cost: u64,
+    ) -> impl Future<Output = Result<SetOutcome, SourceError>> + Send + 'a {
+        std::future::ready(decide_set_at(self, key, cost, self.clock().now()))
+    }
 }
 
 impl<K, T: DecisionSource<K> + ?Sized> DecisionSource<K> for Arc<T> {
@@ -145,6 +177,108 @@ impl<K, T: DecisionSource<K> + ?Sized> DecisionSource<K> for Arc<T> {
     ) -> impl Future<Output = Result<Outcome, SourceError>> + Send + 'a {
         (**self).decide(key, cost)
     }
+
+    fn decide_set<'a>(
+        &'a self,
+        key: &'a K,
+        cost: u64,
+    ) -> impl Future<Output = Result<SetOutcome, SourceError>> + Send + 'a {
+        (**self).decide_set(key, cost)
+    }
+}
+
+/// The in-memory limiter's answer to [`DecisionSource::decide_set`] at `now` (the simulation in
+/// [`crate::sim`] calls it at virtual time).
+///
+/// A key of one unnamed bandwidth takes the one-bandwidth path ([`Limiter::acquire_at`]), exactly
+/// as [`DecisionSource::decide`] does. Any other key takes the set path
+/// ([`Limiter::acquire_set_at`]) and is labelled with the names of its set, read beside the
+/// decision. The limiter does not hand out the set a decision was made under, so the names are
+/// checked against the decision's own configs ([`SetOutcome::of_set`]); when a concurrent
+/// reconfiguration changed them, the set is read again, and if that does not match either, the
+/// response carries the decision's binding part alone under the layer's policy name: the one
+/// number the limiter itself reports for such a key ([`bucketproof_limiter::Decisions::binding`]).
+/// A reconfiguration that only renames bandwidths, racing with the decision, can label one
+/// response's numbers with the names of the set before or after it; the numbers are the decision's.
+pub fn decide_set_at<K, C>(
+    limiter: &Limiter<K, C>,
+    key: &K,
+    cost: u64,
+    now: Nanos,
+) -> Result<SetOutcome, SourceError>
+where
+    K: Hash + Eq + Clone,
+    C: Clock,
+{
+    let set = limiter.bandwidths_for(key);
+    if set.single().is_some() {
+        let decision = limiter.acquire_at(key, cost, now)?;
+        return Ok(SetOutcome::single(Outcome::of(decision, cost, false)));
+    }
+    let decisions = limiter.acquire_set_at(key, cost, now)?;
+    if let Some(outcome) = SetOutcome::of_set(&set, &decisions, cost, false) {
+        return Ok(outcome);
+    }
+    let after = limiter.bandwidths_for(key);
+    Ok(SetOutcome::of_set(&after, &decisions, cost, false)
+        .unwrap_or_else(|| SetOutcome::single(Outcome::of(*decisions.binding(), cost, false))))
+}
+
+/// How far the refill cursor was ahead of `decision`'s `now`, in ns, recovered exactly from a wait
+/// the decision exposes, for a decision on a bucket of `config` for `cost` tokens.
+///
+/// The limiter folds this lag into its waits but does not expose it. A denial that this bucket did
+/// not cover has `retry_after = lag + ceil(short / rate)`; a bucket that is not full has
+/// `reset_after = lag + ceil(missing / rate)` (every allowed decision charged at least one token, so
+/// its bucket is not full). `None` when neither applies (a bucket that covered a denied cost and is
+/// full: both waits are 0 whatever the lag), when the rate is zero or when the wait is `Never`.
+pub(crate) fn exposed_lag(config: &Config, decision: &Decision, cost: u64) -> Option<u64> {
+    let per_ns = config.units_per_nanosecond() as u128;
+    if per_ns == 0 {
+        return None;
+    }
+    let units = decision.remaining().units();
+    let cost_units = cost as u128 * config.units_per_token();
+    let (wait, missing) = if !decision.is_allowed() && units < cost_units {
+        (
+            decision.retry_after().unwrap_or(Wait::Never),
+            cost_units - units,
+        )
+    } else if units < config.capacity_units() {
+        (decision.reset_after(), config.capacity_units() - units)
+    } else {
+        return None;
+    };
+    let Wait::After(total) = wait else {
+        return None;
+    };
+    let refill = u64::try_from(missing.div_ceil(per_ns)).ok()?;
+    Some(total.saturating_sub(refill))
+}
+
+/// `r` and `t` for `decision` on a bucket of `config` whose cursor led the decision by `lag` ns
+/// (see [`crate::mapping`] for the rounding); no `t` when the lag is unknown (`None`).
+pub(crate) fn advertise_balance(
+    config: &Config,
+    decision: &Decision,
+    lag: Option<u64>,
+    options: AdvertiseOptions,
+) -> Advertised {
+    let rate = config.rate();
+    let (units, per_token) = decision.remaining().as_ratio();
+    let mut adv = mapping::advertise(
+        units,
+        per_token,
+        rate.numer(),
+        rate.denom(),
+        lag.unwrap_or(0),
+        options,
+    );
+    if lag.is_none() {
+        // No refill to wait for (zero rate) or one beyond the clock's range: no window.
+        adv.reset = None;
+    }
+    adv
 }
 
 impl Outcome {
@@ -166,58 +300,26 @@ impl Outcome {
     /// bucket is not full and `reset_after = lag + ceil(missing / rate)`; a denial has
     /// `retry_after = lag + ceil(short / rate)`. `None` when the rate is zero or a wait is `Never`.
     pub fn lag_ns(&self) -> Option<u64> {
-        let per_ns = self.config.units_per_nanosecond() as u128;
-        if per_ns == 0 {
-            return None;
-        }
-        let units = self.decision.remaining().units();
-        let (wait, missing) = if self.decision.is_allowed() {
-            (
-                self.decision.reset_after(),
-                self.config.capacity_units().saturating_sub(units),
-            )
-        } else {
-            let cost_units = self.cost as u128 * self.config.units_per_token();
-            (
-                self.decision.retry_after().unwrap_or(Wait::Never),
-                cost_units.saturating_sub(units),
-            )
-        };
-        let Wait::After(total) = wait else {
-            return None;
-        };
-        let refill = u64::try_from(missing.div_ceil(per_ns)).ok()?;
-        Some(total.saturating_sub(refill))
+        exposed_lag(&self.config, &self.decision, self.cost)
     }
 
     /// `r` and `t` for this decision (see [`crate::mapping`] for the rounding).
     pub fn advertised(&self, options: AdvertiseOptions) -> Advertised {
-        let rate = self.config.rate();
-        let remaining = self.decision.remaining();
-        let (units, per_token) = remaining.as_ratio();
-        let lag = self.lag_ns();
-        let mut adv = mapping::advertise(
-            units,
-            per_token,
-            rate.numer(),
-            rate.denom(),
-            lag.unwrap_or(0),
-            options,
-        );
-        if lag.is_none() {
-            // No refill to wait for (zero rate) or one beyond the clock's range: no window.
-            adv.reset = None;
-        }
-        adv
+        advertise_balance(&self.config, &self.decision, self.lag_ns(), options)
     }
 
     /// `Retry-After` in delay seconds for a denial (rounded up, never 0 for a positive wait); `None`
     /// when allowed or when the wait is `Never` (the quota will not come back).
     pub fn retry_after_secs(&self) -> Option<u64> {
-        match self.decision.retry_after()? {
-            Wait::After(ns) => Some(mapping::retry_after_secs(ns)),
-            Wait::Never => None,
-        }
+        wait_secs(self.decision.retry_after())
+    }
+}
+
+/// A denial's wait as `Retry-After` delay seconds: `None` when allowed (`None`) or `Never`.
+pub(crate) fn wait_secs(wait: Option<Wait>) -> Option<u64> {
+    match wait? {
+        Wait::After(ns) => Some(mapping::retry_after_secs(ns)),
+        Wait::Never => None,
     }
 }
 
