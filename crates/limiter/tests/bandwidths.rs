@@ -302,3 +302,19 @@ fn rate_zero_and_names_round_trip_through_the_public_types() {
         Some(Wait::Never)
     );
 }
+
+/// A peek of a set key reports the bandwidth with the fewest whole tokens, the first of equals.
+#[test]
+fn a_peek_reports_the_first_of_the_bandwidths_with_fewest_tokens() {
+    let set = Bandwidths::new([
+        Bandwidth::named("fast", config(3, "1/s")).unwrap(),
+        Bandwidth::named("slow", config(3, "1/10s")).unwrap(),
+    ])
+    .unwrap();
+    let limiter = limiter(set);
+    assert!(limiter.acquire_set_at(&1, 2, 0).unwrap().is_allowed());
+    // Both hold 1 whole token; the first (fast) is full again after 2 s, the slow one after 20 s.
+    let peek = limiter.peek_at(&1, 0);
+    assert_eq!(peek.remaining.whole(), 1);
+    assert_eq!(peek.config, config(3, "1/s"));
+}

@@ -290,8 +290,8 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         }
         drop(shard);
         let mut parts = self.peek_set_at(key, now);
+        // `min_by_key` keeps the first of equals.
         let fewest = (0..parts.len())
-            .rev()
             .min_by_key(|&i| parts[i].remaining.whole())
             .unwrap_or(0);
         parts.swap_remove(fewest)
