@@ -5,6 +5,10 @@
 //! cargo run -p bucketproof-headers --example server &
 //! cargo run -p bucketproof-headers --example client -- http://127.0.0.1:3000/report 6
 //! ```
+//!
+//! Against `DAILY_QUOTA=<n>` (two bandwidths) each response carries two items; the pacer waits until
+//! both allow the next request, and each line names the binding item (the one the next request
+//! waits for, or with nothing to wait for, the one that runs out first).
 
 use std::time::{Duration, Instant};
 
@@ -58,7 +62,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .get("ratelimit")
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("-");
-                println!("#{i} at {at:6.2} s: {status}  RateLimit: {limit}");
+                let binding = pacer
+                    .binding_for(cost, now())
+                    .map_or("-".to_owned(), |l| l.name.to_string());
+                println!("#{i} at {at:6.2} s: {status}  RateLimit: {limit}  binding: {binding}");
             }
             Err(e) => println!("#{i} at {at:6.2} s: {e}"),
         }

@@ -10,6 +10,16 @@
 //! `RateLimit-Policy` and `RateLimit` with `pk`, the keyed hash of the API key (the key itself never
 //! appears in a response); a denial is a 429 with `Retry-After` and a problem+json body.
 //!
+//! With `DAILY_QUOTA=<n>` each key also gets `n` requests a day: two bandwidths, `"burst"` and
+//! `"daily"`, both of which must cover a request. Responses then carry one item per bandwidth in each
+//! field, and a denial's `Retry-After` waits for both:
+//!
+//! ```text
+//! DAILY_QUOTA=20 cargo run -p bucketproof-headers --example server
+//! RateLimit-Policy: "burst";q=5;w=5;pk=:...:, "daily";q=20;w=86400;pk=:...:
+//! RateLimit: "burst";r=4;t=1;pk=:...:, "daily";r=19;t=4320;pk=:...:
+//! ```
+//!
 //! The partition-key secret comes from `BUCKETPROOF_PK_SECRET` (at least 16 bytes). Without it the
 //! example uses a fixed demo secret and says so: never do that in production.
 //!
@@ -20,7 +30,7 @@ use axum::routing::get;
 use bucketproof_headers::PolicyName;
 use bucketproof_headers::layer::RateLimitLayer;
 use bucketproof_headers::pk::PartitionKeyHasher;
-use bucketproof_limiter::{Config, Limiter, Rate};
+use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Limiter, Rate};
 
 /// Used only when `BUCKETPROOF_PK_SECRET` is unset; printed as a warning.
 const DEMO_SECRET: &[u8] = b"bucketproof demo secret: replace me";
@@ -40,9 +50,13 @@ fn cost(parts: &http::request::Parts) -> u64 {
     if parts.uri.path() == "/report" { 3 } else { 1 }
 }
 
-/// The application: two routes behind the rate-limit layer.
-pub fn app(config: Config, secret: &[u8]) -> Result<Router, Box<dyn std::error::Error>> {
-    let limiter: Limiter<String> = Limiter::new(config);
+/// The application: two routes behind the rate-limit layer, each key limited by `limit` (a
+/// [`Config`], or a [`Bandwidths`] set).
+pub fn app(
+    limit: impl Into<Bandwidths>,
+    secret: &[u8],
+) -> Result<Router, Box<dyn std::error::Error>> {
+    let limiter: Limiter<String> = Limiter::new(limit);
     let layer = RateLimitLayer::new(limiter, PolicyName::versioned("api", 1)?, api_key)
         .cost(cost)
         .partition_keys(PartitionKeyHasher::new(secret)?);
@@ -65,9 +79,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(3000);
-    let config = Config::new(5, Rate::per_second(1))?;
+    let burst = Config::new(5, Rate::per_second(1))?;
+    let limit = match std::env::var("DAILY_QUOTA") {
+        Ok(daily) => {
+            let daily: u64 = daily.parse()?;
+            Bandwidths::new([
+                Bandwidth::named("burst", burst)?,
+                Bandwidth::named("daily", Config::new(daily, Rate::new(daily, 86_400)?)?)?,
+            ])?
+        }
+        Err(_) => burst.into(),
+    };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, app(config, &secret)?).await?;
+    axum::serve(listener, app(limit, &secret)?).await?;
     Ok(())
 }

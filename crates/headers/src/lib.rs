@@ -15,7 +15,11 @@
 //! - [`pk`]: partition keys as a keyed hash (HMAC-SHA256) of the limiter key, never the raw id;
 //! - [`merge`]: how an intermediary combines an origin's fields with its own stricter limiter;
 //! - [`source`] and [`layer`]: a tower `Layer` that limits requests with a keyed limiter;
-//! - [`client`]: a pacing helper that reads the fields, `Retry-After` and `Age`;
+//! - [`set`]: a key of several bandwidths on the wire: one item per bandwidth in each field, named
+//!   after it (unnamed ones get a generated key no bandwidth name can equal), `Retry-After` from the
+//!   combined wait; a key of one unnamed bandwidth is sent exactly as before;
+//! - [`client`]: a pacing helper that reads the fields, `Retry-After` and `Age`, and with several
+//!   items waits until every one of them allows the request;
 //! - [`sim`]: a deterministic simulation of pacing and naive clients against the exact limiter.
 //!
 //! ```

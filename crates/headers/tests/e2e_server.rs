@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use bucketproof_headers::client::{Pacer, PacerConfig, RequestInfo, RetryPolicy, send_paced};
 use bucketproof_headers::{Profile, RateLimit, RateLimitPolicy};
-use bucketproof_limiter::{Config, Rate};
+use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Rate};
 use http::{HeaderMap, Method, StatusCode};
 
 const SECRET: &[u8] = b"e2e test secret, 32 bytes long!!";
 const USER: &str = "alice@example.com";
 
-async fn spawn(config: Config) -> String {
+async fn spawn(config: impl Into<Bandwidths>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = server::app(config, SECRET).unwrap();
@@ -173,4 +173,71 @@ async fn a_pacing_client_gets_no_429_over_the_wire() {
     assert_eq!(statuses, vec![StatusCode::OK; 4]);
     // It did have to wait: two requests fit the burst, the rest waited for whole seconds of t.
     assert!(origin.elapsed() >= Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn a_key_of_two_bandwidths_on_the_wire() {
+    // A burst of 3 refilled 1 per 1000 s (nothing refills during the test) and 100 a day.
+    let set = Bandwidths::new([
+        Bandwidth::named(
+            "burst",
+            Config::new(3, Rate::new(1, 1000).unwrap()).unwrap(),
+        )
+        .unwrap(),
+        Bandwidth::named("daily", Config::new(100, "100/d".parse().unwrap()).unwrap()).unwrap(),
+    ])
+    .unwrap();
+    let base = spawn(set).await;
+    let client = reqwest::Client::new();
+    let get = || {
+        client
+            .get(format!("{base}/"))
+            .header("x-api-key", USER)
+            .send()
+    };
+    for expected in [(2u64, 99u64), (1, 98), (0, 97)] {
+        let resp = get().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let h = resp.headers();
+        assert_no_raw_id(h);
+        let policy =
+            RateLimitPolicy::parse(Profile::Draft11, h["ratelimit-policy"].as_bytes()).unwrap();
+        let limit = RateLimit::parse(Profile::Draft11, h["ratelimit"].as_bytes()).unwrap();
+        let wire: Vec<_> = policy
+            .policies
+            .iter()
+            .map(|p| (p.name.as_str(), p.quota, p.window))
+            .collect();
+        assert_eq!(
+            wire,
+            [("burst", 3, Some(3000)), ("daily", 100, Some(86_400))]
+        );
+        let r: Vec<_> = limit.limits.iter().map(|l| l.remaining).collect();
+        assert_eq!(r, [expected.0, expected.1]);
+        // One token of the daily bandwidth each 864 s; of the burst each 1000 s.
+        let t: Vec<_> = limit.limits.iter().map(|l| l.reset.unwrap()).collect();
+        assert!(
+            (990..=1000).contains(&t[0]) && (850..=864).contains(&t[1]),
+            "t = {t:?}"
+        );
+        // One partition: the same pk on every item of both fields.
+        let pk = &policy.policies[0].partition_key;
+        assert!(pk.is_some());
+        assert!(policy.policies.iter().all(|p| &p.partition_key == pk));
+        assert!(limit.limits.iter().all(|l| &l.partition_key == pk));
+    }
+    let resp = get().await.unwrap();
+    assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry_after: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The burst's wait; the daily bandwidth still covers the request and does not add to it.
+    assert!(
+        (990..=1000).contains(&retry_after),
+        "Retry-After {retry_after}"
+    );
+    let body: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+    assert_eq!(body["violated-policies"], serde_json::json!(["burst"]));
 }
