@@ -140,59 +140,21 @@ impl<K: Hash + Eq + Clone> Shard<K> {
                 capacity: set.cost_bound(),
             });
         }
-        if let (Some((bucket, _)), Some(request_id)) = (found, request_id)
-            && bucket.has_extra()
+        let now = attempt.now;
+        if let Some(decisions) =
+            self.replay(key, found, request_id, now, settings, Recorded::decisions)
         {
-            let at = attempt.now.max(bucket.last_refill);
-            let replayed = self.extra(key).and_then(|extra| {
-                extra
-                    .requests
-                    .replay(request_id, at, settings.dedupe_window)
-                    .map(Recorded::decisions)
-            });
-            if let Some(decision) = replayed {
-                self.stats.replayed += 1;
-                return Ok(Acquired {
-                    decision,
-                    created: false,
-                    replayed: true,
-                });
-            }
+            return Ok(decisions);
         }
         let (next, decisions) = transition_set(&set, &state, attempt)?;
-        let pos = match found {
-            Some((_, pos)) => pos,
-            None => {
-                let first = BucketState::from_parts(next.balances()[0], next.last_refill());
-                match self.insert(hash, key, first, attempt.now, settings) {
-                    Ok(pos) => pos,
-                    Err(error) => {
-                        self.stats.errors += 1;
-                        return Err(error);
-                    }
-                }
-            }
-        };
+        let first = BucketState::from_parts(next.balances()[0], next.last_refill());
+        let pos = self.place(hash, key, found, first, now, settings)?;
         self.store_set(pos, key, &set, &next);
-        if let Some(request_id) = request_id
-            && settings.dedupe_per_key > 0
-            && settings.dedupe_window > 0
-        {
-            let recorded = Recorded::Set(Box::new(decisions.clone()));
-            let per_key = settings.dedupe_per_key;
-            let requests = &mut self.extra_mut(key, pos).requests;
-            requests.record(request_id, next.last_refill(), recorded, per_key);
-        }
-        if decisions.is_allowed() {
-            self.stats.allowed += 1;
-        } else {
-            self.stats.denied += 1;
-        }
-        Ok(Acquired {
-            decision: decisions,
-            created: found.is_none(),
-            replayed: false,
-        })
+        self.record(key, pos, request_id, next.last_refill(), settings, || {
+            Recorded::Set(Box::new(decisions.clone()))
+        });
+        let allowed = decisions.is_allowed();
+        Ok(self.decided(decisions, allowed, found))
     }
 
     /// True if the set key's every bandwidth other than the first, refilled to `now`, is full (the

@@ -289,64 +289,116 @@ impl<K: Hash + Eq + Clone> Shard<K> {
                 capacity: config.capacity(),
             });
         }
-        if let (Some((bucket, _)), Some(request_id)) = (found, request_id) {
-            let replayed = if bucket.has_extra() {
-                // Judged at the key's effective time, which never moves back (step 2).
-                let at = now.max(bucket.last_refill);
-                self.extra(key).and_then(|extra| {
-                    extra
-                        .requests
-                        .replay(request_id, at, settings.dedupe_window)
-                        .map(Recorded::decision)
-                })
-            } else {
-                None
-            };
-            if let Some(decision) = replayed {
-                self.stats.replayed += 1;
-                return Ok(Acquired {
-                    decision,
-                    created: false,
-                    replayed: true,
-                });
-            }
+        if let Some(decision) =
+            self.replay(key, found, request_id, now, settings, Recorded::decision)
+        {
+            return Ok(decision);
         }
         let (next, decision) = transition(&config, state, attempt)?;
-        let pos = match found {
-            Some((_, pos)) => pos,
-            None => match self.insert(hash, key, next, now, settings) {
-                Ok(pos) => pos,
-                Err(error) => {
-                    self.stats.errors += 1;
-                    return Err(error);
-                }
-            },
-        };
+        let pos = self.place(hash, key, found, next, now, settings)?;
         self.store(pos, key, next);
-        if let Some(request_id) = request_id {
-            let per_key = settings.dedupe_per_key;
-            // A window of 0 keeps nothing live, so nothing is kept (step 6: ids are off).
-            if per_key > 0 && settings.dedupe_window > 0 {
-                // Stamped with this acquire's effective time, the refilled cursor (step 6).
-                let requests = &mut self.extra_mut(key, pos).requests;
-                requests.record(
-                    request_id,
-                    next.last_refill(),
-                    Recorded::One(decision),
-                    per_key,
-                );
-            }
+        self.record(key, pos, request_id, next.last_refill(), settings, || {
+            Recorded::One(decision)
+        });
+        Ok(self.decided(decision, decision.is_allowed(), found))
+    }
+
+    /// A held key's live record of `request_id`, read by `read`, as a replayed answer (counted):
+    /// judged at the key's effective time, which never moves back (step 2). Only a key with extras
+    /// can hold records.
+    #[inline(always)]
+    pub(super) fn replay<D>(
+        &mut self,
+        key: &K,
+        found: Option<(PackedBucket, usize)>,
+        request_id: Option<RequestId>,
+        now: Nanos,
+        settings: &Settings<K>,
+        read: fn(&Recorded) -> D,
+    ) -> Option<Acquired<D>> {
+        let (Some((bucket, _)), Some(request_id)) = (found, request_id) else {
+            return None;
+        };
+        if !bucket.has_extra() {
+            return None;
         }
-        if decision.is_allowed() {
+        let at = now.max(bucket.last_refill);
+        let decision = self.extra(key).and_then(|extra| {
+            extra
+                .requests
+                .replay(request_id, at, settings.dedupe_window)
+                .map(read)
+        })?;
+        self.stats.replayed += 1;
+        Some(Acquired {
+            decision,
+            created: false,
+            replayed: true,
+        })
+    }
+
+    /// The key's position: where it was found, or where it is inserted with `first` as its packed
+    /// state (making room at the bound; a refusal is counted as an error).
+    #[inline(always)]
+    pub(super) fn place(
+        &mut self,
+        hash: u64,
+        key: &K,
+        found: Option<(PackedBucket, usize)>,
+        first: BucketState,
+        now: Nanos,
+        settings: &Settings<K>,
+    ) -> Result<usize, AcquireError> {
+        if let Some((_, pos)) = found {
+            return Ok(pos);
+        }
+        self.insert(hash, key, first, now, settings)
+            .inspect_err(|_| {
+                self.stats.errors += 1;
+            })
+    }
+
+    /// Records the decision `recorded` makes under `request_id`, stamped with the acquire's
+    /// effective time, the refilled cursor (step 6). A window of 0 keeps nothing live, so nothing is
+    /// kept then, nor at a per-key bound of 0 (ids are off).
+    #[inline(always)]
+    pub(super) fn record(
+        &mut self,
+        key: &K,
+        pos: usize,
+        request_id: Option<RequestId>,
+        at: Nanos,
+        settings: &Settings<K>,
+        recorded: impl FnOnce() -> Recorded,
+    ) {
+        let per_key = settings.dedupe_per_key;
+        if let Some(request_id) = request_id
+            && per_key > 0
+            && settings.dedupe_window > 0
+        {
+            let requests = &mut self.extra_mut(key, pos).requests;
+            requests.record(request_id, at, recorded(), per_key);
+        }
+    }
+
+    /// A fresh (not replayed) answer, counted by its outcome.
+    #[inline(always)]
+    pub(super) fn decided<D>(
+        &mut self,
+        decision: D,
+        allowed: bool,
+        found: Option<(PackedBucket, usize)>,
+    ) -> Acquired<D> {
+        if allowed {
             self.stats.allowed += 1;
         } else {
             self.stats.denied += 1;
         }
-        Ok(Acquired {
+        Acquired {
             decision,
             created: found.is_none(),
             replayed: false,
-        })
+        }
     }
 
     /// Inserts a new key, making room first if the shard is at its bound. Returns the entry's position.
