@@ -6,32 +6,19 @@
 //! exact limiter with two bandwidths (a burst of 20 and 5 per second; 100 per minute and 10,000 per
 //! day) never sees a 429, and over generated sets neither.
 
-use bucketproof_headers::client::{Pacer, PacerConfig, RetryPolicy};
+mod common;
+use bucketproof_headers::client::{Pacer, RetryPolicy};
 use bucketproof_headers::sim::{self, Population, Scenario};
 use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Rate};
-use http::{HeaderMap, HeaderValue, StatusCode};
+use common::{exact_pacer, headers};
+use http::StatusCode;
 use proptest::prelude::*;
 
 const S: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
 
-fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (k, v) in pairs {
-        h.append(*k, HeaderValue::from_static(v));
-    }
-    h
-}
-
-/// A pacer without jitter, so every time below is exact.
 fn pacer() -> Pacer {
-    Pacer::new(
-        PacerConfig {
-            window_jitter: 0,
-            ..PacerConfig::default()
-        },
-        3,
-    )
+    exact_pacer(3)
 }
 
 #[test]

@@ -5,6 +5,8 @@
 //! tower layer (`tower::ServiceExt::oneshot`); requirements on what a client *reads* go through the
 //! field parsers and the `Pacer`.
 
+mod common;
+use common::{exact_pacer, headers};
 use std::convert::Infallible;
 use std::sync::Mutex;
 
@@ -26,14 +28,6 @@ use tower::{Layer, Service, ServiceExt};
 
 const P: Profile = Profile::Draft11;
 const S: u64 = 1_000_000_000;
-
-fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-    let mut h = HeaderMap::new();
-    for (k, v) in pairs {
-        h.append(*k, HeaderValue::from_static(v));
-    }
-    h
-}
 
 fn name(s: &str) -> PolicyName {
     PolicyName::new(s).unwrap()
@@ -408,13 +402,7 @@ async fn s5_2_store_outage_is_a_503_or_flagged_never_a_disguised_denial() {
 // Section 7: what the client does
 
 fn pacer() -> Pacer {
-    Pacer::new(
-        PacerConfig {
-            window_jitter: 0,
-            ..PacerConfig::default()
-        },
-        9,
-    )
+    exact_pacer(9)
 }
 
 #[test]
