@@ -151,7 +151,20 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         settings: &Settings<K>,
     ) -> (Config, BucketState, Option<(PackedBucket, usize)>) {
         let found = self.find(hash, key);
-        let (config, state) = match found {
+        let (config, state) = self.current_of(key, found, now, settings);
+        (config, state, found)
+    }
+
+    /// [`Shard::current`] of a key already looked up.
+    #[inline(always)]
+    pub(super) fn current_of(
+        &self,
+        key: &K,
+        found: Option<(PackedBucket, usize)>,
+        now: Nanos,
+        settings: &Settings<K>,
+    ) -> (Config, BucketState) {
+        match found {
             Some((bucket, _)) => (
                 self.config_of(key, bucket, settings),
                 self.state_of(key, bucket),
@@ -160,8 +173,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
                 let config = settings.resolved_config(key);
                 (config, self.fresh(&config, now))
             }
-        };
-        (config, state, found)
+        }
     }
 
     /// The key's bucket (a copy) and position.
@@ -275,12 +287,13 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         settings: &Settings<K>,
     ) -> Result<Acquired, AcquireError> {
         let Attempt { cost, now } = attempt;
-        let (config, state, found) = self.current(hash, key, now, settings);
+        let found = self.find(hash, key);
         if self.holds_set(key, found, settings) {
             return self
                 .acquire_set(hash, key, attempt, request_id, settings)
                 .map(Acquired::binding);
         }
+        let (config, state) = self.current_of(key, found, now, settings);
         // Validate the cost before consulting request ids or making room: an error changes nothing.
         if config.cost_units(cost).is_none() {
             self.stats.errors += 1;
