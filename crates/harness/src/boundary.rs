@@ -95,14 +95,40 @@ impl Boundaries {
     /// Costs: 1; the capacity and one below it (the largest valid cost, which only a full bucket
     /// covers); capacity + 1 (the first invalid one); and, when within the capacity, the smallest cost
     /// whose units `cost * u` reach `2^53`, `2^62` and `2^64`.
+    ///
+    /// For a set of several bandwidths, every bandwidth's boundaries together.
     pub fn of(spec: &ConfigSpec) -> Result<Boundaries, InvalidConfigSpec> {
-        Ok(Boundaries::of_config(&spec.to_config()?, SPREAD))
+        Boundaries::of_set(spec, SPREAD)
     }
 
     /// The lines alone, without their neighbours: the values [`Boundaries::of`] centres its windows
     /// on. For generators that want to land on a line more often than one draw in `2 * SPREAD + 1`.
     pub fn lines(spec: &ConfigSpec) -> Result<Boundaries, InvalidConfigSpec> {
-        Ok(Boundaries::of_config(&spec.to_config()?, 0))
+        Boundaries::of_set(spec, 0)
+    }
+
+    /// Every bandwidth's lines with their neighbours, merged, sorted and deduplicated.
+    fn of_set(spec: &ConfigSpec, by: u64) -> Result<Boundaries, InvalidConfigSpec> {
+        let set = spec.to_bandwidths()?;
+        if let [one] = set.as_slice() {
+            return Ok(Boundaries::of_config(one.config(), by));
+        }
+        let mut merged = Boundaries {
+            gaps: Vec::new(),
+            instants: Vec::new(),
+            costs: Vec::new(),
+        };
+        for bandwidth in set.as_slice() {
+            let one = Boundaries::of_config(bandwidth.config(), by);
+            merged.gaps.extend(one.gaps);
+            merged.instants.extend(one.instants);
+            merged.costs.extend(one.costs);
+        }
+        for values in [&mut merged.gaps, &mut merged.instants, &mut merged.costs] {
+            values.sort_unstable();
+            values.dedup();
+        }
+        Ok(merged)
     }
 
     /// The lines of an already valid limiter config, each with its neighbours up to `by` either side.

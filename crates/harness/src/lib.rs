@@ -32,6 +32,9 @@ pub mod subjects;
 pub mod trace;
 
 pub use runner::{RunOptions, RunReport, Stepper, Verdict, run_trace};
-pub use subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError, SubjectFactory};
+pub use subject::{
+    Amount, BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError,
+    SubjectFactory,
+};
 pub use subjects::Registry;
-pub use trace::{Acquire, ConfigSpec, Op, PolicySpec, Setup, Trace};
+pub use trace::{Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Setup, Trace};

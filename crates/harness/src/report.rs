@@ -126,11 +126,7 @@ impl ScenarioReport {
         );
         let config = &self.setup.config;
         let _ = writeln!(out, "## Setup\n");
-        let _ = writeln!(
-            out,
-            "- default config: capacity {} tokens, rate `{}`",
-            config.capacity, config.rate
-        );
+        let _ = writeln!(out, "- default config: {config}");
         let _ = writeln!(
             out,
             "- key bound: {} keys, policy `{}`; amortized sweep: {} entries per op",

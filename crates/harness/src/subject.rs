@@ -108,9 +108,14 @@ impl Amount {
 }
 
 /// What a subject answered to one acquire.
-#[derive(Clone, Copy, Debug, PartialEq)]
+///
+/// For a key of several bandwidths, `remaining` and `reset_after` are the binding bandwidth's (the
+/// one that answers for the whole decision, see the limiter's `Decisions::binding`), `retry_after` the
+/// whole decision's (the largest wait), and `bandwidths` every bandwidth's part when the subject
+/// reports them.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Observed {
-    /// Admitted and charged.
+    /// Admitted and charged (in every bandwidth).
     pub allowed: bool,
     /// Balance after the decision.
     pub remaining: Amount,
@@ -118,10 +123,24 @@ pub struct Observed {
     pub retry_after: Option<Wait>,
     /// The subject's reset-after, if it reports one.
     pub reset_after: Option<Wait>,
+    /// Each bandwidth's part, in the set's order, for a key of several bandwidths; empty when the key
+    /// has one, or when the subject reports only the whole decision (then only that is judged).
+    pub bandwidths: Vec<BandwidthObserved>,
     /// Whether the bucket was created by this call (`None`: the subject does not say).
     pub created: Option<bool>,
     /// The subject answered from a request-id record.
     pub replayed: bool,
+}
+
+/// One bandwidth's part of a decision.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BandwidthObserved {
+    /// The bandwidth's balance after the decision.
+    pub remaining: Amount,
+    /// For a denial, how long until this bandwidth alone covers the cost (0 when it does).
+    pub retry_after: Option<Wait>,
+    /// How long until this bandwidth is full again with no traffic.
+    pub reset_after: Option<Wait>,
 }
 
 /// A subject's state for one key, for the invariant oracle.

@@ -13,40 +13,152 @@
 //! called `now`, in the traces as in the limiter; `at`, the name older counterexample files use, is still
 //! read.
 
-use bucketproof_limiter::{Config, EvictionPolicy, Rate, defaults};
-use bucketproof_model::ModelConfig;
+use bucketproof_limiter::{Bandwidth, Bandwidths, Config, EvictionPolicy, Rate, defaults};
+use bucketproof_model::{ModelBandwidths, ModelConfig};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-/// A bucket configuration as written in scenarios and traces: `capacity` whole tokens, `rate` as the
-/// limiter parses it (`"100/s"`, `"1/3s"`, `"5/min"`).
+/// One bandwidth as written in scenarios and traces: `capacity` whole tokens, `rate` as the limiter
+/// parses it (`"100/s"`, `"1/3s"`, `"5/min"`), and an optional name (a structured-field key that labels
+/// its RateLimit item and identifies it across a reconfiguration).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ConfigSpec {
+#[serde(deny_unknown_fields)]
+pub struct BandwidthSpec {
     /// Whole tokens.
     pub capacity: u64,
     /// Tokens per period, e.g. `"3/2s"`.
     pub rate: String,
+    /// The bandwidth's name, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl BandwidthSpec {
+    /// An unnamed bandwidth.
+    pub fn new(capacity: u64, rate: impl Into<String>) -> BandwidthSpec {
+        BandwidthSpec {
+            capacity,
+            rate: rate.into(),
+            name: None,
+        }
+    }
+
+    /// The same bandwidth named `name`.
+    pub fn named(mut self, name: impl Into<String>) -> BandwidthSpec {
+        self.name = Some(name.into());
+        self
+    }
+
+    fn to_limiter(&self) -> Result<(Config, Option<&str>), String> {
+        let rate: Rate = self.rate.parse().map_err(|e| format!("{e}"))?;
+        let config = Config::new(self.capacity, rate).map_err(|e| format!("{e}"))?;
+        Ok((config, self.name.as_deref()))
+    }
+}
+
+/// A key's config as written in scenarios and traces: a set of one or more bandwidths (the limiter
+/// checks how many, and their names, when it is built).
+///
+/// One unnamed bandwidth reads and writes as the bandwidth itself, `{"capacity":4,"rate":"1/s"}`, as
+/// every trace did before sets existed; any other set as `{"bandwidths":[...]}`. Its `Debug` form
+/// follows the same rule, so a one-bandwidth report prints as it always has.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(from = "ConfigSpecForm", into = "ConfigSpecForm")]
+pub struct ConfigSpec {
+    bandwidths: Vec<BandwidthSpec>,
+}
+
+/// The two written forms of a [`ConfigSpec`].
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+enum ConfigSpecForm {
+    Set { bandwidths: Vec<BandwidthSpec> },
+    One(BandwidthSpec),
+}
+
+impl From<ConfigSpecForm> for ConfigSpec {
+    fn from(form: ConfigSpecForm) -> ConfigSpec {
+        match form {
+            ConfigSpecForm::Set { bandwidths } => ConfigSpec { bandwidths },
+            ConfigSpecForm::One(bandwidth) => ConfigSpec {
+                bandwidths: vec![bandwidth],
+            },
+        }
+    }
+}
+
+impl From<ConfigSpec> for ConfigSpecForm {
+    fn from(spec: ConfigSpec) -> ConfigSpecForm {
+        match spec.single() {
+            Some(_) => ConfigSpecForm::One(spec.bandwidths.into_iter().next().expect("one")),
+            None => ConfigSpecForm::Set {
+                bandwidths: spec.bandwidths,
+            },
+        }
+    }
+}
+
+impl fmt::Debug for ConfigSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.single() {
+            Some(one) => f
+                .debug_struct("ConfigSpec")
+                .field("capacity", &one.capacity)
+                .field("rate", &one.rate)
+                .finish(),
+            None => f
+                .debug_struct("ConfigSpec")
+                .field("bandwidths", &self.bandwidths)
+                .finish(),
+        }
+    }
+}
+
+/// For reports: `capacity 4 tokens, rate `1/s``, one such part per bandwidth (`; `-separated, a name
+/// in parentheses) for a set.
+impl fmt::Display for ConfigSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (position, bandwidth) in self.bandwidths.iter().enumerate() {
+            if position > 0 {
+                write!(f, "; ")?;
+            }
+            write!(
+                f,
+                "capacity {} tokens, rate `{}`",
+                bandwidth.capacity, bandwidth.rate
+            )?;
+            if let Some(name) = &bandwidth.name {
+                write!(f, " (`{name}`)")?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A [`ConfigSpec`] that does not describe a valid configuration.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("invalid config (capacity {capacity}, rate {rate:?}): {reason}")]
+#[error("invalid config {spec}: {reason}")]
 pub struct InvalidConfigSpec {
-    /// The capacity given.
-    pub capacity: u64,
-    /// The rate given.
-    pub rate: String,
-    /// What was wrong.
+    /// The config given, as written (one bandwidth's capacity and rate, or the whole set).
+    pub spec: String,
+    /// What was wrong, naming the bandwidth where one is at fault.
     pub reason: String,
 }
 
 impl ConfigSpec {
-    /// A spec from parts.
+    /// A spec of one unnamed bandwidth.
     pub fn new(capacity: u64, rate: impl Into<String>) -> ConfigSpec {
         ConfigSpec {
-            capacity,
-            rate: rate.into(),
+            bandwidths: vec![BandwidthSpec::new(capacity, rate)],
+        }
+    }
+
+    /// A spec of `bandwidths`, in order. Whether they make a valid set (how many, their names) is
+    /// checked where it is turned into a config ([`ConfigSpec::to_bandwidths`], [`ConfigSpec::to_model`]).
+    pub fn set(bandwidths: impl IntoIterator<Item = BandwidthSpec>) -> ConfigSpec {
+        ConfigSpec {
+            bandwidths: bandwidths.into_iter().collect(),
         }
     }
 
@@ -55,32 +167,106 @@ impl ConfigSpec {
         ConfigSpec::new(config.capacity(), config.rate().to_string())
     }
 
-    /// The limiter's config.
-    pub fn to_config(&self) -> Result<Config, InvalidConfigSpec> {
-        let invalid = |reason: String| InvalidConfigSpec {
-            capacity: self.capacity,
-            rate: self.rate.clone(),
-            reason,
-        };
-        let rate: Rate = self.rate.parse().map_err(|e| invalid(format!("{e}")))?;
-        Config::new(self.capacity, rate).map_err(|e| invalid(format!("{e}")))
+    /// The spec of an existing bandwidth set.
+    pub fn of_bandwidths(set: &Bandwidths) -> ConfigSpec {
+        ConfigSpec::set(set.as_slice().iter().map(|bandwidth| BandwidthSpec {
+            capacity: bandwidth.config().capacity(),
+            rate: bandwidth.config().rate().to_string(),
+            name: bandwidth.name().map(|name| name.as_str().to_owned()),
+        }))
     }
 
-    /// The reference model's config. It parses the rate with the limiter's parser (a shared *input*
-    /// format, not shared arithmetic) and hands the reduced fraction to the model, which validates it
-    /// by its own rules.
-    pub fn to_model(&self) -> Result<ModelConfig, InvalidConfigSpec> {
-        let config = self.to_config()?;
-        ModelConfig::new(
-            config.capacity(),
-            config.rate().numer(),
-            config.rate().denom(),
-        )
-        .map_err(|e| InvalidConfigSpec {
-            capacity: self.capacity,
-            rate: self.rate.clone(),
-            reason: format!("model refused it: {e:?}"),
-        })
+    /// The bandwidths, in order.
+    pub fn bandwidths(&self) -> &[BandwidthSpec] {
+        &self.bandwidths
+    }
+
+    /// The one unnamed bandwidth of a set of one; `None` for any other set.
+    pub fn single(&self) -> Option<&BandwidthSpec> {
+        match self.bandwidths.as_slice() {
+            [one] if one.name.is_none() => Some(one),
+            _ => None,
+        }
+    }
+
+    /// The smallest capacity written (0 for an empty set, which no limiter accepts): the largest valid
+    /// cost.
+    pub fn smallest_capacity(&self) -> u64 {
+        self.bandwidths
+            .iter()
+            .map(|b| b.capacity)
+            .min()
+            .unwrap_or(0)
+    }
+
+    fn invalid(&self, reason: String) -> InvalidConfigSpec {
+        let spec = match self.single() {
+            Some(one) => format!("(capacity {}, rate {:?})", one.capacity, one.rate),
+            None => format!("{self:?}"),
+        };
+        InvalidConfigSpec { spec, reason }
+    }
+
+    /// The reason naming the bandwidth at fault, when the set has several.
+    fn at(&self, position: usize, reason: String) -> String {
+        if self.single().is_some() {
+            reason
+        } else {
+            format!("bandwidths[{position}]: {reason}")
+        }
+    }
+
+    /// The limiter's config of a spec of one unnamed bandwidth; an error for any other set (a
+    /// subject that supports one bandwidth per key asks for this, see
+    /// [`crate::subjects::one_bandwidth`]).
+    pub fn to_config(&self) -> Result<Config, InvalidConfigSpec> {
+        match self.single() {
+            Some(one) => one
+                .to_limiter()
+                .map(|(config, _)| config)
+                .map_err(|reason| self.invalid(reason)),
+            None => Err(self.invalid(format!(
+                "{} bandwidths (named or several) where one unnamed bandwidth is needed",
+                self.bandwidths.len()
+            ))),
+        }
+    }
+
+    /// The limiter's bandwidth set.
+    pub fn to_bandwidths(&self) -> Result<Bandwidths, InvalidConfigSpec> {
+        let mut parts = Vec::with_capacity(self.bandwidths.len());
+        for (position, spec) in self.bandwidths.iter().enumerate() {
+            let (config, name) = spec
+                .to_limiter()
+                .map_err(|reason| self.invalid(self.at(position, reason)))?;
+            let bandwidth = match name {
+                Some(name) => Bandwidth::named(name, config)
+                    .map_err(|e| self.invalid(self.at(position, e.to_string())))?,
+                None => Bandwidth::new(config),
+            };
+            parts.push(bandwidth);
+        }
+        Bandwidths::new(parts).map_err(|e| self.invalid(e.to_string()))
+    }
+
+    /// The reference model's config. It parses each rate with the limiter's parser (a shared *input*
+    /// format, not shared arithmetic) and hands the reduced fraction to the model, which validates the
+    /// bandwidths and the set by its own rules.
+    pub fn to_model(&self) -> Result<ModelBandwidths, InvalidConfigSpec> {
+        let mut parts = Vec::with_capacity(self.bandwidths.len());
+        for (position, spec) in self.bandwidths.iter().enumerate() {
+            let (config, name) = spec
+                .to_limiter()
+                .map_err(|reason| self.invalid(self.at(position, reason)))?;
+            let model = ModelConfig::new(
+                config.capacity(),
+                config.rate().numer(),
+                config.rate().denom(),
+            )
+            .map_err(|e| self.invalid(self.at(position, format!("model refused it: {e:?}"))))?;
+            parts.push((name, model));
+        }
+        ModelBandwidths::new(parts).map_err(|e| self.invalid(format!("model refused it: {e:?}")))
     }
 }
 

@@ -42,6 +42,7 @@ impl Subject for Lying {
                 remaining: Amount::Exact { numer: 0, denom: 1 },
                 retry_after: None,
                 reset_after: None,
+                bandwidths: Vec::new(),
                 created: None,
                 replayed: false,
             });

@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use bucketproof_harness::subjects::one_bandwidth;
 use bucketproof_harness::{
     Acquire, Amount, ConfigSpec, Inspected, Inspection, Observed, Setup, Subject, SubjectError,
 };
@@ -187,10 +188,6 @@ pub struct Keyed<M> {
     eager_sweep: bool,
 }
 
-fn build_error(error: impl std::fmt::Display) -> SubjectError {
-    SubjectError::Build(error.to_string())
-}
-
 /// A record stamped at `stamped_at` is live at `at` while `at < stamped_at + window`, without
 /// overflow. In the key's effective time `at >= stamped_at`, so a window of 0 keeps nothing live.
 fn is_live(stamped_at: Nanos, window: Nanos, at: Nanos) -> bool {
@@ -203,7 +200,7 @@ impl<M: Mistake> Keyed<M> {
         Ok(Keyed {
             name: name.into(),
             mistake,
-            default: setup.config.to_config().map_err(build_error)?,
+            default: one_bandwidth(&setup.config)?,
             dedupe_window: setup.dedupe_window_ns,
             dedupe_per_key: setup.dedupe_per_key,
             entries: BTreeMap::new(),
@@ -313,7 +310,7 @@ impl<M: Mistake> Subject for Keyed<M> {
                 return Ok(Observed {
                     replayed: true,
                     created: Some(false),
-                    ..record.observed
+                    ..record.observed.clone()
                 });
             }
         }
@@ -329,6 +326,7 @@ impl<M: Mistake> Subject for Keyed<M> {
                 denom: config.units_per_token(),
             },
             retry_after,
+            bandwidths: Vec::new(),
             reset_after: Some(exact_wait(
                 short_of_full,
                 config.units_per_nanosecond(),
@@ -349,7 +347,7 @@ impl<M: Mistake> Subject for Keyed<M> {
             entry.records.retain(|record| record.request_id != id);
             entry.records.push_back(Record {
                 request_id: id,
-                observed,
+                observed: observed.clone(),
                 stamped_at,
             });
             while entry.records.len() > per_key {
@@ -360,7 +358,7 @@ impl<M: Mistake> Subject for Keyed<M> {
     }
 
     fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
-        let new = config.to_config().map_err(build_error)?;
+        let new = one_bandwidth(config)?;
         let old = self.config_of(key);
         let state = self
             .bucket_at(key, now)

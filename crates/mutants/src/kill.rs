@@ -162,7 +162,15 @@ fn first_failure(
     trace: &Trace,
     oracles: OracleSet,
 ) -> Result<Option<Failure>, KillError> {
-    let mut subject = build(factory, name, &trace.setup)?;
+    // A subject that cannot hold the trace's setup (several bandwidths per key, for one that holds
+    // one) is not judged on it.
+    let mut subject = match build(factory, name, &trace.setup) {
+        Err(KillError::Build {
+            error: SubjectError::Unsupported(_),
+            ..
+        }) => return Ok(None),
+        built => built?,
+    };
     let options = RunOptions {
         oracles,
         ..RunOptions::default()
@@ -530,11 +538,13 @@ pub fn render_markdown(kills: &[Kill], scenarios: &Result<Vec<ScenarioKills>, St
         let _ = writeln!(out, "### `{}`\n", kill.mutant.name());
         match (&kill.counterexample, &kill.violation) {
             (Some(trace), Some(violation)) => {
+                let config = match trace.setup.config.single() {
+                    Some(one) => format!("capacity {}, rate `{}`", one.capacity, one.rate),
+                    None => trace.setup.config.to_string(),
+                };
                 let _ = writeln!(
                     out,
-                    "Setup: capacity {}, rate `{}`, dedupe window {} ns.\n",
-                    trace.setup.config.capacity,
-                    trace.setup.config.rate,
+                    "Setup: {config}, dedupe window {} ns.\n",
                     trace.setup.dedupe_window_ns
                 );
                 let _ = writeln!(out, "```text");

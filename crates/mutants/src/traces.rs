@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use bucketproof_harness::boundary::{self, Boundaries};
 use bucketproof_harness::scenario::duration::{SECOND, YEAR};
 use bucketproof_harness::scenario::sample;
-use bucketproof_harness::{Acquire, ConfigSpec, Op, PolicySpec, Setup, Trace};
+use bucketproof_harness::{Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Setup, Trace};
 use rand_chacha::ChaCha8Rng;
 
 /// What a generated trace stresses.
@@ -51,11 +51,15 @@ pub enum Family {
     Arithmetic,
     /// All of the above at once.
     Mixed,
+    /// Keys of several bandwidths (a burst, a sustained rate, a quota), costs that one bandwidth covers
+    /// and another does not, reconfigurations between sets, request ids and rollbacks. Only a subject
+    /// that holds several bandwidths per key runs it; for any other the build is unsupported.
+    Bandwidths,
 }
 
 impl Family {
     /// Every family, in the order the kill runner tries them.
-    pub const ALL: [Family; 10] = [
+    pub const ALL: [Family; 11] = [
         Family::Plain,
         Family::Boundary,
         Family::Rollback,
@@ -66,6 +70,8 @@ impl Family {
         Family::KeyBound,
         Family::Mixed,
         Family::Arithmetic,
+        // Last, so that the earlier families keep their stream numbers (and their traces).
+        Family::Bandwidths,
     ];
 
     /// A stable name for reports and replay.
@@ -81,6 +87,7 @@ impl Family {
             Family::KeyBound => "key-bound",
             Family::Arithmetic => "arithmetic",
             Family::Mixed => "mixed",
+            Family::Bandwidths => "bandwidths",
         }
     }
 
@@ -149,6 +156,18 @@ impl Family {
                 arith: 8,
                 line_configs: 10,
             },
+            Family::Bandwidths => Weights {
+                rollback: 8,
+                boundary: 30,
+                reconfigure: 5,
+                request_id: 20,
+                sweep: 3,
+                invalid: 4,
+                capacity_cost: 25,
+                arith: 0,
+                line_configs: 0,
+                ..base
+            },
             // Every seed on a line config (see `generate`); costs of the capacity empty a bucket
             // exactly, so that a boundary gap lands the balance on a line.
             Family::Arithmetic => Weights {
@@ -196,6 +215,28 @@ pub const CONFIGS: [(u64, &str); 8] = [
     (10, "3/s"),
 ];
 
+/// Bandwidth sets the [`Family::Bandwidths`] traces start with and reconfigure to: a burst over a
+/// sustained rate, a quota that refills slower than the rest, a set whose first bandwidth is the
+/// largest (so the smallest capacity is not the first), and named sets that rename and drop a
+/// bandwidth across a reconfiguration.
+const SETS: [&[(u64, &str, Option<&str>)]; 5] = [
+    &[(3, "3/s", None), (5, "1/s", None)],
+    &[(4, "2/s", None), (10, "1/s", None), (6, "1/min", None)],
+    &[(10, "5/s", None), (2, "1/3s", None)],
+    &[(5, "5/s", Some("burst")), (8, "2/s", Some("minute"))],
+    &[(6, "1/s", Some("minute")), (3, "7/5s", Some("daily"))],
+];
+
+fn set_spec(parts: &[(u64, &str, Option<&str>)]) -> ConfigSpec {
+    ConfigSpec::set(parts.iter().map(|&(capacity, rate, name)| {
+        let bandwidth = BandwidthSpec::new(capacity, rate);
+        match name {
+            Some(name) => bandwidth.named(name),
+            None => bandwidth,
+        }
+    }))
+}
+
 /// A key's config as the generator aims at it: the spec, its boundary values, and the lines alone
 /// (drawn half the time, so that a line itself comes up more often than its neighbours).
 #[derive(Clone, Debug)]
@@ -227,7 +268,7 @@ impl Aim {
     }
 
     fn capacity(&self) -> u64 {
-        self.spec.capacity
+        self.spec.smallest_capacity()
     }
 }
 
@@ -247,10 +288,13 @@ impl Draw {
         items[self.below(items.len() as u64) as usize]
     }
 
-    /// A config: one on the lines of the arithmetic with `line_configs` percent, else one of
-    /// [`CONFIGS`].
-    fn config(&mut self, line_configs: &[ConfigSpec], chance: u64) -> Aim {
-        if self.percent(chance) {
+    /// A config: for a [`Family::Bandwidths`] trace one of [`SETS`]; else one on the lines of the
+    /// arithmetic with `line_configs` percent, else one of [`CONFIGS`].
+    fn config(&mut self, family: Family, line_configs: &[ConfigSpec], chance: u64) -> Aim {
+        if family == Family::Bandwidths {
+            let index = self.below(SETS.len() as u64) as usize;
+            Aim::new(set_spec(SETS[index]))
+        } else if self.percent(chance) {
             let index = self.below(line_configs.len() as u64) as usize;
             Aim::new(line_configs[index].clone())
         } else {
@@ -281,7 +325,7 @@ pub fn generate(family: Family, seed: u64, len: usize) -> Trace {
         // One line config per seed, in turn: eight seeds cover every one of them.
         Aim::new(line_configs[seed as usize % line_configs.len()].clone())
     } else {
-        draw.config(&line_configs, weights.line_configs)
+        draw.config(family, &line_configs, weights.line_configs)
     };
     let mut setup = Setup::new(default.spec.clone());
     if weights.request_id > 0 {
@@ -313,7 +357,7 @@ pub fn generate(family: Family, seed: u64, len: usize) -> Trace {
         latest = latest.max(now);
         let roll = draw.below(100);
         let op = if roll < weights.reconfigure {
-            let config = draw.config(&line_configs, weights.line_configs);
+            let config = draw.config(family, &line_configs, weights.line_configs);
             let spec = config.spec.clone();
             configs.insert(key, config);
             Op::Reconfigure {
@@ -380,9 +424,16 @@ fn next_time(draw: &mut Draw, weights: &Weights, now: u64, latest: u64, aim: &Ai
         };
     }
     threshold += weights.boundary;
-    // A rate of 0 never refills: no boundary to aim at, fall through to the other steps.
+    // A rate of 0 never refills: no boundary to aim at, fall through to the other steps. A key of
+    // several bandwidths aims at one of them (the first, unless the draw says otherwise).
+    let bandwidths = aim.spec.bandwidths();
+    let aimed = if bandwidths.len() > 1 {
+        draw.below(bandwidths.len() as u64) as usize
+    } else {
+        0
+    };
     if roll < threshold
-        && let Some(step) = refill_ns(&aim.spec.rate, 1 + draw.below(3))
+        && let Some(step) = refill_ns(&bandwidths[aimed].rate, 1 + draw.below(3))
     {
         return now.saturating_add(step - draw.below(2));
     }

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bucketproof_harness::runner::{EVENTS, RunOptions, Verdict, run_trace};
+use bucketproof_harness::subjects::CoreSubject;
 use bucketproof_harness::{Setup, Subject, SubjectError, SubjectFactory, Trace};
 use bucketproof_mutants::keyed::{Keyed, Mistake, control};
 use bucketproof_mutants::kill::{
@@ -123,11 +124,17 @@ fn every_shrunk_counterexample_replays_to_the_same_violation() {
 fn the_wrapper_without_a_mistake_passes_every_trace_the_runner_tries() {
     let mut reached: BTreeMap<String, u64> = BTreeMap::new();
     for (label, trace) in search_space(&KillOptions::default()) {
-        let mut subject = control(&trace.setup).expect("valid setup");
+        // The wrapper holds one bandwidth per key; a trace of several runs on the real limiter, the
+        // control of the set mutants.
+        let mut subject: Box<dyn Subject> = if trace.setup.config.bandwidths().len() > 1 {
+            Box::new(CoreSubject::new(&trace.setup).expect("valid setup"))
+        } else {
+            Box::new(control(&trace.setup).expect("valid setup"))
+        };
         let report = run_trace(
             &trace.setup,
             trace.ops.iter().cloned(),
-            &mut subject,
+            subject.as_mut(),
             &RunOptions::default(),
         )
         .expect("generated setups are valid");

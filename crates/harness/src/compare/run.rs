@@ -224,7 +224,7 @@ fn build_subject(
     setup: &Setup,
     rate: &GridRate,
 ) -> Result<Box<dyn Subject>, SubjectError> {
-    let capacity = setup.config.capacity;
+    let capacity = setup.config.smallest_capacity();
     let float_error = |e: bucketproof_float::FloatError| SubjectError::Build(e.to_string());
     Ok(match name {
         "core" => Box::new(CoreSubject::new(setup)?),

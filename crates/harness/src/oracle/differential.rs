@@ -3,12 +3,17 @@
 //! Decisions must agree on admit/deny, on the remaining balance (as rationals: a float subject's value
 //! is converted bit for bit, so any rounding shows), on `retry_after` and `reset_after` to the
 //! nanosecond, on replays, and on the kind of error. A subject that reports no wait is not judged on it.
+//!
+//! For a key of several bandwidths the whole decision is judged as above (its binding part, its
+//! largest wait), and then, when the subject reports them, every bandwidth's part the same way: a
+//! subject that charges the bandwidths that covered a denied request, or refills one at another's
+//! rate, shows it there first.
 
 use bucketproof_limiter::Wait;
 use bucketproof_model::{ModelError, Outcome};
 
 use super::{OracleKind, Violation};
-use crate::subject::{Observed, SubjectError};
+use crate::subject::{BandwidthObserved, Observed, SubjectError};
 use crate::subjects::model::{observe as observe_model, wait as model_wait};
 
 /// Which way a decision differs from the model's.
@@ -42,7 +47,7 @@ fn fmt_wait(wait: Option<Wait>) -> String {
 fn fmt_result(result: &Result<Observed, SubjectError>) -> String {
     match result {
         Ok(observed) => format!(
-            "{} remaining={} retry_after={} reset_after={}{}",
+            "{} remaining={} retry_after={} reset_after={}{}{}",
             if observed.allowed {
                 "allowed"
             } else {
@@ -51,10 +56,65 @@ fn fmt_result(result: &Result<Observed, SubjectError>) -> String {
             observed.remaining,
             fmt_wait(observed.retry_after),
             fmt_wait(observed.reset_after),
+            fmt_parts(&observed.bandwidths),
             if observed.replayed { " (replayed)" } else { "" }
         ),
         Err(error) => format!("error: {error}"),
     }
+}
+
+/// Each bandwidth's part, ` [remaining/retry_after/reset_after, ...]`; nothing for a decision of one.
+fn fmt_parts(parts: &[BandwidthObserved]) -> String {
+    if parts.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = (parts.iter())
+        .map(|part| {
+            format!(
+                "{}/{}/{}",
+                part.remaining,
+                fmt_wait(part.retry_after),
+                fmt_wait(part.reset_after)
+            )
+        })
+        .collect();
+    format!(" bandwidths=[{}]", parts.join(", "))
+}
+
+/// The first bandwidth whose part differs from the model's, as a mismatch line; `None` when all agree
+/// or the subject reports no parts.
+fn compare_parts(outcome: &Outcome, got: &[BandwidthObserved]) -> Option<String> {
+    if got.is_empty() {
+        return None;
+    }
+    let expected = outcome.decisions.bandwidths();
+    if got.len() != expected.len() {
+        return Some(format!(
+            "bandwidth count differs: {} reported for a set of {}",
+            got.len(),
+            expected.len()
+        ));
+    }
+    expected
+        .iter()
+        .zip(got)
+        .enumerate()
+        .find_map(|(position, (want, part))| {
+            let what = if !part.remaining.equals(want.remaining()) {
+                "remaining tokens"
+            } else if part.retry_after.is_some()
+                && part.retry_after != want.retry_after().map(model_wait)
+            {
+                "retry_after"
+            } else if part.reset_after.is_some()
+                && part.reset_after != Some(model_wait(want.reset_after()))
+            {
+                "reset_after"
+            } else {
+                return None;
+            };
+            Some(format!("bandwidth {position}: {what} differ"))
+        })
 }
 
 /// Compares one acquire. `expected` is the model's result for the same call.
@@ -65,7 +125,7 @@ pub fn compare_acquire(
     let mismatch = |what: &str| {
         let expected_observed = expected
             .as_ref()
-            .map(|outcome| observe_model(&outcome.decision, outcome.created, outcome.replayed))
+            .map(observe_model)
             .map_err(|error| match error {
                 ModelError::InvalidCost { .. } => SubjectError::InvalidCost,
                 other => SubjectError::Build(format!("{other:?}")),
@@ -122,7 +182,7 @@ pub fn compare_acquire(
     } else if !remaining_equal {
         mismatch("remaining tokens differ")
     } else if observed.retry_after.is_some()
-        && observed.retry_after != decision.retry_after().map(model_wait)
+        && observed.retry_after != outcome.decisions.retry_after().map(model_wait)
     {
         mismatch("retry_after differs")
     } else if observed.reset_after.is_some()
@@ -130,7 +190,7 @@ pub fn compare_acquire(
     {
         mismatch("reset_after differs")
     } else {
-        None
+        compare_parts(outcome, &observed.bandwidths).map(|what| mismatch(&what).expect("some"))
     };
     Comparison {
         violation,

@@ -1,6 +1,10 @@
 //! State invariants, judged only from what a subject shows through [`crate::Subject::inspect`]:
 //! `0 <= tokens <= capacity`; the cursor never moves back while the bucket lives; an error changes
 //! nothing; a denial leaves exactly the refilled balance (which is at least the balance before).
+//!
+//! For a key of several bandwidths the state shown is its first bandwidth's (and the one cursor), so a
+//! denial's reported balance is compared with the first bandwidth's part of the decision, when the
+//! subject reports the parts.
 
 use std::cmp::Ordering;
 
@@ -14,11 +18,14 @@ fn violation(what: &str, expected: String, got: String) -> Option<Violation> {
 /// Checks the state after one acquire against the state before it.
 ///
 /// `restarted`: the bucket was (re)created by this call, so "before" says nothing about "after".
+/// `reported`: the decision's balance for the bandwidth the state shows (`None`: the subject did not
+/// report it apart, so it is not compared).
 pub fn check_acquire(
     before: Option<&Inspected>,
     after: Option<&Inspected>,
     result: &Result<Observed, SubjectError>,
     restarted: bool,
+    reported: Option<Amount>,
 ) -> Option<Violation> {
     if let Err(_error) = result {
         return (before != after).then(|| {
@@ -73,14 +80,13 @@ pub fn check_acquire(
             );
         }
     }
-    if !observed.allowed
-        && !observed.replayed
-        && observed.remaining.compare(after.tokens)? != Ordering::Equal
+    let reported = reported?;
+    if !observed.allowed && !observed.replayed && reported.compare(after.tokens)? != Ordering::Equal
     {
         return violation(
             "a denial's reported balance is not the stored one",
             shown(after.tokens),
-            shown(observed.remaining),
+            shown(reported),
         );
     }
     None

@@ -33,6 +33,7 @@ pub const EVENTS: &[&str] = &[
     "new_key",
     "shared_request_id",
     "wide_credit",
+    "partial_denial",
 ];
 
 /// What a run counts; `EVENTS[event as usize]` is its name. Counted in a plain array, since a step
@@ -81,6 +82,8 @@ pub(super) enum Event {
     SharedRequestId,
     /// `wide_credit`.
     WideCredit,
+    /// `partial_denial`.
+    PartialDenial,
 }
 
 /// What the counters need of a key's model state before an acquire: the key's capacity, two
@@ -199,6 +202,17 @@ impl Events {
         if decision.retry_after() == Some(ModelWait::Never) {
             self.add(Event::RetryNever);
         }
+        // A key of several bandwidths denied while one of them covered the cost: where charging the
+        // bandwidths one after another charges the covering ones for nothing.
+        let parts = outcome.decisions.bandwidths();
+        if !decision.is_allowed()
+            && parts.len() > 1
+            && parts
+                .iter()
+                .any(|part| part.retry_after() == Some(ModelWait::After(0)))
+        {
+            self.add(Event::PartialDenial);
+        }
         if decision.retry_after() == Some(ModelWait::After(1)) {
             self.add(Event::DeniedAtBoundary);
         }
@@ -301,6 +315,7 @@ mod tests {
             Event::NewKey,
             Event::SharedRequestId,
             Event::WideCredit,
+            Event::PartialDenial,
         ];
         assert_eq!(all.len(), EVENTS.len());
         for (index, event) in all.into_iter().enumerate() {

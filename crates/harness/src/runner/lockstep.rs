@@ -68,7 +68,9 @@ pub(super) struct Lockstep<'a> {
     model: Model,
     policy: PolicySpec,
     options: RunOptions,
-    arrival: ArrivalCurve,
+    /// One arrival curve per bandwidth position: the first judges every key, the `i`-th the `i`-th
+    /// bandwidth of the keys that have one.
+    arrivals: Vec<ArrivalCurve>,
     replays: Replays,
     /// The safety profile's retry-after slack (`None`: the exact profile's tightness check).
     safety: Option<Safety>,
@@ -144,7 +146,9 @@ impl<'a> Lockstep<'a> {
             model: Model::new(config, setup.dedupe_window_ns, setup.dedupe_per_key),
             policy: setup.policy,
             options,
-            arrival: ArrivalCurve::with_allowance(allowance),
+            arrivals: (0..bucketproof_limiter::MAX_BANDWIDTHS)
+                .map(|_| ArrivalCurve::with_allowance(allowance.clone()))
+                .collect(),
             replays: Replays::new(setup.dedupe_window_ns, setup.dedupe_per_key),
             safety,
             events: Events::new(),
@@ -168,19 +172,27 @@ impl<'a> Lockstep<'a> {
         found.map(|violation| self.options.oracles.keep(violation))
     }
 
-    fn curve_config(&self, key: u64) -> CurveConfig {
-        let config = self.model.config_of(key);
-        CurveConfig {
-            capacity: config.capacity(),
-            rate_numer: config.rate_numer(),
-            rate_denom: config.rate_denom(),
-        }
+    /// The key's bandwidths as the arrival curves need them, in order.
+    fn curve_configs(&self, key: u64) -> Vec<CurveConfig> {
+        (self.model.bandwidths_of(key).configs())
+            .map(|config| CurveConfig {
+                capacity: config.capacity(),
+                rate_numer: config.rate_numer(),
+                rate_denom: config.rate_denom(),
+            })
+            .collect()
     }
 
-    /// The key's arrival curve and plot epoch start over at `at`.
+    /// The key's arrival curves (one per bandwidth; the curves past its last bandwidth forget it) and
+    /// plot epoch start over at `at`.
     fn restart_curve(&mut self, key: u64, at: u64) {
-        let curve = self.curve_config(key);
-        self.arrival.restart(key, at, curve);
+        let configs = self.curve_configs(key);
+        for (position, curve) in self.arrivals.iter_mut().enumerate() {
+            match configs.get(position) {
+                Some(&config) => curve.restart(key, at, config),
+                None => curve.forget(key),
+            }
+        }
         self.sampler.restart(key);
     }
 
@@ -212,7 +224,7 @@ impl<'a> Lockstep<'a> {
                 return Ok(Some(v));
             }
         }
-        let raised = new.capacity() >= self.model.config_of(key).capacity();
+        let raised = new.smallest_capacity() >= self.model.bandwidths_of(key).smallest_capacity();
         self.model.reconfigure(key, new, at);
         self.replays.reconfigured(key, at);
         self.events.add(if raised {
@@ -229,7 +241,9 @@ impl<'a> Lockstep<'a> {
             return subject_failed(error);
         }
         self.model.forget(key);
-        self.arrival.forget(key);
+        for curve in &mut self.arrivals {
+            curve.forget(key);
+        }
         self.replays.forget(key);
         self.sampler.restart(key);
         self.events.add(Event::Forgotten);
@@ -278,24 +292,24 @@ impl<'a> Lockstep<'a> {
         }
         let compared = self.compare_with_model(acquire, &got);
         keep_first(&mut found, oracles, compared);
-        let Ok(observed) = got else {
+        let Ok(observed) = &got else {
             // Both errored the same way (or the comparison above says otherwise): errors change nothing.
             let invariants = self.check_invariants(key, &before, &got, false);
             keep_first(&mut found, oracles, invariants);
             return Ok(found);
         };
-        let restarted = observed.created.unwrap_or(!self.arrival.knows(key));
-        let invariants = self.check_invariants(key, &before, &Ok(observed), restarted);
+        let restarted = observed.created.unwrap_or(!self.arrivals[0].knows(key));
+        let invariants = self.check_invariants(key, &before, &got, restarted);
         keep_first(&mut found, oracles, invariants);
-        let over_capacity = self.check_cost_within_capacity(acquire, &observed);
+        let over_capacity = self.check_cost_within_capacity(acquire, observed);
         keep_first(&mut found, oracles, over_capacity);
-        let remaining_range = self.check_remaining_within_capacity(acquire, &observed);
+        let remaining_range = self.check_remaining_within_capacity(acquire, observed);
         keep_first(&mut found, oracles, remaining_range);
-        let arrival = self.check_arrival(acquire, &observed);
+        let arrival = self.check_arrival(acquire, observed);
         keep_first(&mut found, oracles, arrival);
-        let retry_after = self.check_retry_after(acquire, &observed);
+        let retry_after = self.check_retry_after(acquire, observed);
         keep_first(&mut found, oracles, retry_after);
-        let replay = self.check_replay(acquire, &observed);
+        let replay = self.check_replay(acquire, observed);
         keep_first(&mut found, oracles, replay);
         let admitted = observed.allowed && !observed.replayed;
         let remaining = &observed.remaining;
@@ -436,7 +450,17 @@ impl<'a> Lockstep<'a> {
             return None;
         }
         let after = self.subject.inspect(key);
-        let violation = invariants::check_acquire(before.held(), after.held(), got, restarted);
+        // The state shown is the first bandwidth's: its part of the decision, or the whole decision
+        // of a key of one bandwidth.
+        let reported = got
+            .as_ref()
+            .ok()
+            .and_then(|observed| match observed.bandwidths.first() {
+                Some(first) => Some(first.remaining),
+                None => (self.model.bandwidths_of(key).len() == 1).then_some(observed.remaining),
+            });
+        let violation =
+            invariants::check_acquire(before.held(), after.held(), got, restarted, reported);
         self.divergence.other_violations += u64::from(violation.is_some());
         violation
     }
@@ -479,9 +503,12 @@ impl<'a> Lockstep<'a> {
     /// counted reset under the lossy `EvictLeastRecent`. Only the subject's own reports (its
     /// `created` flag and its shown cursor), the setup's policy and the key's config are used,
     /// never the model's state.
+    ///
+    /// Each bandwidth has its own curve, judged with its own capacity and rate: an admission must fit
+    /// every one (no overselling holds per bandwidth).
     fn check_arrival(&mut self, acquire: Acquire, observed: &Observed) -> Option<Violation> {
         let key = acquire.key;
-        if !self.arrival.knows(key) {
+        if !self.arrivals[0].knows(key) {
             self.restart_curve(key, acquire.now);
         } else if observed.created == Some(true) {
             let recreation = Recreation {
@@ -490,10 +517,12 @@ impl<'a> Lockstep<'a> {
                 latest: self.events.latest().unwrap_or(acquire.now),
                 lossy: self.policy == PolicySpec::EvictLeastRecent,
             };
-            let config = self.curve_config(key);
-            let resets = self.arrival.lossy_resets();
-            self.arrival.recreated(key, recreation, config);
-            if self.arrival.lossy_resets() > resets {
+            let configs = self.curve_configs(key);
+            let resets = self.arrivals[0].lossy_resets();
+            for (curve, &config) in self.arrivals.iter_mut().zip(&configs) {
+                curve.recreated(key, recreation, config);
+            }
+            if self.arrivals[0].lossy_resets() > resets {
                 self.divergence.lossy_resets += 1;
                 self.sampler.restart(key);
             }
@@ -502,12 +531,22 @@ impl<'a> Lockstep<'a> {
         if observed.replayed {
             return None;
         }
-        let breach = self.arrival.observe(acquire, observed.allowed).err()?;
+        let several = self.model.bandwidths_of(key).len() > 1;
+        let (position, breach) = (self.arrivals.iter_mut().enumerate())
+            .filter(|(_, curve)| curve.knows(key))
+            .find_map(|(position, curve)| {
+                Some((position, curve.observe(acquire, observed.allowed).err()?))
+            })?;
         self.divergence.arrival_breaches += 1;
+        let bandwidth = if several {
+            format!(" (bandwidth {position})")
+        } else {
+            String::new()
+        };
         Some(Violation::new(
             OracleKind::ArrivalCurve,
             format!(
-                "admitted more than the arrival curve allows on key {}",
+                "admitted more than the arrival curve allows on key {}{bandwidth}",
                 breach.key
             ),
             format!(
@@ -558,18 +597,29 @@ impl<'a> Lockstep<'a> {
         if observed.replayed {
             return None;
         }
-        let capacity = self.model.config_of(acquire.key).capacity();
-        // NaN is how a subject says it reports no balance (a script whose reply has none): unjudged.
-        let remaining = observed.remaining.to_rational()?;
-        if remaining >= Rational::ZERO && remaining <= Rational::from(capacity) {
-            return None;
-        }
+        let set = self.model.bandwidths_of(acquire.key);
+        // The whole decision's balance is its binding bandwidth's, which may be any of them; each
+        // reported part is held to its own bandwidth's capacity.
+        let largest = set.configs().map(|config| config.capacity()).max();
+        let whole = (observed.remaining, largest.unwrap_or(0));
+        let parts = (observed.bandwidths.iter())
+            .zip(set.configs())
+            .map(|(part, config)| (part.remaining, config.capacity()));
+        let (remaining, capacity) =
+            std::iter::once(whole)
+                .chain(parts)
+                .find(|&(amount, capacity)| {
+                    // NaN is how a subject says it reports no balance (a script whose reply has none): unjudged.
+                    amount.to_rational().is_some_and(|value| {
+                        value < Rational::ZERO || value > Rational::from(capacity)
+                    })
+                })?;
         self.divergence.other_violations += 1;
         Some(Violation::new(
             OracleKind::Invariant,
             "reported remaining outside [0, capacity]",
             format!("a balance in [0, {capacity}]"),
-            observed.remaining.to_string(),
+            remaining.to_string(),
         ))
     }
 
@@ -580,7 +630,7 @@ impl<'a> Lockstep<'a> {
         acquire: Acquire,
         observed: &Observed,
     ) -> Option<Violation> {
-        let capacity = self.model.config_of(acquire.key).capacity();
+        let capacity = self.model.bandwidths_of(acquire.key).smallest_capacity();
         if !observed.allowed || observed.replayed || acquire.cost <= capacity {
             return None;
         }

@@ -26,7 +26,7 @@ use super::{
     KeyDistribution, Scenario, ScheduledReconfig,
 };
 use crate::boundary::Boundaries;
-use crate::trace::{Acquire, ConfigSpec, Op};
+use crate::trace::{Acquire, Op};
 
 /// Stream numbers: one per aspect, fixed forever (changing one changes every seed's meaning).
 mod streams {
@@ -44,15 +44,12 @@ mod streams {
 /// left out: drawn once, it would end the clock for the rest of the trace (`start_before_end` is the
 /// way to the clock's end).
 pub(super) fn boundary_gaps(scenario: &Scenario) -> Vec<u64> {
-    let tiers = scenario
-        .tiers
-        .iter()
-        .map(|tier| ConfigSpec::new(tier.capacity, tier.rate.clone()));
+    let tiers = scenario.tiers.iter().map(|tier| tier.config.clone());
     let scheduled = scenario
         .reconfigure
         .schedule
         .iter()
-        .map(|entry| ConfigSpec::new(entry.capacity, entry.rate.clone()));
+        .map(|entry| entry.config.clone());
     let targets = scenario.reconfigure.configs.iter().map(|c| c.0.clone());
     let mut gaps: Vec<u64> = std::iter::once(scenario.setup.0.config.clone())
         .chain(tiers)
@@ -113,8 +110,8 @@ pub struct Expansion {
 impl Expansion {
     pub(super) fn new(scenario: &Scenario, seed: u64) -> Expansion {
         let setup = scenario.setup();
-        let default_config = setup.config.to_config().ok();
-        let default_capacity = setup.config.capacity;
+        let default_config = setup.config.to_bandwidths().ok().map(|set| *set.first());
+        let default_capacity = setup.config.smallest_capacity();
         let zipf = (scenario.keys.distribution == KeyDistribution::Zipf)
             .then(|| WeightedTable::zipf(scenario.keys.count, scenario.keys.zipf_exponent));
         let costs = if scenario.costs.is_empty() {
@@ -206,9 +203,9 @@ impl Expansion {
         let op = Op::Reconfigure {
             key,
             now: self.start,
-            config: ConfigSpec::new(tier.capacity, tier.rate.clone()),
+            config: tier.config.clone(),
         };
-        self.capacities.insert(key, tier.capacity);
+        self.capacities.insert(key, tier.config.smallest_capacity());
         if key >= tier.keys[1] {
             self.tier += 1;
             self.tier_key = self.scenario.tiers.get(self.tier).map_or(0, |t| t.keys[0]);
@@ -402,8 +399,8 @@ impl Iterator for Expansion {
             && entry.step <= step
         {
             self.schedule_next += 1;
-            let (key, capacity) = (entry.key, entry.capacity);
-            let config = ConfigSpec::new(entry.capacity, entry.rate.clone());
+            let (key, config) = (entry.key, entry.config.clone());
+            let capacity = config.smallest_capacity();
             self.capacities.insert(key, capacity);
             return Some(Op::Reconfigure { key, now, config });
         }
@@ -420,7 +417,7 @@ impl Iterator for Expansion {
             let configs = &self.scenario.reconfigure.configs;
             let index = sample::below(&mut self.kinds_rng, configs.len() as u64) as usize;
             let config = configs[index].0.clone();
-            self.capacities.insert(key, config.capacity);
+            self.capacities.insert(key, config.smallest_capacity());
             return Some(Op::Reconfigure { key, now, config });
         }
         Some(self.acquire(now))
@@ -529,7 +526,7 @@ mod tests {
              configs = [{ capacity = 5000000000, rate = \"1000000000/s\" }]\n",
         );
         let menu = boundary_gaps(&s);
-        let wide = Boundaries::of(&ConfigSpec::new(5_000_000_000, "1000000000/s")).unwrap();
+        let wide = Boundaries::of(&crate::ConfigSpec::new(5_000_000_000, "1000000000/s")).unwrap();
         // The wide config's 2^64 line: ceil(2^64 / 10^9) ns.
         assert!(menu.contains(&18_446_744_074) && wide.gaps.contains(&18_446_744_074));
         assert!(menu.iter().all(|&gap| gap < u64::MAX));

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::duration::{DurationNs, SECOND};
 use super::values::{ConfigValue, CostValue, Probability};
-use crate::trace::{PolicySpec, Setup};
+use crate::trace::{BandwidthSpec, ConfigSpec, PolicySpec, Setup};
 
 /// `[setup]`: the default config and the limiter's knobs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -20,8 +20,9 @@ pub struct SetupSpec(pub Setup);
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSetup {
-    capacity: u64,
-    rate: String,
+    capacity: Option<u64>,
+    rate: Option<String>,
+    bandwidths: Option<Vec<BandwidthSpec>>,
     max_keys: Option<usize>,
     policy: Option<PolicySpec>,
     sweep_per_op: Option<usize>,
@@ -32,7 +33,7 @@ struct RawSetup {
 impl TryFrom<RawSetup> for SetupSpec {
     type Error = String;
     fn try_from(raw: RawSetup) -> Result<Self, String> {
-        let ConfigValue(config) = ConfigValue::new(raw.capacity, raw.rate)?;
+        let ConfigValue(config) = ConfigValue::from_fields(raw.capacity, raw.rate, raw.bandwidths)?;
         let mut setup = Setup::new(config);
         if let Some(max_keys) = raw.max_keys {
             if max_keys == 0 {
@@ -58,14 +59,32 @@ impl TryFrom<RawSetup> for SetupSpec {
 
 /// `[[tiers]]`: keys `first..=last` get their own config, by a reconfigure at the start of the trace.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "RawTier")]
 pub struct Tier {
     /// `[first, last]`, inclusive.
     pub keys: [u64; 2],
-    /// Whole tokens.
-    pub capacity: u64,
-    /// Tokens per period.
-    pub rate: String,
+    /// Their config (`capacity` and `rate`, or `bandwidths`).
+    pub config: ConfigSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTier {
+    keys: [u64; 2],
+    capacity: Option<u64>,
+    rate: Option<String>,
+    bandwidths: Option<Vec<BandwidthSpec>>,
+}
+
+impl TryFrom<RawTier> for Tier {
+    type Error = String;
+    fn try_from(raw: RawTier) -> Result<Self, String> {
+        let ConfigValue(config) = ConfigValue::from_fields(raw.capacity, raw.rate, raw.bandwidths)?;
+        Ok(Tier {
+            keys: raw.keys,
+            config,
+        })
+    }
 }
 
 /// How keys are chosen.
@@ -296,16 +315,36 @@ pub struct Clock {
 
 /// `[[reconfigure.schedule]]`: at op `step`, key `key` moves to a new config.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "RawScheduledReconfig")]
 pub struct ScheduledReconfig {
     /// 0-based index among the scenario's ops (after the tier setup).
     pub step: u64,
     /// The key.
     pub key: u64,
-    /// Whole tokens.
-    pub capacity: u64,
-    /// Tokens per period.
-    pub rate: String,
+    /// The new config (`capacity` and `rate`, or `bandwidths`).
+    pub config: ConfigSpec,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScheduledReconfig {
+    step: u64,
+    key: u64,
+    capacity: Option<u64>,
+    rate: Option<String>,
+    bandwidths: Option<Vec<BandwidthSpec>>,
+}
+
+impl TryFrom<RawScheduledReconfig> for ScheduledReconfig {
+    type Error = String;
+    fn try_from(raw: RawScheduledReconfig) -> Result<Self, String> {
+        let ConfigValue(config) = ConfigValue::from_fields(raw.capacity, raw.rate, raw.bandwidths)?;
+        Ok(ScheduledReconfig {
+            step: raw.step,
+            key: raw.key,
+            config,
+        })
+    }
 }
 
 /// `[reconfigure]`: reconfigurations at given steps, or at random with one of `configs`.

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 
 use super::tables::{ArrivalPattern, IdSpace, KeyDistribution};
 use super::{MAX_OPS_PER_SEED, MAX_SEEDS, Scenario};
-use crate::trace::ConfigSpec;
 
 /// One step of a key path into the file: a table key or an array index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,14 +138,12 @@ fn check_tiers(s: &Scenario) -> Result<(), Broken> {
                 format!("tiers[{index}].keys: at most 2^20 keys per tier"),
             ));
         }
-        ConfigSpec::new(tier.capacity, tier.rate.clone())
-            .to_model()
-            .map_err(|e| {
-                broken(
-                    &[Key("tiers"), Index(index)],
-                    format!("tiers[{index}]: {e}"),
-                )
-            })?;
+        (tier.config).to_model().map_err(|e| {
+            broken(
+                &[Key("tiers"), Index(index)],
+                format!("tiers[{index}]: {e}"),
+            )
+        })?;
         pinned_count += insert_range(&mut pinned, first, last);
         if pinned_count > max_keys {
             return Err(broken(
@@ -210,14 +207,12 @@ fn check_tables(s: &Scenario) -> Result<(), Broken> {
         }
     }
     for (index, entry) in s.reconfigure.schedule.iter().enumerate() {
-        ConfigSpec::new(entry.capacity, entry.rate.clone())
-            .to_model()
-            .map_err(|e| {
-                broken(
-                    &[Key("reconfigure"), Key("schedule"), Index(index)],
-                    format!("reconfigure.schedule[{index}]: {e}"),
-                )
-            })?;
+        (entry.config).to_model().map_err(|e| {
+            broken(
+                &[Key("reconfigure"), Key("schedule"), Index(index)],
+                format!("reconfigure.schedule[{index}]: {e}"),
+            )
+        })?;
     }
     if s.reconfigure.probability.0 > 0.0 && s.reconfigure.configs.is_empty() {
         return Err(broken(
@@ -241,8 +236,8 @@ fn check_tables(s: &Scenario) -> Result<(), Broken> {
         .setup
         .0
         .config
-        .to_config()
-        .is_ok_and(|c| c.rate().numer() == 0);
+        .to_bandwidths()
+        .is_ok_and(|set| set.first().rate().numer() == 0);
     if s.arrivals.pattern == ArrivalPattern::Boundary
         && s.arrivals.period.is_none()
         && zero_default_rate

@@ -12,7 +12,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::sample;
 use crate::runner::EVENTS;
-use crate::trace::ConfigSpec;
+use crate::trace::{BandwidthSpec, ConfigSpec};
 
 /// A probability in `[0, 1]`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Default)]
@@ -61,18 +61,42 @@ impl<'de> Deserialize<'de> for EventName {
 #[serde(try_from = "RawConfig")]
 pub struct ConfigValue(pub ConfigSpec);
 
+/// A config as written: `capacity` and `rate` (one bandwidth), or `bandwidths = [{ capacity, rate,
+/// name }, ...]` (a set). Every table that carries a config (`[setup]`, `[[tiers]]`,
+/// `[reconfigure]`'s `configs` and `schedule`) reads these three fields and hands them to
+/// [`ConfigValue::from_fields`], the one place that turns them into a config.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
-    capacity: u64,
-    rate: String,
+    capacity: Option<u64>,
+    rate: Option<String>,
+    bandwidths: Option<Vec<BandwidthSpec>>,
 }
 
 impl ConfigValue {
-    /// A config both the limiter and the reference model accept, or why not.
+    /// A config of one bandwidth both the limiter and the reference model accept, or why not.
     pub fn new(capacity: u64, rate: String) -> Result<ConfigValue, String> {
-        let spec = ConfigSpec::new(capacity, rate);
+        ConfigValue::checked(ConfigSpec::new(capacity, rate))
+    }
+
+    /// A config from a table's fields: `capacity` and `rate`, or `bandwidths`, never both.
+    pub fn from_fields(
+        capacity: Option<u64>,
+        rate: Option<String>,
+        bandwidths: Option<Vec<BandwidthSpec>>,
+    ) -> Result<ConfigValue, String> {
+        match (capacity, rate, bandwidths) {
+            (Some(capacity), Some(rate), None) => ConfigValue::new(capacity, rate),
+            (None, None, Some(bandwidths)) => ConfigValue::checked(ConfigSpec::set(bandwidths)),
+            (_, _, Some(_)) => Err("give capacity and rate, or bandwidths, not both".into()),
+            (None, _, None) => Err("missing field `capacity` (or give `bandwidths`)".into()),
+            (Some(_), None, None) => Err("missing field `rate`".into()),
+        }
+    }
+
+    fn checked(spec: ConfigSpec) -> Result<ConfigValue, String> {
         spec.to_model().map_err(|e| e.to_string())?;
+        spec.to_bandwidths().map_err(|e| e.to_string())?;
         Ok(ConfigValue(spec))
     }
 }
@@ -80,7 +104,7 @@ impl ConfigValue {
 impl TryFrom<RawConfig> for ConfigValue {
     type Error = String;
     fn try_from(raw: RawConfig) -> Result<Self, String> {
-        ConfigValue::new(raw.capacity, raw.rate)
+        ConfigValue::from_fields(raw.capacity, raw.rate, raw.bandwidths)
     }
 }
 

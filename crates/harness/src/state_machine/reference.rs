@@ -57,24 +57,29 @@ impl Reference {
         self
     }
 
-    /// The exact time at which `key` will hold `cost` tokens with no traffic from `now` on, if it
-    /// ever will (a refilling config, `1 <= cost <= capacity`, and no later than `u64::MAX`); `None`
-    /// as well for a key without state that already holds `cost`.
-    pub fn refill_boundary(&self, key: u64, now: u64, cost: u64) -> Option<u64> {
-        let config = self.model.config_of(key);
-        if cost == 0 || cost > config.capacity() || !config.refills() {
-            return None;
-        }
-        let remaining = self.model.peek(key, now).remaining;
-        let deficit = Rational::from(cost) - remaining;
-        if deficit <= Rational::ZERO {
-            // Already there: the boundary is the cursor, of a key that has one (a fresh key is full
-            // now, which the generator's other time steps already cover).
-            return self.model.state(key).map(|(_, last)| last.max(now));
-        }
-        let last = self.model.state(key).map_or(now, |(_, last)| last.max(now));
-        let wait = u64::try_from((deficit / config.rate_per_ns()).ceil()).ok()?;
-        last.checked_add(wait)
+    /// For each bandwidth of `key` in order, the exact time at which it will hold `cost` tokens with
+    /// no traffic from `now` on, if it ever will (a refilling config, `1 <= cost <= capacity`, and no
+    /// later than `u64::MAX`); none as well for a key without state that already holds `cost`. A key of
+    /// one bandwidth has at most one boundary.
+    pub fn refill_boundaries(&self, key: u64, now: u64, cost: u64) -> Vec<u64> {
+        let set = self.model.bandwidths_of(key);
+        let peeks = self.model.peek_set(key, now);
+        let cursor = self.model.state(key).map(|(_, last)| last.max(now));
+        (set.configs().zip(&peeks))
+            .filter_map(|(config, peek)| {
+                if cost == 0 || cost > config.capacity() || !config.refills() {
+                    return None;
+                }
+                let deficit = Rational::from(cost) - &peek.remaining;
+                if deficit <= Rational::ZERO {
+                    // Already there: the boundary is the cursor, of a key that has one (a fresh key is
+                    // full now, which the generator's other time steps already cover).
+                    return cursor;
+                }
+                let wait = u64::try_from((deficit / config.rate_per_ns()).ceil()).ok()?;
+                cursor.unwrap_or(now).checked_add(wait)
+            })
+            .collect()
     }
 }
 
@@ -96,7 +101,7 @@ mod tests {
                 now: 10,
                 request_id: None,
             }));
-        let at = reference.refill_boundary(0, 10, 1).unwrap();
+        let at = reference.refill_boundaries(0, 10, 1)[0];
         let mut early = reference.model.clone();
         assert!(
             !early
@@ -121,9 +126,9 @@ mod tests {
     #[test]
     fn unreachable_costs_have_no_boundary() {
         let reference = Reference::new(&Setup::new(ConfigSpec::new(4, "3/2s")), 0).unwrap();
-        assert_eq!(reference.refill_boundary(0, 0, 5), None);
-        assert_eq!(reference.refill_boundary(0, 0, 0), None);
+        assert_eq!(reference.refill_boundaries(0, 0, 5), Vec::<u64>::new());
+        assert_eq!(reference.refill_boundaries(0, 0, 0), Vec::<u64>::new());
         let frozen = Reference::new(&Setup::new(ConfigSpec::new(4, "0/s")), 0).unwrap();
-        assert_eq!(frozen.refill_boundary(0, 0, 1), None);
+        assert_eq!(frozen.refill_boundaries(0, 0, 1), Vec::<u64>::new());
     }
 }

@@ -17,7 +17,7 @@ use proptest::strategy::Union;
 use super::reference::Reference;
 use super::{ExtraValues, Options};
 use crate::scenario::duration::{SECOND, YEAR};
-use crate::trace::{Acquire, ConfigSpec, Op};
+use crate::trace::{Acquire, BandwidthSpec, ConfigSpec, Op};
 
 /// The initial state: the model of `options.setup` with the clock at zero, anywhere in the first
 /// thousand seconds, or three seconds before the end of time.
@@ -37,7 +37,7 @@ pub(super) fn init_state(options: &Options) -> BoxedStrategy<Reference> {
 
 /// The next op from `state`.
 pub(super) fn next_op(options: &Options, state: &Reference) -> BoxedStrategy<Op> {
-    let capacity = options.setup.config.capacity;
+    let capacity = options.setup.config.smallest_capacity();
     let time = time(options, state);
     let cost = cost(capacity, &options.extra);
     let keys = 0..options.keys;
@@ -59,7 +59,13 @@ pub(super) fn next_op(options: &Options, state: &Reference) -> BoxedStrategy<Op>
             })
             .boxed(),
     )];
-    if options.ops.reconfigure && !options.tier_rates.is_empty() {
+    let template = options.setup.config.bandwidths();
+    if options.ops.reconfigure && !options.tier_rates.is_empty() && template.len() > 1 {
+        ops.push((
+            1,
+            reconfigure_set(options, template, keys.clone(), time.clone()),
+        ));
+    } else if options.ops.reconfigure && !options.tier_rates.is_empty() {
         let rates = options.tier_rates.clone();
         ops.push((
             1,
@@ -86,15 +92,44 @@ pub(super) fn next_op(options: &Options, state: &Reference) -> BoxedStrategy<Op>
     Union::new_weighted(ops).boxed()
 }
 
+/// A reconfigure of a key whose setup has several bandwidths: the first one or more of the setup's
+/// bandwidths, each keeping its name (so it continues the old one of its identity) with a capacity
+/// drawn from `1..=capacity + 2` and a rate from the menu; the ones left out are dropped.
+fn reconfigure_set(
+    options: &Options,
+    template: &[BandwidthSpec],
+    keys: std::ops::Range<u64>,
+    time: BoxedStrategy<u64>,
+) -> BoxedStrategy<Op> {
+    let template = template.to_vec();
+    let rates = proptest::sample::select(options.tier_rates.clone());
+    let parts: Vec<_> = (template.iter())
+        .map(|bandwidth| (1..=bandwidth.capacity.saturating_add(2), rates.clone()))
+        .collect();
+    (keys, time, 1..=template.len(), parts)
+        .prop_map(move |(key, now, kept, parts)| Op::Reconfigure {
+            key,
+            now,
+            config: ConfigSpec::set(template.iter().zip(parts).take(kept).map(
+                |(bandwidth, (capacity, rate))| BandwidthSpec {
+                    capacity,
+                    rate,
+                    name: bandwidth.name.clone(),
+                },
+            )),
+        })
+        .boxed()
+}
+
 /// The next op's time (see the module doc for the menu).
 fn time(options: &Options, state: &Reference) -> BoxedStrategy<u64> {
     let clock = state.clock;
-    let capacity = options.setup.config.capacity;
+    let capacity = options.setup.config.smallest_capacity();
     // Times worth trying from here: exact refill boundaries (and 1 ns before) of each key.
     let mut boundaries = Vec::new();
     for key in 0..options.keys {
         for cost in [1, capacity] {
-            if let Some(at) = state.refill_boundary(key, clock, cost) {
+            for at in state.refill_boundaries(key, clock, cost) {
                 boundaries.push(at);
                 boundaries.push(at.saturating_sub(1));
             }

@@ -88,10 +88,7 @@ pub struct Classic {
 impl Classic {
     /// An empty table of `setup`'s config with `bug` planted.
     pub fn new(bug: Bug, setup: &Setup) -> Result<Classic, SubjectError> {
-        let config = setup
-            .config
-            .to_config()
-            .map_err(|e| SubjectError::Build(e.to_string()))?;
+        let config = crate::subjects::one_bandwidth(&setup.config)?;
         Ok(Classic {
             bug,
             config,
@@ -171,7 +168,7 @@ impl Subject for GlobalRequestIds {
             return Ok(Observed {
                 replayed: true,
                 created: Some(false),
-                ..*answer
+                ..answer.clone()
             });
         }
         let observed = self.core.acquire(acquire)?;
@@ -179,7 +176,7 @@ impl Subject for GlobalRequestIds {
             && !observed.replayed
         {
             self.records
-                .insert(id, (acquire.key, acquire.now, observed));
+                .insert(id, (acquire.key, acquire.now, observed.clone()));
         }
         Ok(observed)
     }

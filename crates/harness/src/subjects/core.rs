@@ -1,9 +1,13 @@
 //! The exact core: `bucketproof_limiter::Limiter<u64>` with injected time and a fixed hasher seed, so
 //! which entries the amortized sweep visits is the same on every run.
 
-use bucketproof_limiter::{AcquireError, Acquired, Config, Decision, Limiter, Request};
+use bucketproof_limiter::{
+    AcquireError, Acquired, Bandwidths, Decision, Decisions, Limiter, Request,
+};
 
-use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
+use crate::subject::{
+    Amount, BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError,
+};
 use crate::trace::{Acquire, ConfigSpec, Setup};
 
 /// The product under test.
@@ -18,14 +22,17 @@ fn build_error(e: impl std::fmt::Display) -> SubjectError {
 impl CoreSubject {
     /// A limiter configured as `setup` says.
     pub fn new(setup: &Setup) -> Result<CoreSubject, SubjectError> {
-        let config = setup.config.to_config().map_err(build_error)?;
+        let config = setup.config.to_bandwidths().map_err(build_error)?;
         Ok(CoreSubject {
             limiter: Self::builder(config, setup).build(),
         })
     }
 
     /// The builder the core subject uses, for adapters that wrap the same limiter differently.
-    pub fn builder(config: Config, setup: &Setup) -> bucketproof_limiter::Builder<u64> {
+    pub fn builder(
+        config: impl Into<Bandwidths>,
+        setup: &Setup,
+    ) -> bucketproof_limiter::Builder<u64> {
         Limiter::builder(config)
             .max_keys(setup.max_keys, setup.policy.into())
             .sweep_per_op(setup.sweep_per_op)
@@ -43,17 +50,39 @@ impl CoreSubject {
     }
 }
 
+fn amount(decision: &Decision) -> Amount {
+    let (numer, denom) = decision.remaining().as_ratio();
+    Amount::Exact { numer, denom }
+}
+
 /// Maps a core decision to what the oracles compare.
 pub fn observe(decision: &Decision, created: bool, replayed: bool) -> Observed {
-    let (numer, denom) = decision.remaining().as_ratio();
     Observed {
         allowed: decision.is_allowed(),
-        remaining: Amount::Exact { numer, denom },
+        remaining: amount(decision),
         retry_after: decision.retry_after(),
         reset_after: Some(decision.reset_after()),
+        bandwidths: Vec::new(),
         created: Some(created),
         replayed,
     }
+}
+
+/// Maps a core decision over a bandwidth set to what the oracles compare: the binding part as the
+/// whole decision, the largest wait as its retry-after, and (for several bandwidths) every part.
+pub fn observe_set(decisions: &Decisions, created: bool, replayed: bool) -> Observed {
+    let mut observed = observe(decisions.binding(), created, replayed);
+    observed.retry_after = decisions.retry_after();
+    if let [_, _, ..] = decisions.bandwidths() {
+        observed.bandwidths = (decisions.bandwidths().iter())
+            .map(|part| BandwidthObserved {
+                remaining: amount(part),
+                retry_after: part.retry_after(),
+                reset_after: Some(part.reset_after()),
+            })
+            .collect();
+    }
+    observed
 }
 
 /// An acquire as the limiter's front ends take it, next to `acquire.key` (the in-memory and the Redis
@@ -87,13 +116,17 @@ impl Subject for CoreSubject {
     fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
         let acquired = self
             .limiter
-            .acquire_with(&acquire.key, request(acquire))
+            .acquire_set_with(&acquire.key, request(acquire))
             .map_err(subject_error)?;
-        Ok(observe_acquired(&acquired))
+        Ok(observe_set(
+            &acquired.decision,
+            acquired.created,
+            acquired.replayed,
+        ))
     }
 
     fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
-        let config = config.to_config().map_err(build_error)?;
+        let config = config.to_bandwidths().map_err(build_error)?;
         self.limiter
             .reconfigure_at(&key, config, now)
             .map(drop)

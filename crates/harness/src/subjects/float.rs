@@ -19,6 +19,7 @@ fn observe(decision: FloatDecision) -> Observed {
             wait(decision.retry_after_ns)
         },
         reset_after: wait(decision.reset_after_ns),
+        bandwidths: Vec::new(),
         created: None,
         replayed: false,
     }
@@ -44,10 +45,7 @@ pub type FloatGoSubject = FloatSubject<GoStyleBucket>;
 
 /// The setup's default config as the float constructors take it: `(capacity, p, q)`.
 fn float_parts(setup: &Setup) -> Result<(u64, u64, u64), SubjectError> {
-    let config = setup
-        .config
-        .to_config()
-        .map_err(|e| SubjectError::Build(e.to_string()))?;
+    let config = crate::subjects::one_bandwidth(&setup.config)?;
     Ok((
         config.capacity(),
         config.rate().numer(),

@@ -71,7 +71,7 @@ impl GovernorSubject {
     /// Built from the setup's default config (see the module doc for what is refused).
     pub fn new(setup: &Setup) -> Result<GovernorSubject, SubjectError> {
         let build = |why: String| SubjectError::Build(format!("governor: {why}"));
-        let config = setup.config.to_config().map_err(|e| build(e.to_string()))?;
+        let config = crate::subjects::one_bandwidth(&setup.config)?;
         let (numer, denom) = (config.rate().numer(), config.rate().denom());
         if numer == 0 {
             return Err(build("a zero rate (no refill) has no GCRA interval".into()));
@@ -184,6 +184,7 @@ impl Subject for GovernorSubject {
             remaining,
             retry_after,
             reset_after: Some(from_now(until_full)),
+            bandwidths: Vec::new(),
             created: Some(created),
             replayed: false,
         })

@@ -3,9 +3,11 @@
 
 use bucketproof_limiter::Wait;
 use bucketproof_model::Rational;
-use bucketproof_model::{Model, ModelDecision, ModelError, ModelWait};
+use bucketproof_model::{Model, ModelDecision, ModelError, ModelWait, Outcome};
 
-use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
+use crate::subject::{
+    Amount, BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError,
+};
 use crate::trace::{Acquire, ConfigSpec, Setup};
 
 /// The model behind the subject interface.
@@ -42,15 +44,31 @@ pub fn amount(value: &Rational) -> Amount {
     }
 }
 
-/// Maps a model decision to what the oracles compare.
-pub fn observe(decision: &ModelDecision, created: bool, replayed: bool) -> Observed {
+/// Maps a model outcome to what the oracles compare: the binding part as the whole decision, the
+/// largest wait as its retry-after, and (for several bandwidths) every part.
+pub fn observe(outcome: &Outcome) -> Observed {
+    let decision = &outcome.decision;
+    let parts = outcome.decisions.bandwidths();
     Observed {
         allowed: decision.is_allowed(),
         remaining: amount(decision.remaining()),
-        retry_after: decision.retry_after().map(wait),
+        retry_after: outcome.decisions.retry_after().map(wait),
         reset_after: Some(wait(decision.reset_after())),
-        created: Some(created),
-        replayed,
+        bandwidths: if parts.len() > 1 {
+            parts.iter().map(observe_part).collect()
+        } else {
+            Vec::new()
+        },
+        created: Some(outcome.created),
+        replayed: outcome.replayed,
+    }
+}
+
+fn observe_part(part: &ModelDecision) -> BandwidthObserved {
+    BandwidthObserved {
+        remaining: amount(part.remaining()),
+        retry_after: part.retry_after().map(wait),
+        reset_after: Some(wait(part.reset_after())),
     }
 }
 
@@ -63,11 +81,7 @@ impl Subject for ModelSubject {
         // The model keeps its own argument order (it shares no types with the harness).
         let Acquire { key, cost, now, .. } = acquire;
         match self.model.acquire(key, now, cost, acquire.request_id) {
-            Ok(outcome) => Ok(observe(
-                &outcome.decision,
-                outcome.created,
-                outcome.replayed,
-            )),
+            Ok(outcome) => Ok(observe(&outcome)),
             Err(ModelError::InvalidCost { .. }) => Err(SubjectError::InvalidCost),
             Err(other) => Err(SubjectError::Build(format!("{other:?}"))),
         }
@@ -93,8 +107,12 @@ impl Subject for ModelSubject {
 
     fn would_allow(&mut self, acquire: Acquire) -> Option<bool> {
         let Acquire { key, cost, now, .. } = acquire;
-        let peek = self.model.peek(key, now);
-        Some(peek.remaining >= Rational::from(cost))
+        let peeks = self.model.peek_set(key, now);
+        Some(
+            peeks
+                .iter()
+                .all(|peek| peek.remaining >= Rational::from(cost)),
+        )
     }
 
     fn inspect(&mut self, key: u64) -> Inspection {

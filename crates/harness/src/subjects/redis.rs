@@ -38,7 +38,7 @@ impl RedisSubject {
     pub fn new(setup: &Setup) -> Result<RedisSubject, SubjectError> {
         let url =
             std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
-        let config = setup.config.to_config().map_err(build)?;
+        let config = crate::subjects::one_bandwidth(&setup.config)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -80,7 +80,7 @@ impl Subject for RedisSubject {
     }
 
     fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
-        let config = config.to_config().map_err(build)?;
+        let config = crate::subjects::one_bandwidth(config)?;
         self.runtime
             .block_on(
                 self.limiter

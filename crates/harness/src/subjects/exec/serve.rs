@@ -11,11 +11,12 @@ use std::io::{BufRead, BufReader, Read, Write};
 use bucketproof_limiter::Wait;
 
 use super::wire::{
-    Capabilities, Reply, Request, RetryProbe, VERSIONS, WireAmount, WireError, WireState, WireWait,
+    Capabilities, Reply, Request, RetryProbe, VERSIONS, WireAmount, WireError, WirePart, WireState,
+    WireWait,
 };
 use crate::subject::{Inspection, Subject, SubjectError};
 use crate::subjects::Registry;
-use crate::trace::{Acquire, ConfigSpec, Setup};
+use crate::trace::{Acquire, BandwidthSpec, ConfigSpec, Setup};
 
 /// The server stopped on a request it cannot read, or its pipes failed.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +51,12 @@ pub fn serve(
     let evicts = probe.may_evict();
     let profile = probe.profile();
     drop(probe);
+    // A subject that cannot be built for two bandwidths holds one per key.
+    let pair = ConfigSpec::set([BandwidthSpec::new(1, "1/s"), BandwidthSpec::new(2, "1/s")]);
+    let held = match registry.build(name, &Setup::new(pair)) {
+        Ok(_) => bucketproof_limiter::MAX_BANDWIDTHS as u64,
+        Err(_) => 1,
+    };
     let mut subject: Option<Box<dyn Subject>> = None;
     let mut line = String::new();
     let mut number = 0;
@@ -89,7 +96,7 @@ pub fn serve(
                     request_ids: true,
                     evicts,
                     batch: 1024,
-                    bandwidths: 1,
+                    bandwidths: held,
                 });
                 reply.profile = Some(profile.clone());
             }
@@ -168,6 +175,17 @@ fn answer(subject: &mut dyn Subject, request: Request, reply: &mut Reply) {
                 reply.remaining = Some(WireAmount::of(observed.remaining));
                 reply.retry_after_ns = Some(observed.retry_after.map(wire_wait));
                 reply.reset_after_ns = observed.reset_after.map(wire_wait);
+                if !observed.bandwidths.is_empty() {
+                    reply.bandwidths = Some(
+                        (observed.bandwidths.iter())
+                            .map(|part| WirePart {
+                                remaining: WireAmount::of(part.remaining),
+                                retry_after_ns: part.retry_after.map(wire_wait),
+                                reset_after_ns: part.reset_after.map(wire_wait),
+                            })
+                            .collect(),
+                    );
+                }
                 reply.created = observed.created;
                 reply.replayed = Some(observed.replayed);
                 if inspect {
@@ -247,12 +265,17 @@ fn answer(subject: &mut dyn Subject, request: Request, reply: &mut Reply) {
 }
 
 fn spec_of(config: &[super::wire::Bandwidth]) -> ConfigSpec {
-    let first = config.first();
-    let rate = first.map_or_else(String::new, |b| match b.rate_per_s.split_once('/') {
-        Some((p, q)) => format!("{p}/{q}s"),
-        None => format!("{}/s", b.rate_per_s),
-    });
-    ConfigSpec::new(first.map_or(0, |b| b.capacity), rate)
+    ConfigSpec::set(config.iter().map(|b| {
+        let rate = match b.rate_per_s.split_once('/') {
+            Some((p, q)) => format!("{p}/{q}s"),
+            None => format!("{}/s", b.rate_per_s),
+        };
+        BandwidthSpec {
+            capacity: b.capacity,
+            rate,
+            name: b.name.clone(),
+        }
+    }))
 }
 
 fn to_usize(value: u64) -> usize {

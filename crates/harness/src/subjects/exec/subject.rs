@@ -23,7 +23,7 @@ use super::process::{Broken, Process};
 use super::spec::ExecSpec;
 use super::wire::{Bandwidth, Reply, Request, WireState, WireWait};
 use crate::profile::Profile;
-use crate::subject::{Inspected, Inspection, Observed, Subject, SubjectError};
+use crate::subject::{BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError};
 use crate::trace::{Acquire, ConfigSpec, Op, Setup};
 
 /// A request written and the op it came from; its reply once read.
@@ -53,16 +53,23 @@ pub struct ExecSubject {
     broken: Option<String>,
 }
 
-/// A config as the protocol carries it.
+/// A config as the protocol carries it: every bandwidth, in order.
 pub fn bandwidths(config: &ConfigSpec) -> Result<Vec<Bandwidth>, SubjectError> {
     let parsed = config
-        .to_config()
+        .to_bandwidths()
         .map_err(|e| SubjectError::Build(e.to_string()))?;
-    Ok(vec![Bandwidth {
-        capacity: parsed.capacity(),
-        rate_per_s: format!("{}/{}", parsed.rate().numer(), parsed.rate().denom()),
-        rate: config.rate.clone(),
-    }])
+    let written = config.bandwidths();
+    Ok((parsed.as_slice().iter().zip(written))
+        .map(|(bandwidth, spec)| {
+            let rate = bandwidth.config().rate();
+            Bandwidth {
+                capacity: bandwidth.config().capacity(),
+                rate_per_s: format!("{}/{}", rate.numer(), rate.denom()),
+                rate: spec.rate.clone(),
+                name: spec.name.clone(),
+            }
+        })
+        .collect())
 }
 
 fn as_u64(value: usize) -> u64 {
@@ -79,6 +86,12 @@ impl ExecSubject {
         pool: Arc<Pool>,
         setup: &Setup,
     ) -> Result<ExecSubject, SubjectError> {
+        let held = process.hello.capabilities.bandwidths;
+        if as_u64(setup.config.bandwidths().len()) > held {
+            return Err(SubjectError::Unsupported(
+                "several bandwidths per key (the subject holds fewer per key)",
+            ));
+        }
         let id = process.next_id();
         let request = Request::Setup {
             id,
@@ -156,7 +169,9 @@ impl ExecSubject {
                 Some("request ids")
             }
             Op::Acquire(_) => None,
-            Op::Reconfigure { .. } => (!caps.reconfigure).then_some("reconfigure"),
+            Op::Reconfigure { .. } if !caps.reconfigure => Some("reconfigure"),
+            Op::Reconfigure { config, .. } => (as_u64(config.bandwidths().len()) > caps.bandwidths)
+                .then_some("several bandwidths per key (the subject holds fewer per key)"),
             Op::Forget { .. } => (!caps.forget).then_some("forget"),
             Op::Sweep { .. } => (!caps.sweep).then_some("sweep"),
         }
@@ -448,11 +463,33 @@ impl Subject for ExecSubject {
             let what = format!("remaining {:?} is not an amount", reply.remaining);
             return Err(self.malformed(what));
         };
+        let mut bandwidths = Vec::new();
+        for (position, part) in reply.bandwidths.iter().flatten().enumerate() {
+            let Some(part_remaining) = part.remaining.to_amount() else {
+                let what = format!(
+                    "bandwidths[{position}].remaining {:?} is not an amount",
+                    part.remaining
+                );
+                return Err(self.malformed(what));
+            };
+            bandwidths.push(BandwidthObserved {
+                remaining: part_remaining,
+                retry_after: self.wait(
+                    "bandwidths[].retry_after_ns",
+                    Some(part.retry_after_ns.clone()),
+                )?,
+                reset_after: self.wait(
+                    "bandwidths[].reset_after_ns",
+                    Some(part.reset_after_ns.clone()),
+                )?,
+            });
+        }
         Ok(Observed {
             allowed: reply.allowed.unwrap_or(false),
             remaining,
             retry_after: self.wait("retry_after_ns", reply.retry_after_ns.clone())?,
             reset_after: self.wait("reset_after_ns", reply.reset_after_ns.clone().map(Some))?,
+            bandwidths,
             created: reply.created,
             replayed: reply.replayed.unwrap_or(false),
         })

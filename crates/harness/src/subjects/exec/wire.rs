@@ -24,6 +24,9 @@ pub struct Bandwidth {
     pub rate_per_s: String,
     /// The rate as the scenario wrote it.
     pub rate: String,
+    /// The bandwidth's name, if it has one (never sent for an unnamed bandwidth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 /// A request, tagged by `op`; every one carries its `id`.
@@ -265,6 +268,20 @@ pub struct RetryProbe {
     pub before: Option<bool>,
 }
 
+/// One bandwidth's part of an acquire's reply, for a key of several bandwidths.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WirePart {
+    /// The bandwidth's balance after the decision.
+    pub remaining: WireAmount,
+    /// For a denial, this bandwidth's wait (0 when it covers the cost); `null` when allowed.
+    #[serde(default)]
+    pub retry_after_ns: Option<WireWait>,
+    /// The wait until this bandwidth is full again.
+    #[serde(default)]
+    pub reset_after_ns: Option<WireWait>,
+}
+
 /// A typed error reply.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -316,6 +333,9 @@ pub struct Reply {
     /// `acquire`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_after_ns: Option<WireWait>,
+    /// `acquire` on a key of several bandwidths: each bandwidth's part, in the config's order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidths: Option<Vec<WirePart>>,
     /// `acquire`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created: Option<bool>,

@@ -311,6 +311,7 @@ impl ReplyMap {
             remaining,
             retry_after: if allowed { None } else { retry_after },
             reset_after: wait(&self.reset_after, "reset_after")?,
+            bandwidths: Vec::new(),
             created: None,
             replayed: false,
         })

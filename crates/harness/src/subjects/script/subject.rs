@@ -78,10 +78,7 @@ impl ScriptSubject {
                 "a key bound below the default (a script on Redis has none)",
             ));
         }
-        let config = setup
-            .config
-            .to_config()
-            .map_err(|e| SubjectError::Build(e.to_string()))?;
+        let config = crate::subjects::one_bandwidth(&setup.config)?;
         let context = Context {
             capacity: config.capacity(),
             rate_numer: config.rate().numer(),
