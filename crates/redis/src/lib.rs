@@ -17,6 +17,7 @@
 pub mod limiter;
 pub mod range;
 pub mod script;
+pub mod set;
 
 pub use limiter::{
     BuildError, MAX_RECORDS_PER_KEY, Outcome, ReconfigureError, RedisAcquireError, RedisBuilder,

@@ -26,7 +26,7 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use bucketproof_limiter::{BucketState, Config};
+use bucketproof_limiter::{Bandwidths, BucketState, Config};
 use redis::aio::ConnectionManager;
 use redis::{Client, Script};
 
@@ -50,6 +50,8 @@ use stats::Counters;
 /// takes `&self` (the connection is multiplexed and pipelines concurrent calls).
 pub struct RedisLimiter {
     settings: RedisBuilder,
+    /// The set script and its pre-rendered arguments, for a limiter of several bandwidths.
+    set: Option<SetWire>,
     fingerprint: String,
     /// Arguments that never change, rendered once.
     capacity_arg: String,
@@ -68,6 +70,15 @@ pub struct RedisLimiter {
     started: Instant,
 }
 
+/// What a limiter of several bandwidths sends: its own scripts and arguments rendered once.
+struct SetWire {
+    script: Script,
+    peek: Script,
+    fingerprint: String,
+    /// Per bandwidth: capacity in units, p, units per token.
+    bandwidths: Vec<(String, u64, String)>,
+}
+
 impl std::fmt::Debug for RedisLimiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisLimiter")
@@ -77,9 +88,15 @@ impl std::fmt::Debug for RedisLimiter {
 }
 
 impl RedisLimiter {
-    /// The config every key uses.
+    /// The config every key uses; for a limiter of several bandwidths, the first bandwidth's (see
+    /// [`RedisLimiter::bandwidths`]).
     pub fn config(&self) -> Config {
         self.settings.config
+    }
+
+    /// The bandwidths every key uses (one for a limiter built from a [`Config`]).
+    pub fn bandwidths(&self) -> &Bandwidths {
+        &self.settings.bandwidths
     }
 
     /// The Redis key holding `user`'s bucket and request-id records: `PREFIX{user}`, so everything of
