@@ -6,6 +6,12 @@
 //! core), splitting instants into limbs, rebuilding the [`Decision`](bucketproof_limiter::Decision), retries, and the explicit policy for
 //! when Redis cannot be reached.
 //!
+//! Several bandwidths: a limiter built from a [`Bandwidths`] set of more than one runs `set.lua`
+//! instead, still one `EVALSHA` on the user's one hash: every bandwidth's balance beside the one cursor,
+//! all charged or none, each bandwidth's part in the reply. `acquire_set*` return that whole decision,
+//! `acquire*` its binding part; the cost bound (the smallest capacity) is checked here before sending.
+//! Per-key `reconfigure` of such a limiter is refused ([`ReconfigureError::SeveralBandwidths`]).
+//!
 //! Retries: a call whose reply was lost may or may not have run. With a request id, retrying is safe
 //! (the script answers a known id with the recorded decision and charges nothing), so the limiter retries.
 //! Without one it retries only when the connection was refused (nothing can have run); otherwise a lost
