@@ -3,10 +3,15 @@
 //!
 //! - [`script`]: the Lua source and its wire format; the script does read, replay check, refill, decide,
 //!   write, request-id record and TTL in one `EVALSHA` (reloaded on `NOSCRIPT` by `redis::Script`).
-//! - [`range`]: the configs the script computes exactly (Lua numbers are doubles) and the typed error
+//! - [`set`]: a key of several bandwidths (a [`Bandwidths`](bucketproof_limiter::Bandwidths) set): its
+//!   script `set.lua`, which keeps every bandwidth's balance beside the one cursor in the user's one hash
+//!   and decides all or none in one call, and the rebuilding of the in-memory
+//!   [`Decisions`](bucketproof_limiter::Decisions) from its reply.
+//! - [`range`]: the configs the script computes exactly (per bandwidth, for a set) (Lua numbers are doubles) and the typed error
 //!   for the others.
 //! - [`limiter`]: [`RedisLimiter`], the async front end with the in-memory limiter's shape
-//!   (`acquire`, `acquire_at`, `acquire_with(Request)` returning [`Acquired`](bucketproof_limiter::Acquired)),
+//!   (`acquire`, `acquire_at`, `acquire_with(Request)` returning [`Acquired`](bucketproof_limiter::Acquired),
+//!   and `acquire_set*` returning every bandwidth's part),
 //!   server time by default or an injected `now`, and the explicit policy for an unavailable store.
 //!
 //! Time: instants are `u64` nanoseconds, beyond the 2^53 a double holds, so they cross into Lua as two
@@ -17,6 +22,7 @@
 pub mod limiter;
 pub mod range;
 pub mod script;
+pub mod set;
 
 pub use limiter::{
     BuildError, MAX_RECORDS_PER_KEY, Outcome, ReconfigureError, RedisAcquireError, RedisBuilder,

@@ -7,8 +7,10 @@
 //! without duplicating any arithmetic. The script's own `reset`/`retry` quotients are then compared with
 //! the rebuilt decision, so a disagreement between Lua and Rust is an error, never a silent rounding.
 
-use bucketproof_limiter::internal::{Attempt, transition};
-use bucketproof_limiter::{BucketState, Config, Decision, NANOS_PER_SECOND, Nanos, Rate, Wait};
+use bucketproof_limiter::internal::{Attempt, transition, transition_set};
+use bucketproof_limiter::{
+    Bandwidths, BucketState, Config, Decision, Decisions, NANOS_PER_SECOND, Nanos, Rate, Wait,
+};
 use redis::Script;
 
 /// The Lua source: read, replay check, refill, decide, write, record, TTL.
@@ -198,6 +200,42 @@ impl Reply {
         Ok(decision)
     }
 
+    /// The same decision as a set's (one part): what `acquire_set_with` answers for a key of one
+    /// bandwidth. Built by the core's set transition from the same state and checked equal to
+    /// [`Reply::decision`].
+    pub fn decisions(&self, default: &Config) -> Result<Decisions, ReplyError> {
+        let decision = self.decision(default)?;
+        let set = Bandwidths::from(decision.config());
+        let bad = |reason| ReplyError {
+            reply: self.raw(),
+            reason,
+        };
+        // `decision` checked that the cost is a whole number of tokens.
+        let before = self.balance as u128
+            + if self.allowed {
+                self.cost_units as u128
+            } else {
+                0
+            };
+        let cost = u64::try_from(self.cost_units as u128 / set.first().units_per_token())
+            .map_err(|_| bad("cost above u64"))?;
+        let state = crate::set::set_state(&set, &[before], self.t)
+            .ok_or_else(|| bad("not a state at this cursor"))?;
+        let (_, decisions) = transition_set(
+            &set,
+            &state,
+            Attempt {
+                cost,
+                now: self.now,
+            },
+        )
+        .map_err(|_| bad("cost invalid for config"))?;
+        if decisions.bandwidths() != [decision] {
+            return Err(bad("set decision differs from the one-bandwidth decision"));
+        }
+        Ok(decisions)
+    }
+
     fn raw(&self) -> Vec<i64> {
         let (t_s, t_n) = limbs(self.t);
         let (n_s, n_n) = limbs(self.now);
@@ -226,7 +264,7 @@ impl Reply {
 
 /// Does the exact wait agree with the script's quotient `q` (ns from `t`; 0 = nothing missing;
 /// -1 = never)? A full bucket waits 0 whatever the lag (semantics: `0` if full).
-fn wait_matches(exact: Wait, q: i64, lag: Nanos, now: Nanos) -> bool {
+pub(crate) fn wait_matches(exact: Wait, q: i64, lag: Nanos, now: Nanos) -> bool {
     let expected = match q {
         -1 => Wait::Never,
         0 => Wait::After(0),

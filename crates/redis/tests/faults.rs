@@ -350,3 +350,90 @@ async fn redis_stopped_mid_run_each_policy_holds() {
     assert_eq!((o.unavailable, o.fail_open), (40, 40), "{o:?}");
     assert_eq!(c.redis_decisions + l.redis_decisions + o.redis_decisions, 3);
 }
+
+/// The same policies for a limiter of several bandwidths (`acquire_set*`): fail-closed errors, the local
+/// budget decides as its one bucket (a decision of one part), fail-open answers a fresh key's decision
+/// under the whole set; an invalid cost is refused as it is with Redis up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_under_each_policy_when_redis_stops() {
+    let Some(_url) = redis_url("a_set_under_each_policy_when_redis_stops") else {
+        return;
+    };
+    let Some(mut server) = OwnServer::start() else {
+        panic!("REDIS_URL is set but redis-server cannot be started for the stop test");
+    };
+    let url = server.url();
+    wait_until_up(&url).await;
+    let config = |capacity, p, q| Config::new(capacity, Rate::new(p, q).unwrap()).unwrap();
+    let set = bucketproof_limiter::Bandwidths::new([
+        bucketproof_limiter::Bandwidth::new(config(5, 5, 1)),
+        bucketproof_limiter::Bandwidth::new(config(20, 20, 60)),
+        bucketproof_limiter::Bandwidth::new(config(100, 100, 86_400)),
+    ])
+    .unwrap();
+    let budget = Config::new(3, Rate::ZERO).unwrap();
+    let build = |policy| {
+        RedisLimiter::builder(set.clone())
+            .prefix("stop-set:")
+            .on_unavailable(policy)
+            .attempts(2)
+            .response_timeout(Duration::from_millis(200))
+            .retry_backoff(Duration::from_millis(1))
+            .connect(&url)
+    };
+    let closed = build(Unavailable::FailClosed).await.unwrap();
+    let local = build(Unavailable::LocalBudget { budget }).await.unwrap();
+    let open = build(Unavailable::FailOpen).await.unwrap();
+    for limiter in [&closed, &local, &open] {
+        let outcome = limiter.acquire_set("u", 1).await.unwrap();
+        assert_eq!(outcome.source, Source::Redis);
+        assert_eq!(outcome.decisions().bandwidths().len(), 3);
+    }
+
+    server.kill();
+
+    let mut local_admitted = 0;
+    for i in 0..10u64 {
+        let request = Request::cost(1).id(i).at(i);
+        match closed.acquire_set_with("u", request).await {
+            Err(RedisAcquireError::Unavailable { .. }) => {}
+            other => panic!("fail-closed must error, got {other:?}"),
+        }
+        let outcome = local.acquire_set_with("u", request).await.unwrap();
+        assert_eq!(outcome.source, Source::LocalBudget);
+        assert_eq!(
+            outcome.decisions().bandwidths().len(),
+            1,
+            "the budget's one bucket"
+        );
+        local_admitted += outcome.decisions().is_allowed() as u32;
+        let outcome = open.acquire_set_with("u", request).await.unwrap();
+        assert_eq!(outcome.source, Source::FailOpen);
+        let parts = outcome.decisions().bandwidths();
+        assert!(outcome.decisions().is_allowed());
+        assert_eq!(
+            parts
+                .iter()
+                .map(|p| p.remaining().whole())
+                .collect::<Vec<_>>(),
+            [4, 19, 99],
+            "a fresh key's decision under the whole set"
+        );
+        // `acquire_with` on the set limiter: the same fallback, its binding part.
+        assert_eq!(
+            open.acquire_with("u", request).await.unwrap().source,
+            Source::FailOpen
+        );
+    }
+    assert_eq!(
+        local_admitted, 3,
+        "the local budget admits exactly its 3 tokens"
+    );
+    // The cost bound is the smallest capacity, with or without Redis.
+    assert!(matches!(
+        open.acquire_set("u", 6).await,
+        Err(RedisAcquireError::Invalid(_))
+    ));
+    assert_eq!(closed.stats().fail_closed, 10);
+    assert_eq!(open.stats().fail_open, 20);
+}

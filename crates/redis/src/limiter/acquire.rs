@@ -9,14 +9,15 @@
 
 use std::time::Duration;
 
-use bucketproof_limiter::{AcquireError, Acquired, Nanos, Request, RequestId};
-use redis::RedisError;
+use bucketproof_limiter::{AcquireError, Acquired, Decisions, Nanos, Request, RequestId};
+use redis::{RedisError, ScriptInvocation};
 
 use super::RedisLimiter;
 use super::error::RedisAcquireError;
 use super::policy::{Outcome, Source};
 use super::stats::bump;
 use crate::script::{Reply, limbs};
+use crate::set::SetReply;
 
 /// The longest pause between two attempts.
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
@@ -39,25 +40,51 @@ impl RedisLimiter {
 
     /// The full form, as the in-memory limiter's `acquire_with`: `request.now == None` uses the Redis
     /// server's `TIME`; a request id makes retries (ours and the caller's) charge at most once.
+    ///
+    /// For a limiter of several bandwidths this is [`RedisLimiter::acquire_set_with`] with the
+    /// decision's binding part ([`Decisions::binding`]), as the in-memory limiter's `acquire_at` on
+    /// such a key: for a denial the bandwidth with the largest wait, for an allow the one with the
+    /// fewest whole tokens left.
     pub async fn acquire_with(
         &self,
         user: &str,
         request: Request,
     ) -> Result<Outcome, RedisAcquireError> {
+        if self.set.is_some() {
+            return Ok(self.acquire_set_with(user, request).await?.binding());
+        }
+        let config = self.settings.config;
+        match self.call_one(user, request).await? {
+            Ok(reply) => {
+                let decision = reply.decision(&config)?;
+                self.count(reply.replayed);
+                Ok(Outcome {
+                    acquired: Acquired {
+                        decision,
+                        created: reply.created,
+                        replayed: reply.replayed,
+                    },
+                    source: Source::Redis,
+                    seq: reply.seq,
+                })
+            }
+            Err((attempts, last)) => self.unavailable(request, attempts, last),
+        }
+    }
+
+    /// One call of today's one-bandwidth script: its reply, or `Err((attempts, last))` for the
+    /// outage policy.
+    async fn call_one(
+        &self,
+        user: &str,
+        request: Request,
+    ) -> Result<Result<Reply, (u32, RedisError)>, RedisAcquireError> {
         let config = self.settings.config;
         // Step 1 of the semantics (cost 0 or above the key's capacity) is checked inside the script,
         // against the key's effective config (its override, if reconfigured): nothing changes.
         let key = self.redis_key(user);
         let mut invocation = self.script.key(&key);
-        let (mode, now_s, now_n, ttl_floor_ms) = match request.now {
-            Some(now) => {
-                let (s, n) = limbs(now);
-                let floor =
-                    u64::try_from(self.settings.injected_ttl_floor.as_millis()).unwrap_or(u64::MAX);
-                ("i", s, n, floor)
-            }
-            None => ("s", 0, 0, 0),
-        };
+        let (mode, now_s, now_n, ttl_floor_ms) = self.time_args(request.now);
         let (win_s, win_n) = self.window_arg;
         invocation
             .arg(mode)
@@ -74,37 +101,166 @@ impl RedisLimiter {
             .arg(ttl_floor_ms)
             .arg(&self.unit_arg)
             .arg(config.capacity());
+        Ok(
+            match self.invoke(&invocation, request, config.capacity()).await? {
+                Ok(raw) => Ok(Reply::parse(raw)?),
+                Err(unavailable) => Err(unavailable),
+            },
+        )
+    }
 
+    /// Takes `cost` tokens for `user` at the server's time, with every bandwidth's part.
+    pub async fn acquire_set(
+        &self,
+        user: &str,
+        cost: u64,
+    ) -> Result<Outcome<Decisions>, RedisAcquireError> {
+        self.acquire_set_with(user, Request::cost(cost)).await
+    }
+
+    /// Takes `cost` tokens for `user` at the injected time `now`, with every bandwidth's part.
+    pub async fn acquire_set_at(
+        &self,
+        user: &str,
+        cost: u64,
+        now: Nanos,
+    ) -> Result<Outcome<Decisions>, RedisAcquireError> {
+        self.acquire_set_with(user, Request::cost(cost).at(now))
+            .await
+    }
+
+    /// [`RedisLimiter::acquire_with`] with every bandwidth's part of the decision (one part for a
+    /// limiter of one bandwidth, which runs today's script unchanged).
+    ///
+    /// A key of several bandwidths is one hash and one script call (`set.lua`): every bandwidth
+    /// refilled from the one cursor by its own rate, allowed iff every one covers `cost`, then all
+    /// charged, otherwise none; [`Decisions::retry_after`] is the largest wait. A cost of 0 or above
+    /// the smallest capacity is refused here, before anything is sent. A replay returns the whole
+    /// recorded decision. Retries and the outage policy are those of `acquire_with`.
+    pub async fn acquire_set_with(
+        &self,
+        user: &str,
+        request: Request,
+    ) -> Result<Outcome<Decisions>, RedisAcquireError> {
+        let Some(wire) = &self.set else {
+            return self.acquire_one_as_set(user, request).await;
+        };
+        let set = &self.settings.bandwidths;
+        let bound = set.cost_bound();
+        if request.cost == 0 || request.cost > bound {
+            return Err(AcquireError::InvalidCost {
+                cost: request.cost,
+                capacity: bound,
+            }
+            .into());
+        }
+        let key = self.redis_key(user);
+        let mut invocation = wire.script.key(&key);
+        let (mode, now_s, now_n, ttl_floor_ms) = self.time_args(request.now);
+        let (win_s, win_n) = self.window_arg;
+        invocation
+            .arg(mode)
+            .arg(now_s)
+            .arg(now_n)
+            .arg(&wire.fingerprint)
+            .arg(request.cost)
+            .arg(request.request_id.map(id_text).unwrap_or_default())
+            .arg(win_s)
+            .arg(win_n)
+            .arg(self.settings.dedupe_per_key)
+            .arg(ttl_floor_ms)
+            .arg(bound)
+            .arg(set.len());
+        for (capacity, p, unit) in &wire.bandwidths {
+            invocation.arg(capacity).arg(*p).arg(unit);
+        }
+        match self.invoke(&invocation, request, bound).await? {
+            Ok(raw) => {
+                let reply = SetReply::parse(raw)?;
+                let decisions = reply.decisions(set)?;
+                self.count(reply.replayed);
+                Ok(Outcome {
+                    acquired: Acquired {
+                        decision: decisions,
+                        created: reply.created,
+                        replayed: reply.replayed,
+                    },
+                    source: Source::Redis,
+                    seq: reply.seq,
+                })
+            }
+            Err((attempts, last)) => self.unavailable_set(request, attempts, last),
+        }
+    }
+
+    /// `acquire_set_with` on a limiter of one bandwidth: today's call, its decision as a set of one
+    /// (under the key's override config if it has one).
+    async fn acquire_one_as_set(
+        &self,
+        user: &str,
+        request: Request,
+    ) -> Result<Outcome<Decisions>, RedisAcquireError> {
+        match self.call_one(user, request).await? {
+            Ok(reply) => {
+                let decisions = reply.decisions(&self.settings.config)?;
+                self.count(reply.replayed);
+                Ok(Outcome {
+                    acquired: Acquired {
+                        decision: decisions,
+                        created: reply.created,
+                        replayed: reply.replayed,
+                    },
+                    source: Source::Redis,
+                    seq: reply.seq,
+                })
+            }
+            Err((attempts, last)) => self.unavailable_set(request, attempts, last),
+        }
+    }
+
+    /// The time arguments: mode, now's limbs, and the TTL floor (injected time only).
+    fn time_args(&self, now: Option<Nanos>) -> (&'static str, u64, u64, u64) {
+        match now {
+            Some(now) => {
+                let (s, n) = limbs(now);
+                let floor =
+                    u64::try_from(self.settings.injected_ttl_floor.as_millis()).unwrap_or(u64::MAX);
+                ("i", s, n, floor)
+            }
+            None => ("s", 0, 0, 0),
+        }
+    }
+
+    fn count(&self, replayed: bool) {
+        bump(&self.counters.redis_decisions);
+        if replayed {
+            bump(&self.counters.replayed);
+        }
+    }
+
+    /// Runs `invocation` under the retry rule: the raw reply, or `Err((attempts, last))` when Redis was
+    /// unavailable (for the outage policy), or a typed error. `capacity` names the cost bound in an
+    /// invalid-cost error when the script's own message cannot be read.
+    async fn invoke(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        request: Request,
+        capacity: u64,
+    ) -> Result<Result<Vec<i64>, (u32, RedisError)>, RedisAcquireError> {
         let mut backoff = self.settings.retry_backoff;
         let mut attempts = 0;
-        let last = loop {
+        loop {
             attempts += 1;
             let mut conn = self.conn.clone();
             // The connection manager applies the response timeout to every command.
             let call = invocation.invoke_async::<Vec<i64>>(&mut conn).await;
             let error = match call {
-                Ok(raw) => {
-                    let reply = Reply::parse(raw)?;
-                    let decision = reply.decision(&config)?;
-                    bump(&self.counters.redis_decisions);
-                    if reply.replayed {
-                        bump(&self.counters.replayed);
-                    }
-                    return Ok(Outcome {
-                        acquired: Acquired {
-                            decision,
-                            created: reply.created,
-                            replayed: reply.replayed,
-                        },
-                        source: Source::Redis,
-                        seq: reply.seq,
-                    });
-                }
+                Ok(raw) => return Ok(Ok(raw)),
                 Err(e) if e.code() == Some("BPCOST") => {
                     let capacity = e
                         .detail()
                         .and_then(|d| d.trim().parse().ok())
-                        .unwrap_or(config.capacity());
+                        .unwrap_or(capacity);
                     return Err(AcquireError::InvalidCost {
                         cost: request.cost,
                         capacity,
@@ -122,13 +278,12 @@ impl RedisLimiter {
             // Retrying is safe with a request id (a replay charges nothing) or when nothing was sent.
             let safe = request.request_id.is_some() || error.is_connection_refusal();
             if attempts >= self.settings.attempts || !safe {
-                break error;
+                return Ok(Err((attempts, error)));
             }
             bump(&self.counters.retries);
             tokio::time::sleep(backoff).await;
             backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
-        };
-        self.unavailable(request, attempts, last)
+        }
     }
 }
 

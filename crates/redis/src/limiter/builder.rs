@@ -10,17 +10,18 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use bucketproof_limiter::{Config, Nanos, defaults};
+use bucketproof_limiter::{Bandwidths, Config, Nanos, defaults};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
 
-use super::RedisLimiter;
 use super::error::BuildError;
-use super::peek::PEEK_SOURCE;
+use super::peek::{PEEK_SET_SOURCE, PEEK_SOURCE};
 use super::policy::Unavailable;
 use super::stats::Counters;
+use super::{RedisLimiter, SetWire};
 use crate::range::check_exact;
 use crate::script::{fingerprint, limbs, script};
+use crate::set::{set_fingerprint, set_script};
 
 /// Upper bound on request-id records per key (each acquire may evict a few; keeps the script short).
 pub const MAX_RECORDS_PER_KEY: usize = 1024;
@@ -28,6 +29,9 @@ pub const MAX_RECORDS_PER_KEY: usize = 1024;
 /// Settings of a [`RedisLimiter`]; build one with [`RedisLimiter::builder`].
 #[derive(Clone, Debug)]
 pub struct RedisBuilder {
+    /// Every key's bandwidths (one, or several: then `set.lua` decides).
+    pub(super) bandwidths: Bandwidths,
+    /// The first bandwidth's config: the whole config of a limiter of one bandwidth.
     pub(super) config: Config,
     pub(super) prefix: String,
     pub(super) dedupe_window: Nanos,
@@ -98,8 +102,13 @@ impl RedisBuilder {
     }
 
     /// Validates the settings, connects, and loads the script.
+    ///
+    /// Every bandwidth must be in the exact range on its own ([`check_exact`]): the script computes
+    /// each bandwidth's numbers apart, so the bound is per bandwidth, not on their sum.
     pub async fn connect(self, url: &str) -> Result<RedisLimiter, BuildError> {
-        check_exact(&self.config)?;
+        for bandwidth in self.bandwidths.as_slice() {
+            check_exact(bandwidth.config())?;
+        }
         if self.prefix.contains(['{', '}']) {
             return Err(BuildError::Prefix(self.prefix));
         }
@@ -126,7 +135,36 @@ impl RedisBuilder {
             .load_async(&mut conn)
             .await
             .map_err(BuildError::Connect)?;
+        let set = if self.bandwidths.len() > 1 {
+            let set_script = set_script();
+            set_script
+                .prepare_invoke()
+                .load_async(&mut conn)
+                .await
+                .map_err(BuildError::Connect)?;
+            Some(SetWire {
+                script: set_script,
+                peek: Script::new(PEEK_SET_SOURCE),
+                fingerprint: set_fingerprint(&self.bandwidths),
+                bandwidths: self
+                    .bandwidths
+                    .as_slice()
+                    .iter()
+                    .map(|b| {
+                        let config = b.config();
+                        (
+                            config.capacity_units().to_string(),
+                            config.units_per_nanosecond(),
+                            config.units_per_token().to_string(),
+                        )
+                    })
+                    .collect(),
+            })
+        } else {
+            None
+        };
         Ok(RedisLimiter {
+            set,
             fingerprint: fingerprint(&self.config),
             capacity_arg: self.config.capacity_units().to_string(),
             unit_arg: self.config.units_per_token().to_string(),
@@ -144,10 +182,14 @@ impl RedisBuilder {
 }
 
 impl RedisLimiter {
-    /// Settings for a limiter with `config` for every key; see [`RedisBuilder`].
-    pub fn builder(config: Config) -> RedisBuilder {
+    /// Settings for a limiter with `config` for every key; see [`RedisBuilder`]. `config` is a
+    /// [`Config`] or a [`Bandwidths`] set: with several bandwidths, every key holds all of them in its
+    /// one hash and one script call decides on all (a set of one is exactly its [`Config`]).
+    pub fn builder(config: impl Into<Bandwidths>) -> RedisBuilder {
+        let bandwidths = config.into();
         RedisBuilder {
-            config,
+            config: *bandwidths.first(),
+            bandwidths,
             prefix: "bp:".to_string(),
             dedupe_window: defaults::DEDUPE_WINDOW,
             dedupe_per_key: defaults::DEDUPE_PER_KEY,

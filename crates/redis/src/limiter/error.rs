@@ -18,7 +18,8 @@ use crate::script::ReplyError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RedisAcquireError {
-    /// The request is invalid (cost 0 or above capacity); nothing was sent, nothing changed.
+    /// The request is invalid (cost 0 or above capacity, for several bandwidths the smallest);
+    /// nothing changed.
     #[error(transparent)]
     Invalid(#[from] AcquireError),
     /// Redis could not be reached and the policy is [`Unavailable::FailClosed`](super::Unavailable::FailClosed). Not a denial.
@@ -78,4 +79,14 @@ pub enum ReconfigureError {
     /// Redis failed or could not be reached.
     #[error("Redis error during reconfigure: {0}")]
     Redis(#[source] RedisError),
+    /// The limiter's keys have several bandwidths, and a key of several bandwidths cannot be
+    /// reconfigured per key on Redis (not supported yet). Nothing was sent.
+    #[error(
+        "reconfigure of a key with {bandwidths} bandwidths is not supported on Redis \
+         (per-key overrides exist for limiters of one bandwidth only)"
+    )]
+    SeveralBandwidths {
+        /// The bandwidths of the limiter's keys.
+        bandwidths: usize,
+    },
 }

@@ -6,6 +6,12 @@
 //! core), splitting instants into limbs, rebuilding the [`Decision`](bucketproof_limiter::Decision), retries, and the explicit policy for
 //! when Redis cannot be reached.
 //!
+//! Several bandwidths: a limiter built from a [`Bandwidths`] set of more than one runs `set.lua`
+//! instead, still one `EVALSHA` on the user's one hash: every bandwidth's balance beside the one cursor,
+//! all charged or none, each bandwidth's part in the reply. `acquire_set*` return that whole decision,
+//! `acquire*` its binding part; the cost bound (the smallest capacity) is checked here before sending.
+//! Per-key `reconfigure` of such a limiter is refused ([`ReconfigureError::SeveralBandwidths`]).
+//!
 //! Retries: a call whose reply was lost may or may not have run. With a request id, retrying is safe
 //! (the script answers a known id with the recorded decision and charges nothing), so the limiter retries.
 //! Without one it retries only when the connection was refused (nothing can have run); otherwise a lost
@@ -26,7 +32,7 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use bucketproof_limiter::{BucketState, Config};
+use bucketproof_limiter::{Bandwidths, BucketState, Config};
 use redis::aio::ConnectionManager;
 use redis::{Client, Script};
 
@@ -50,6 +56,8 @@ use stats::Counters;
 /// takes `&self` (the connection is multiplexed and pipelines concurrent calls).
 pub struct RedisLimiter {
     settings: RedisBuilder,
+    /// The set script and its pre-rendered arguments, for a limiter of several bandwidths.
+    set: Option<SetWire>,
     fingerprint: String,
     /// Arguments that never change, rendered once.
     capacity_arg: String,
@@ -68,6 +76,15 @@ pub struct RedisLimiter {
     started: Instant,
 }
 
+/// What a limiter of several bandwidths sends: its own scripts and arguments rendered once.
+struct SetWire {
+    script: Script,
+    peek: Script,
+    fingerprint: String,
+    /// Per bandwidth: capacity in units, p, units per token.
+    bandwidths: Vec<(String, u64, String)>,
+}
+
 impl std::fmt::Debug for RedisLimiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisLimiter")
@@ -77,9 +94,15 @@ impl std::fmt::Debug for RedisLimiter {
 }
 
 impl RedisLimiter {
-    /// The config every key uses.
+    /// The config every key uses; for a limiter of several bandwidths, the first bandwidth's (see
+    /// [`RedisLimiter::bandwidths`]).
     pub fn config(&self) -> Config {
         self.settings.config
+    }
+
+    /// The bandwidths every key uses (one for a limiter built from a [`Config`]).
+    pub fn bandwidths(&self) -> &Bandwidths {
+        &self.settings.bandwidths
     }
 
     /// The Redis key holding `user`'s bucket and request-id records: `PREFIX{user}`, so everything of

@@ -8,10 +8,10 @@
 use bucketproof_limiter::internal::snapshot;
 use bucketproof_limiter::{BucketState, Nanos, Peek};
 
-use super::RedisLimiter;
 use super::acquire::is_unavailable;
 use super::error::RedisAcquireError;
 use super::stored::{parse_override, stored_int, stored_state};
+use super::{RedisLimiter, SetWire};
 use crate::script::{ReplyError, limbs};
 
 /// Read-only: the time to peek at (server `TIME` or injected limbs) and the stored state, in one atomic
@@ -28,12 +28,46 @@ local h = redis.call('HMGET', KEYS[1], 'b', 's', 'n', 'g', 'o')
 return {s, n, h[1], h[2], h[3], h[4], h[5]}
 "#;
 
+/// Read-only, for a key of several bandwidths: the time and the cursor, fingerprint, override field
+/// and every bandwidth's balance (`b1` .. `bn`, n = ARGV[4]) in one atomic call.
+pub(super) const PEEK_SET_SOURCE: &str = r#"
+local s, n
+if ARGV[1] == 's' then
+  local tm = redis.call('TIME')
+  s = tm[1]; n = tostring(tonumber(tm[2]) * 1000)
+else
+  s = ARGV[2]; n = ARGV[3]
+end
+local fields = {'s', 'n', 'g', 'o'}
+for i = 1, tonumber(ARGV[4]) do fields[#fields + 1] = 'b' .. i end
+local h = redis.call('HMGET', KEYS[1], unpack(fields))
+local reply = {s, n}
+for i = 1, #fields do reply[#reply + 1] = h[i] or false end
+return reply
+"#;
+
 impl RedisLimiter {
     /// Read-only look at `user`'s bucket at `now` (`None`: the server's time): what an acquire would
     /// see after refilling, computed exactly in Rust by the core's `snapshot` from one atomic read.
     /// Nothing is written, refilled or created. Not covered by the unavailability policy: an
     /// unreachable Redis is an error here.
+    ///
+    /// For a limiter of several bandwidths: the bandwidth with the fewest whole tokens (the first of
+    /// equals), as the in-memory limiter's `peek_at`; [`RedisLimiter::peek_set`] gives all.
     pub async fn peek(&self, user: &str, now: Option<Nanos>) -> Result<Peek, RedisAcquireError> {
+        if let Some(wire) = &self.set {
+            let mut parts = self.peek_several(wire, user, now).await?;
+            // `min_by_key` keeps the first of equals.
+            let fewest = (0..parts.len())
+                .min_by_key(|&i| parts[i].remaining.whole())
+                .unwrap_or(0);
+            return Ok(parts.swap_remove(fewest));
+        }
+        self.peek_one(user, now).await
+    }
+
+    /// The peek of a limiter of one bandwidth.
+    async fn peek_one(&self, user: &str, now: Option<Nanos>) -> Result<Peek, RedisAcquireError> {
         let config = self.settings.config;
         let mut conn = self.conn.clone();
         let (mode, s, n) = match now {
@@ -103,5 +137,101 @@ impl RedisLimiter {
             present,
             config,
         })
+    }
+}
+
+impl RedisLimiter {
+    /// Every bandwidth's read-only view of `user` at `now` (`None`: the server's time), in the set's
+    /// order: one atomic read of the key's hash, each bandwidth's view computed exactly by the core's
+    /// `snapshot` from the one cursor. Nothing is written. For a limiter of one bandwidth, `[peek]`.
+    pub async fn peek_set(
+        &self,
+        user: &str,
+        now: Option<Nanos>,
+    ) -> Result<Vec<Peek>, RedisAcquireError> {
+        match &self.set {
+            Some(wire) => self.peek_several(wire, user, now).await,
+            None => Ok(vec![self.peek_one(user, now).await?]),
+        }
+    }
+
+    async fn peek_several(
+        &self,
+        wire: &SetWire,
+        user: &str,
+        now: Option<Nanos>,
+    ) -> Result<Vec<Peek>, RedisAcquireError> {
+        let set = &self.settings.bandwidths;
+        let mut conn = self.conn.clone();
+        let (mode, s, n) = match now {
+            Some(now) => {
+                let (s, n) = limbs(now);
+                ("i", s, n)
+            }
+            None => ("s", 0, 0),
+        };
+        let raw: Vec<Option<String>> = wire
+            .peek
+            .key(self.redis_key(user))
+            .arg(mode)
+            .arg(s)
+            .arg(n)
+            .arg(set.len())
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| {
+                if is_unavailable(&e) {
+                    RedisAcquireError::Unavailable {
+                        attempts: 1,
+                        last: e,
+                    }
+                } else {
+                    RedisAcquireError::Script(e)
+                }
+            })?;
+        let bad = |reason| ReplyError {
+            reply: Vec::new(),
+            reason,
+        };
+        let int = |x: &Option<String>| -> Result<Option<u128>, ReplyError> {
+            x.as_deref().map(stored_int).transpose().map_err(bad)
+        };
+        let [now_s, now_n, ls, ln, g, o, balances @ ..] = &raw[..] else {
+            return Err(bad("peek reply too short").into());
+        };
+        if balances.len() != set.len() {
+            return Err(bad("peek reply is not one balance per bandwidth").into());
+        }
+        let now = crate::script::join(
+            int(now_s)?.unwrap_or(0) as i64,
+            int(now_n)?.unwrap_or(0) as i64,
+        )
+        .ok_or(bad("now outside u64 ns"))?;
+        let present = ls.is_some();
+        if present && (o.is_some() || g.as_deref() != Some(wire.fingerprint.as_str())) {
+            return Err(RedisAcquireError::ConfigMismatch(format!(
+                "stored config {g:?} differs from {}",
+                wire.fingerprint
+            )));
+        }
+        set.as_slice()
+            .iter()
+            .zip(balances)
+            .map(|(bandwidth, b)| {
+                let config = *bandwidth.config();
+                let state = match stored_state(&config, b, ls, ln).map_err(bad)? {
+                    Some(state) => state,
+                    None if present => return Err(bad("stored key lacks a bandwidth").into()),
+                    None => BucketState::full(&config, now),
+                };
+                let view = snapshot(&config, state, now);
+                Ok(Peek {
+                    remaining: view.remaining,
+                    reset_after: view.reset_after,
+                    present,
+                    config,
+                })
+            })
+            .collect()
     }
 }

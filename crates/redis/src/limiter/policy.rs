@@ -7,8 +7,11 @@
 //! error ([`RedisAcquireError::Unavailable`]), never an ordinary denial; an invalid cost is refused as
 //! it is with Redis up; a cost above the whole local budget is a flagged denial that charges nothing.
 
-use bucketproof_limiter::internal::{Attempt, transition};
-use bucketproof_limiter::{Acquired, BucketState, Config, Decision, Nanos, Request};
+use bucketproof_limiter::internal::{Attempt, transition, transition_set};
+use bucketproof_limiter::{
+    AcquireError, Acquired, Bandwidths, BucketState, Config, Decision, Decisions, Nanos, Request,
+    SetState,
+};
 use redis::RedisError;
 
 use super::RedisLimiter;
@@ -44,10 +47,12 @@ pub enum Source {
 }
 
 /// An acquire's result: the same [`Acquired`] the in-memory limiter returns, plus where it came from.
+/// `Outcome` carries one [`Decision`] (`acquire*`); `Outcome<Decisions>` every bandwidth's part
+/// (`acquire_set*`), under the same outage policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Outcome {
+pub struct Outcome<D = Decision> {
     /// Decision, whether the bucket was created, whether it was a replay.
-    pub acquired: Acquired,
+    pub acquired: Acquired<D>,
     /// Redis, or which fallback.
     pub source: Source,
     /// The key's transition counter in Redis after this decision (0 for a fallback decision). Tests
@@ -59,6 +64,27 @@ impl Outcome {
     /// The decision.
     pub fn decision(&self) -> Decision {
         self.acquired.decision
+    }
+}
+
+impl Outcome<Decisions> {
+    /// Every bandwidth's part of the decision.
+    pub fn decisions(&self) -> &Decisions {
+        &self.acquired.decision
+    }
+
+    /// The same outcome with the binding part ([`Decisions::binding`]) as its one decision: what
+    /// `acquire*` answers for a key of several bandwidths, as the in-memory limiter's `acquire_at`.
+    pub fn binding(&self) -> Outcome {
+        Outcome {
+            acquired: Acquired {
+                decision: *self.acquired.decision.binding(),
+                created: self.acquired.created,
+                replayed: self.acquired.replayed,
+            },
+            source: self.source,
+            seq: self.seq,
+        }
     }
 }
 
@@ -99,32 +125,98 @@ impl RedisLimiter {
                 Ok(fallback(fresh_decision, Source::FailOpen))
             }
             Unavailable::LocalBudget { budget } => {
-                let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
-                let state = local.unwrap_or_else(|| BucketState::full(&budget, now));
-                let (next, decision) = if request.cost <= budget.capacity() {
-                    transition(&budget, state, attempt)?
-                } else {
-                    // Valid for the real config but larger than the whole local budget: a flagged
-                    // denial that can never succeed locally (shown as a full-budget request on an
-                    // empty bucket), and nothing is charged.
-                    let refilled = state.refilled(&budget, now);
-                    let empty = BucketState::new(&budget, 0, refilled.last_refill())
-                        .expect("an empty balance is within every capacity");
-                    let whole_budget = Attempt {
-                        cost: budget.capacity(),
-                        now,
-                    };
-                    (refilled, transition(&budget, empty, whole_budget)?.1)
-                };
-                *local = Some(next);
-                if decision.is_allowed() {
-                    bump(&self.counters.local_allowed);
-                } else {
-                    bump(&self.counters.local_denied);
-                }
+                let (_, _, decision) = self.local_budget(&budget, request.cost, now)?;
                 Ok(fallback(decision, Source::LocalBudget))
             }
         }
+    }
+
+    /// The unavailability policy for `acquire_set*`: as [`RedisLimiter::unavailable`], with every
+    /// bandwidth's part. Fail-open answers a fresh key's decision under the whole set; the local
+    /// budget is one bucket per instance, so its decision has one part (the budget's).
+    pub(super) fn unavailable_set(
+        &self,
+        request: Request,
+        attempts: u32,
+        last: RedisError,
+    ) -> Result<Outcome<Decisions>, RedisAcquireError> {
+        bump(&self.counters.unavailable);
+        let now = request.now.unwrap_or_else(|| self.local_now());
+        let set = &self.settings.bandwidths;
+        let attempt = Attempt {
+            cost: request.cost,
+            now,
+        };
+        // Validates the cost against the smallest capacity, and is what fail-open answers.
+        let (_, fresh) = transition_set(set, &SetState::full(set, now), attempt)?;
+        let fallback = |decision: Decisions, source| Outcome {
+            acquired: Acquired {
+                decision,
+                created: false,
+                replayed: false,
+            },
+            source,
+            seq: 0,
+        };
+        match self.settings.unavailable {
+            Unavailable::FailClosed => {
+                bump(&self.counters.fail_closed);
+                Err(RedisAcquireError::Unavailable { attempts, last })
+            }
+            Unavailable::FailOpen => {
+                bump(&self.counters.fail_open);
+                Ok(fallback(fresh, Source::FailOpen))
+            }
+            Unavailable::LocalBudget { budget } => {
+                let (state, asked, _) = self.local_budget(&budget, request.cost, now)?;
+                // The same decision, as a set of one: the core's set transition from the same state.
+                let one = Bandwidths::from(budget);
+                let (_, decisions) =
+                    crate::set::set_state(&one, &[state.balance()], state.last_refill())
+                        .map(|state| transition_set(&one, &state, asked))
+                        .expect("a local-budget state is a state of its budget")?;
+                Ok(fallback(decisions, Source::LocalBudget))
+            }
+        }
+    }
+
+    /// One decision of the local budget at `now`: the state it was decided on, the attempt it decided,
+    /// and the decision. The budget's state moves on.
+    fn local_budget(
+        &self,
+        budget: &Config,
+        cost: u64,
+        now: Nanos,
+    ) -> Result<(BucketState, Attempt, Decision), AcquireError> {
+        let mut local = self.local.lock().unwrap_or_else(|e| e.into_inner());
+        let state = local.unwrap_or_else(|| BucketState::full(budget, now));
+        let (on, asked) = if cost <= budget.capacity() {
+            (state, Attempt { cost, now })
+        } else {
+            // Valid for the real config but larger than the whole local budget: a flagged
+            // denial that can never succeed locally (shown as a full-budget request on an
+            // empty bucket), and nothing is charged.
+            let refilled = state.refilled(budget, now);
+            let empty = BucketState::new(budget, 0, refilled.last_refill())
+                .expect("an empty balance is within every capacity");
+            let whole_budget = Attempt {
+                cost: budget.capacity(),
+                now,
+            };
+            (empty, whole_budget)
+        };
+        let (next, decision) = transition(budget, on, asked)?;
+        *local = Some(if cost <= budget.capacity() {
+            next
+        } else {
+            state.refilled(budget, now)
+        });
+        if decision.is_allowed() {
+            bump(&self.counters.local_allowed);
+        } else {
+            bump(&self.counters.local_denied);
+        }
+        Ok((on, asked, decision))
     }
 
     fn local_now(&self) -> Nanos {

@@ -26,12 +26,20 @@ impl RedisLimiter {
     /// bucket, every later acquire of the key uses it, and the key no longer expires until
     /// [`RedisLimiter::forget`] (as the in-memory limiter keeps overrides). `new` must be in the exact
     /// range like every config.
+    ///
+    /// A limiter of several bandwidths has no per-key override: its keys are refused with
+    /// [`ReconfigureError::SeveralBandwidths`] before anything is sent (nothing changes).
     pub async fn reconfigure(
         &self,
         user: &str,
         new: Config,
         now: Option<Nanos>,
     ) -> Result<u64, ReconfigureError> {
+        if self.set.is_some() {
+            return Err(ReconfigureError::SeveralBandwidths {
+                bandwidths: self.settings.bandwidths.len(),
+            });
+        }
         check_exact(&new)?;
         let key = self.redis_key(user);
         let mut conn = self
