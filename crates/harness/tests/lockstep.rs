@@ -23,6 +23,13 @@ fn the_core_agrees_with_the_model_on_mixed_traces() {
 }
 
 #[test]
+fn the_core_agrees_with_the_model_on_mixed_traces_of_several_bandwidths() {
+    common::assert_agrees_on_set_traces(1..16, 2_000, |setup| {
+        Box::new(CoreSubject::new(setup).unwrap())
+    });
+}
+
+#[test]
 fn a_broken_subject_fails_and_shrinks_to_a_few_ops() {
     let setup = setup(3, "1/s");
     let ops = mixed_trace(500, 7);

@@ -21,6 +21,17 @@ fn the_redis_script_agrees_with_the_model_on_mixed_traces() {
     });
 }
 
+/// Keys of three bandwidths on the set script: every bandwidth's part against the model's.
+#[test]
+fn the_redis_set_script_agrees_with_the_model_on_mixed_traces() {
+    if !redis_available("the_redis_set_script_agrees_with_the_model_on_mixed_traces") {
+        return;
+    }
+    common::assert_agrees_on_set_traces(1..4, 600, |setup| {
+        Box::new(RedisSubject::new(setup).unwrap())
+    });
+}
+
 /// A 100-year idle gap and times near the end of the clock, at the edge of the script's exact range.
 #[test]
 fn the_redis_script_survives_century_gaps_at_the_edge_of_its_range() {

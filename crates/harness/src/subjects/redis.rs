@@ -4,13 +4,16 @@
 //! Needs a Redis at `REDIS_URL` (default `redis://127.0.0.1:6379/`). Each subject instance uses its own
 //! key prefix, so runs never see each other's buckets. The script has no sweep (Redis expires keys by
 //! TTL on its own clock), so `sweep` is a no-op and the runner follows any creation the script reports.
+//!
+//! A setup of several bandwidths per key runs on the limiter's set script; a reconfigure to or from
+//! several bandwidths is unsupported (the Redis limiter refuses it), so such a trace stops visibly.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bucketproof_redis::{RedisAcquireError, RedisLimiter};
 
 use crate::subject::{Observed, Subject, SubjectError};
-use crate::subjects::core::{observe_acquired, request, subject_error};
+use crate::subjects::core::{observe_acquired, observe_set, request, subject_error};
 use crate::trace::{Acquire, ConfigSpec, Setup};
 
 /// Distinguishes subjects made by one process; the process id distinguishes processes.
@@ -20,6 +23,8 @@ static INSTANCE: AtomicU64 = AtomicU64::new(0);
 pub struct RedisSubject {
     runtime: tokio::runtime::Runtime,
     limiter: RedisLimiter,
+    /// The default config has several bandwidths.
+    several: bool,
 }
 
 fn build(e: impl std::fmt::Display) -> SubjectError {
@@ -38,7 +43,8 @@ impl RedisSubject {
     pub fn new(setup: &Setup) -> Result<RedisSubject, SubjectError> {
         let url =
             std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
-        let config = crate::subjects::one_bandwidth(&setup.config)?;
+        let config = setup.config.to_bandwidths().map_err(build)?;
+        let several = config.len() > 1;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -59,7 +65,11 @@ impl RedisSubject {
                     .connect(&url),
             )
             .map_err(|e| build(format!("redis subject at {url}: {e}")))?;
-        Ok(RedisSubject { runtime, limiter })
+        Ok(RedisSubject {
+            runtime,
+            limiter,
+            several,
+        })
     }
 }
 
@@ -69,6 +79,21 @@ impl Subject for RedisSubject {
     }
 
     fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
+        if self.several {
+            let outcome = self
+                .runtime
+                .block_on(
+                    self.limiter
+                        .acquire_set_with(&acquire.key.to_string(), request(acquire)),
+                )
+                .map_err(store)?;
+            let acquired = &outcome.acquired;
+            return Ok(observe_set(
+                &acquired.decision,
+                acquired.created,
+                acquired.replayed,
+            ));
+        }
         let outcome = self
             .runtime
             .block_on(
@@ -80,6 +105,11 @@ impl Subject for RedisSubject {
     }
 
     fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
+        if self.several {
+            return Err(SubjectError::Unsupported(
+                "reconfigure of a key of several bandwidths on Redis",
+            ));
+        }
         let config = crate::subjects::one_bandwidth(config)?;
         self.runtime
             .block_on(
@@ -102,14 +132,16 @@ impl Subject for RedisSubject {
     }
 
     fn would_allow(&mut self, acquire: Acquire) -> Option<bool> {
-        let peek = self
+        let peeks = self
             .runtime
             .block_on(
                 self.limiter
-                    .peek(&acquire.key.to_string(), Some(acquire.now)),
+                    .peek_set(&acquire.key.to_string(), Some(acquire.now)),
             )
             .ok()?;
-        Some(peek.remaining.units() >= acquire.cost as u128 * peek.remaining.units_per_token())
+        Some(peeks.iter().all(|peek| {
+            peek.remaining.units() >= acquire.cost as u128 * peek.remaining.units_per_token()
+        }))
     }
 
     fn may_evict(&self) -> bool {

@@ -3,7 +3,7 @@
 
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_harness::scenario::sample::{self, below};
-use bucketproof_harness::{Acquire, ConfigSpec, Op, Setup, Subject};
+use bucketproof_harness::{Acquire, BandwidthSpec, ConfigSpec, Op, Setup, Subject};
 
 pub use bucketproof_harness::scenario::duration::SECOND;
 
@@ -50,26 +50,58 @@ pub fn assert_agrees_on_mixed_traces(
     len: usize,
     build: impl Fn(&Setup) -> Box<dyn Subject>,
 ) {
+    let setup = Setup::new(ConfigSpec::new(5, "3/2s"));
+    let events = [
+        "rollback",
+        "denied",
+        "invalid_cost",
+        "replayed",
+        "saturated",
+    ];
+    assert_agrees(seeds, &setup, |seed| mixed_trace(len, seed), &events, build);
+}
+
+/// The same mixed traces without reconfigurations on keys of three bandwidths (a burst, a sustained
+/// rate, a slow quota): every bandwidth's part judged, and denials where one bandwidth covered.
+pub fn assert_agrees_on_set_traces(
+    seeds: std::ops::Range<u64>,
+    len: usize,
+    build: impl Fn(&Setup) -> Box<dyn Subject>,
+) {
+    let setup = Setup::new(ConfigSpec::set([
+        BandwidthSpec::new(5, "3/2s"),
+        BandwidthSpec::new(8, "1/s").named("sustained"),
+        BandwidthSpec::new(12, "1/min"),
+    ]));
+    let ops = |seed| {
+        (mixed_trace(len, seed).into_iter())
+            .filter(|op| !matches!(op, Op::Reconfigure { .. }))
+            .collect()
+    };
+    let events = [
+        "rollback",
+        "denied",
+        "invalid_cost",
+        "replayed",
+        "partial_denial",
+    ];
+    assert_agrees(seeds, &setup, ops, &events, build);
+}
+
+fn assert_agrees(
+    seeds: std::ops::Range<u64>,
+    setup: &Setup,
+    ops: impl Fn(u64) -> Vec<Op>,
+    events: &[&str],
+    build: impl Fn(&Setup) -> Box<dyn Subject>,
+) {
     for seed in seeds {
-        let setup = Setup::new(ConfigSpec::new(5, "3/2s"));
-        let mut subject = build(&setup);
-        let report = run_trace(
-            &setup,
-            mixed_trace(len, seed),
-            subject.as_mut(),
-            &RunOptions::default(),
-        )
-        .unwrap();
+        let mut subject = build(setup);
+        let report = run_trace(setup, ops(seed), subject.as_mut(), &RunOptions::default()).unwrap();
         assert_eq!(report.verdict, Verdict::Pass, "seed {seed}");
-        for event in [
-            "rollback",
-            "denied",
-            "invalid_cost",
-            "replayed",
-            "saturated",
-        ] {
+        for event in events {
             assert!(
-                report.events.get(event).copied().unwrap_or(0) > 0,
+                report.events.get(*event).copied().unwrap_or(0) > 0,
                 "seed {seed}: no {event}: {:?}",
                 report.events
             );
