@@ -14,6 +14,7 @@
 //!   wrapper around the limiter's transition), killed by two real threads and the arrival-curve
 //!   oracle;
 //! - mutant 13 is the harness's own `float-textbook` subject, reused as is;
+//! - [`sets`]: mutants 22 to 24, the classic multi-limit mistakes, on the real limiter's pieces;
 //! - [`traces`]: deterministic trace families (rollbacks, boundaries, idle, reconfigure, request ids,
 //!   key bounds, invalid costs, the lines of the arithmetic);
 //! - [`kill`]: the kill runner and `reports/mutants.md`.
@@ -26,6 +27,7 @@ pub mod keyed;
 pub mod kill;
 pub mod mistakes;
 pub mod race;
+pub mod sets;
 pub mod traces;
 
 use bucketproof_harness::subjects::FloatTextbookSubject;
@@ -66,7 +68,7 @@ impl Mutant {
     }
 }
 
-const CATALOGUE: [Mutant; 21] = [
+const CATALOGUE: [Mutant; 24] = [
     Mutant {
         number: 1,
         slug: "wall-clock-elapsed",
@@ -214,6 +216,27 @@ const CATALOGUE: [Mutant; 21] = [
         seen: "idempotency keys expired by the client's timestamp, not the limiter's",
         kill_by: KillBy::Traces,
     },
+    Mutant {
+        number: 22,
+        slug: "charge-in-order",
+        mistake: "several bandwidths as separate limiters consumed in order: a denial by a later one leaves the earlier ones charged",
+        seen: "animir/node-rate-limiter-flexible#280 (\"points are consumed needlessly\"); limiters chained per limit",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 23,
+        slug: "smallest-wait",
+        mistake: "several bandwidths: a denial reports the wait of the bandwidth that frees first, not the largest",
+        seen: "pacing on the limit that frees first while another is still empty",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 24,
+        slug: "one-rate",
+        mistake: "several bandwidths refilled at one rate (the first's), each keeping its capacity",
+        seen: "one refill timestamp and rate per key shared by a key's limits",
+        kill_by: KillBy::Traces,
+    },
 ];
 
 /// Every mutant, in issue order.
@@ -276,6 +299,13 @@ impl SubjectFactory for MutantSubjects {
             "packed-line-off-by-one" => keyed(name, PackedLineOffByOne, setup),
             "clock-end-exclusive" => keyed(name, ClockEndExclusive, setup),
             "wrapping-refill-sum" => keyed(name, WrappingRefillSum, setup),
+            "charge-in-order" => {
+                sets::ChargeInOrder::new(name, setup).map(|s| Box::new(s) as Box<dyn Subject>)
+            }
+            "smallest-wait" => {
+                sets::smallest_wait(name, setup).map(|s| Box::new(s) as Box<dyn Subject>)
+            }
+            "one-rate" => sets::one_rate(name, setup).map(|s| Box::new(s) as Box<dyn Subject>),
             _ => return None,
         })
     }

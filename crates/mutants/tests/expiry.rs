@@ -106,7 +106,9 @@ fn the_control_passes_the_expiry_traces_and_every_generated_trace_when_sweeping_
     let options = KillOptions::default();
     for &len in &options.lengths {
         for seed in 0..options.seeds {
-            for family in Family::ALL {
+            // The keyed wrapper holds one bandwidth per key: the families of several are the set
+            // mutants' (their control is the real limiter, in `kill.rs`).
+            for family in Family::ALL.into_iter().filter(|&f| f != Family::Bandwidths) {
                 let trace = generate(family, seed, len);
                 assert_eq!(
                     failure(Exact, true, &trace),
