@@ -9,7 +9,7 @@ use bucketproof_harness::state_machine::{self, DEFAULT_CASES, OpKinds, Options, 
 use bucketproof_harness::subjects::broken::{Bug, Classic};
 use bucketproof_harness::subjects::{CoreSubject, broken::BrokenSubjects};
 use bucketproof_harness::{
-    ConfigSpec, PolicySpec, Registry, Setup, Subject, SubjectError, SubjectFactory,
+    BandwidthSpec, ConfigSpec, PolicySpec, Registry, Setup, Subject, SubjectError, SubjectFactory,
 };
 
 /// The project's setup: a small capacity, a rate whose refill boundaries fall between nanoseconds,
@@ -43,6 +43,26 @@ fn the_core_limiter_matches_the_model_and_every_oracle_after_every_step() {
     assert!(outcome.passed(), "{outcome}");
 }
 
+/// Property: the same on keys of three bandwidths (a burst, a sustained rate whose boundaries fall
+/// between nanoseconds, a slow quota), with reconfigurations that keep, drop and re-rate bandwidths by
+/// name: every bandwidth's part equals the model's and each keeps its own arrival curve.
+#[test]
+fn the_core_limiter_matches_the_model_on_keys_of_several_bandwidths() {
+    let mut options = options();
+    options.setup.config = several();
+    options.extra = state_machine::ExtraValues::boundaries_of(&options.setup.config).unwrap();
+    let outcome = state_machine::run(&core, &options).unwrap();
+    assert!(outcome.passed(), "{outcome}");
+}
+
+fn several() -> ConfigSpec {
+    ConfigSpec::set([
+        BandwidthSpec::new(3, "3/s").named("burst"),
+        BandwidthSpec::new(4, "3/2s").named("sustained"),
+        BandwidthSpec::new(8, "1/min").named("quota"),
+    ])
+}
+
 /// Property: the Redis script's decisions equal the reference model's under the same generated op
 /// sequences (fewer cases: each op is a round trip). Runs only with `REDIS_URL` (CI sets it, with
 /// `BUCKETPROOF_REQUIRE_REDIS=1` turning a skip into a failure).
@@ -62,6 +82,11 @@ fn the_redis_script_matches_the_model_and_every_oracle_after_every_step() {
     options.cases = state_machine::cases_from_env(24);
     options.ops_per_case = 1..30;
     let registry = Registry::default();
+    let outcome = state_machine::run(&|setup| registry.build("redis", setup), &options).unwrap();
+    assert!(outcome.passed(), "{outcome}");
+    // Keys of several bandwidths on the set script (which has no reconfigure of a set).
+    options.setup.config = several();
+    options.ops.reconfigure = false;
     let outcome = state_machine::run(&|setup| registry.build("redis", setup), &options).unwrap();
     assert!(outcome.passed(), "{outcome}");
 }

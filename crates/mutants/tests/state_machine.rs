@@ -6,7 +6,7 @@
 
 use bucketproof_harness::scenario::duration::SECOND;
 use bucketproof_harness::state_machine::{self, OpKinds, Options, Outcome};
-use bucketproof_harness::{ConfigSpec, Registry, Setup, boundary};
+use bucketproof_harness::{BandwidthSpec, ConfigSpec, Registry, Setup, boundary};
 use bucketproof_mutants::MutantSubjects;
 
 /// The mistakes a single value on an arithmetic line reveals. `packed-line-off-by-one` and
@@ -48,5 +48,38 @@ fn the_boundary_menu_kills_every_arithmetic_mutant_in_at_most_6_ops() {
         };
         eprintln!("{name}: {} ops", trace.ops.len());
         assert!(trace.ops.len() <= 6, "{name}: {}", caught.as_ref().unwrap());
+    }
+}
+
+/// The multi-limit mistakes under the state machine on a key of three bandwidths (a burst, a
+/// sustained rate that refills between nanoseconds, a slow quota), with sweeps and forgets (the chain
+/// of limiters has no reconfigure): each is caught, and shrunk to at most 6 ops. The real limiter
+/// passes the same cases (the control).
+#[test]
+fn the_state_machine_kills_every_multi_limit_mutant_in_at_most_6_ops() {
+    let config = ConfigSpec::set([
+        BandwidthSpec::new(3, "3/s").named("burst"),
+        BandwidthSpec::new(5, "3/2s").named("sustained"),
+        BandwidthSpec::new(8, "1/min").named("quota"),
+    ]);
+    let mut options = options(config);
+    options.ops = OpKinds {
+        reconfigure: false,
+        ..OpKinds::all()
+    };
+    options.keys = 2;
+    let control = outcome("core", &options);
+    assert!(control.passed(), "{control}");
+    for name in [
+        "mutant:charge-in-order",
+        "mutant:smallest-wait",
+        "mutant:one-rate",
+    ] {
+        let caught = outcome(name, &options);
+        let Outcome::Violated { trace, .. } = &caught else {
+            panic!("{name} survived the state machine: {caught}");
+        };
+        eprintln!("{name}: {} ops", trace.ops.len());
+        assert!(trace.ops.len() <= 6, "{name}: {caught}");
     }
 }
