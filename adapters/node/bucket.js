@@ -3,7 +3,8 @@
 // version 1 (docs/subject-protocol.md), on stdin/stdout.
 //
 // Owns: the bucket rules of docs/semantics.md (acquire, reconfigure, forget, sweep, the key bound
-// with its three policies, request-id records), the parsing of request lines and the writing of
+// with its three policies, request-id records, keys of several bandwidths: up to 8 per key, one
+// shared cursor, charged all or none), the parsing of request lines and the writing of
 // replies. Promises: every number the limiter sees is a BigInt, so nothing rounds or overflows
 // (times and keys go up to 2^64 - 1); a balance is a whole number of units of 1/(q * 10^9) token, so a nanosecond of
 // refill at p/q tokens per second is exactly p units and every wait is ceil(deficit / p) ns; it
@@ -19,12 +20,17 @@ const NEVER = 'never';
 // How many entries a new key at the bound may inspect to make room: bounded, so that a table full
 // of busy keys cannot turn every request into a full scan.
 const ROOM_SCAN = 32;
+// The most bandwidths a key's config may have (docs/semantics.md, "Several bandwidths per key").
+const MAX_BANDWIDTHS = 8;
+// A bandwidth's name: a structured-field key of at most 32 characters.
+const NAME = /^[a-z*][a-z0-9_.*-]{0,31}$/;
 
 const BUGS = {
   'strict-greater': 'admit only when tokens > cost (">" where ">=" belongs)',
   'charge-denied': 'a denial still subtracts the cost, down to 0',
   'floor-wait': 'waits rounded down instead of up',
   'no-horizon': 'a dropped key comes back fresh at now, even when the clock ran backwards',
+  'charge-covering': 'a denial of a key of several bandwidths charges the bandwidths that covered the cost',
 };
 
 // A request the adapter cannot read: the harness made a mistake or speaks another protocol.
@@ -184,11 +190,18 @@ function toU64(v) {
   return Number.isSafeInteger(v) && v >= 0 ? BigInt(v) : INVALID;
 }
 
+// A bandwidth: `name` only when the harness sent one (a named bandwidth).
 function toBandwidth(b) {
-  if (!isObject(b) || Object.keys(b).sort().join() !== 'capacity,rate,rate_per_s') return INVALID;
+  if (!isObject(b)) return INVALID;
+  const fields = Object.keys(b).sort().join();
+  if (fields !== 'capacity,rate,rate_per_s' && fields !== 'capacity,name,rate,rate_per_s') return INVALID;
   const capacity = toU64(b.capacity);
-  const strings = typeof b.rate_per_s === 'string' && typeof b.rate === 'string';
-  return capacity === INVALID || !strings ? INVALID : { capacity, rate_per_s: b.rate_per_s, rate: b.rate };
+  const strings = typeof b.rate_per_s === 'string' && typeof b.rate === 'string'
+    && (b.name === undefined || typeof b.name === 'string');
+  if (capacity === INVALID || !strings) return INVALID;
+  const bandwidth = { capacity, rate_per_s: b.rate_per_s, rate: b.rate };
+  if (b.name !== undefined) bandwidth.name = b.name;
+  return bandwidth;
 }
 
 const every = (convert) => (v) => {
@@ -246,11 +259,12 @@ const gcd = (a, b) => (b === 0n ? a : gcd(b, a % b));
 const max = (a, b) => (a > b ? a : b);
 const min = (a, b) => (a < b ? a : b);
 
-// A config: `capacity` whole tokens, refilled at p/q tokens per second (reduced). One unit is
+// A bandwidth: `capacity` whole tokens, refilled at p/q tokens per second (reduced). One unit is
 // 1/(q * 10^9) token, so `unit` is the units per token and `capUnits` the capacity in units.
-function makeConfig(bandwidths) {
-  if (bandwidths.length !== 1) throw new Refusal('unsupported', 'one bandwidth per key');
-  const { capacity, rate_per_s: rate } = bandwidths[0];
+function makeBandwidth({ capacity, rate_per_s: rate, name }) {
+  if (name !== undefined && !NAME.test(name)) {
+    throw new Refusal('unsupported', `bandwidth name ${JSON.stringify(name)}`);
+  }
   const parts = /^([0-9]+)\/([0-9]+)$/.exec(rate);
   if (parts === null) throw new Refusal('unsupported', `rate_per_s ${JSON.stringify(rate)} is not p/q`);
   let [p, q] = [BigInt(parts[1]), BigInt(parts[2])];
@@ -260,12 +274,40 @@ function makeConfig(bandwidths) {
   if (capacity < 1n) throw new Refusal('unsupported', 'a capacity of 0');
   if (q > MAX_RATE_DENOM) throw new Refusal('unsupported', 'a rate denominator above 2^32');
   const unit = q * NS_PER_S;
-  return { capacity, p, q, unit, capUnits: capacity * unit };
+  return { capacity, p, q, unit, capUnits: capacity * unit, name: name === undefined ? null : name };
+}
+
+// A key's config: `bands`, 1 to 8 bandwidths in the order given; `capacity` the smallest capacity
+// (the largest cost it admits); `ids` each bandwidth's identity, its name or `#i` at position i.
+function makeConfig(bandwidths) {
+  if (bandwidths.length > MAX_BANDWIDTHS) {
+    throw new Refusal('unsupported', `${bandwidths.length} bandwidths (at most ${MAX_BANDWIDTHS})`);
+  }
+  const bands = bandwidths.map(makeBandwidth);
+  const ids = bands.map((band, i) => (band.name === null ? `#${i}` : band.name));
+  if (new Set(ids).size !== ids.length) throw new Refusal('unsupported', 'two bandwidths of one name');
+  const capacity = bands.reduce((least, band) => min(least, band.capacity), bands[0].capacity);
+  return { bands, capacity, ids };
 }
 
 // An exact amount on the wire: units over units-per-token (unreduced, which the protocol allows).
-const amount = (units, config) => `"${units}/${config.unit}"`;
+const amount = (units, band) => `"${units}/${band.unit}"`;
 const wait = (w) => (w === null ? 'null' : w === NEVER ? '"never"' : `${w}`);
+
+// The position of the part that answers for the whole decision (its remaining and reset-after):
+// for a denial the bandwidth with the largest wait ("never" the largest), for an allow the one with
+// the fewest whole tokens left; the first of equals.
+function binding(parts, units, bands) {
+  let best = 0;
+  for (let i = 1; i < parts.length; i += 1) {
+    const [w, b] = [parts[i].retryAfter, parts[best].retryAfter];
+    const better = w === null
+      ? units[i] / bands[i].unit < units[best] / bands[best].unit
+      : b !== NEVER && (w === NEVER || w > b);
+    if (better) best = i;
+  }
+  return best;
+}
 
 // ---------------------------------------------------------------------------------------------
 // The limiter.
@@ -298,23 +340,30 @@ class Limiter {
     return (entry && entry.override) || this.config;
   }
 
-  // A bucket for a key that holds none: full, at now or at the eviction horizon if that is later.
+  // A bucket for a key that holds none: every bandwidth full, at now or at the eviction horizon if
+  // that is later.
   fresh(config, now) {
     const last = this.bug === 'no-horizon' ? now : max(now, this.horizon);
-    return { units: config.capUnits, last };
+    return { units: config.bands.map((band) => band.capUnits), last };
   }
 
-  // Refill to t = max(now, last): units + (t - last) * p, clamped at capacity. Pure.
+  // Refill every bandwidth to t = max(now, last): units + (t - last) * p, clamped at its capacity.
+  // Pure: `units` is a new array, one balance per bandwidth.
   refilled(state, config, now) {
     const t = max(now, state.last);
-    return { units: min(config.capUnits, state.units + (t - state.last) * config.p), last: t };
+    const elapsed = t - state.last;
+    return { units: config.bands.map((band, i) => min(band.capUnits, state.units[i] + elapsed * band.p)), last: t };
+  }
+
+  admits(units, costUnits) {
+    return this.bug === 'strict-greater' ? units > costUnits : units >= costUnits;
   }
 
   // ns from now until `deficit` more units have refilled, from the cursor t: "never" with no
   // refill or when now + wait would pass the end of the clock.
-  wait(config, now, t, deficit) {
-    if (config.p === 0n) return NEVER;
-    const ns = this.bug === 'floor-wait' ? deficit / config.p : (deficit + config.p - 1n) / config.p;
+  wait(band, now, t, deficit) {
+    if (band.p === 0n) return NEVER;
+    const ns = this.bug === 'floor-wait' ? deficit / band.p : (deficit + band.p - 1n) / band.p;
     const w = t - now + ns;
     return now + w > U64_MAX ? NEVER : w;
   }
@@ -323,12 +372,14 @@ class Limiter {
     return at < record.at + this.window;
   }
 
-  // Evictable at s: judged at j = max(s, last), no override, no record live at j, full at j.
+  // Evictable at s: judged at j = max(s, last), no override, no record live at j, every bandwidth
+  // full at j.
   isEvictable(entry, s) {
     const j = max(s, entry.last);
+    const config = this.configOf(entry);
     return entry.override === null
       && !entry.records.some((record) => this.isLive(record, j))
-      && this.refilled(entry, this.configOf(entry), j).units === this.configOf(entry).capUnits;
+      && this.refilled(entry, config, j).units.every((units, i) => units === config.bands[i].capUnits);
   }
 
   evict(key, entry, now) {
@@ -387,12 +438,14 @@ class Limiter {
     this.entries.set(key, entry);
   }
 
+  // The stored state as the protocol shows it: the first bandwidth's balance and capacity, and the
+  // one cursor.
   state(key) {
     const entry = this.entries.get(key);
     if (entry === undefined) return null;
-    const config = this.configOf(entry);
-    return `{"tokens":${amount(entry.units, config)},"last_refill_ns":${entry.last},`
-      + `"capacity":${config.capacity}}`;
+    const first = this.configOf(entry).bands[0];
+    return `{"tokens":${amount(entry.units[0], first)},"last_refill_ns":${entry.last},`
+      + `"capacity":${first.capacity}}`;
   }
 
   // acquire, steps 1-6 of docs/semantics.md. Returns { decision, created, replayed }.
@@ -416,17 +469,25 @@ class Limiter {
       throw new Refusal('key_limit', `${this.maxKeys} keys held`);
     }
     const { units: refilled, last: t } = this.refilled(entry || this.fresh(config, now), config, now);
-    const costUnits = cost * config.unit;
-    const allowed = this.bug === 'strict-greater' ? refilled > costUnits : refilled >= costUnits;
-    let units = refilled;
-    if (allowed) units -= costUnits;
-    else if (this.bug === 'charge-denied') units = max(0n, units - costUnits);
-    const decision = {
-      allowed,
-      remaining: amount(units, config),
-      retryAfter: allowed ? null : this.wait(config, now, t, costUnits - refilled),
-      resetAfter: units >= config.capUnits ? 0n : this.wait(config, now, t, config.capUnits - units),
-    };
+    const { bands } = config;
+    const costUnits = bands.map((band) => cost * band.unit);
+    const covers = refilled.map((units, i) => this.admits(units, costUnits[i]));
+    const allowed = covers.every(Boolean);
+    let units = allowed ? refilled.map((held, i) => held - costUnits[i]) : refilled;
+    if (!allowed && this.bug === 'charge-denied') {
+      units = refilled.map((held, i) => max(0n, held - costUnits[i]));
+    } else if (!allowed && this.bug === 'charge-covering') {
+      units = refilled.map((held, i) => (covers[i] ? held - costUnits[i] : held));
+    }
+    // Each bandwidth's part: a denial's wait is 0 for a bandwidth that covers the cost.
+    const parts = bands.map((band, i) => ({
+      remaining: amount(units[i], band),
+      retryAfter: allowed ? null : covers[i] ? 0n : this.wait(band, now, t, costUnits[i] - refilled[i]),
+      resetAfter: units[i] >= band.capUnits ? 0n : this.wait(band, now, t, band.capUnits - units[i]),
+    }));
+    const decision = { ...parts[binding(parts, units, bands)] };
+    decision.allowed = allowed;
+    if (parts.length > 1) decision.parts = parts;
     if (created) {
       entry = { units, last: t, override: null, records: [] };
       this.insert(key, entry, now);
@@ -449,10 +510,11 @@ class Limiter {
     const config = this.configOf(entry);
     if (cost === 0n || cost > config.capacity) return false;
     const { units } = this.refilled(entry || this.fresh(config, now), config, now);
-    return this.bug === 'strict-greater' ? units > cost * config.unit : units >= cost * config.unit;
+    return units.every((held, i) => this.admits(held, cost * config.bands[i].unit));
   }
 
-  // Refill under the old config, convert to the new grid rounding down, clamp, pin the key.
+  // Refill under the old config, then each new bandwidth continues the old one of its identity
+  // (converted to the new grid rounding down, clamped) or starts full; pins the key.
   reconfigure(key, now, bandwidths) {
     const next = makeConfig(bandwidths);
     let entry = this.entries.get(key);
@@ -463,10 +525,14 @@ class Limiter {
     const old = this.configOf(entry);
     const { units, last } = this.refilled(entry || this.fresh(old, now), old, now);
     if (created) {
-      entry = { units: 0n, last, override: null, records: [] };
+      entry = { units: [], last, override: null, records: [] };
       this.insert(key, entry, now);
     }
-    entry.units = min(next.capUnits, (units * next.q) / old.q);
+    entry.units = next.bands.map((band, i) => {
+      const was = old.ids.indexOf(next.ids[i]);
+      if (was < 0) return band.capUnits; // no old bandwidth of its identity: full, as a fresh key
+      return min(band.capUnits, (units[was] * band.q) / old.bands[was].q);
+    });
     entry.last = last;
     entry.override = next;
   }
@@ -517,7 +583,7 @@ class Server {
       const name = this.bug ? `node-bucket+${this.bug}` : 'node-bucket';
       return `"protocol":1,"name":"${name}","version":"1.0.0","capabilities":{"reconfigure":true,`
         + '"forget":true,"sweep":true,"inspect":true,"would_allow":true,"request_ids":true,'
-        + '"evicts":true,"batch":1024,"bandwidths":1},"profile":{"name":"exact"}';
+        + '"evicts":true,"batch":1024,"bandwidths":8},"profile":{"name":"exact"}';
     }
     if (request.op === 'setup') {
       this.limiter = null;
@@ -536,8 +602,13 @@ class Server {
         const before = request.inspect ? limiter.state(key) : null;
         const { decision, created, replayed } = limiter.acquire(key, now, request.cost, request.request_id);
         let text = `"allowed":${decision.allowed},"remaining":${decision.remaining},`
-          + `"retry_after_ns":${wait(decision.retryAfter)},"reset_after_ns":${wait(decision.resetAfter)},`
-          + `"created":${created},"replayed":${replayed}`;
+          + `"retry_after_ns":${wait(decision.retryAfter)},"reset_after_ns":${wait(decision.resetAfter)},`;
+        if (decision.parts) {
+          const parts = decision.parts.map((part) => `{"remaining":${part.remaining},`
+            + `"retry_after_ns":${wait(part.retryAfter)},"reset_after_ns":${wait(part.resetAfter)}}`);
+          text += `"bandwidths":[${parts.join(',')}],`;
+        }
+        text += `"created":${created},"replayed":${replayed}`;
         if (request.inspect) text += `,"before":${before},"after":${limiter.state(key)}`;
         const w = decision.retryAfter;
         if (request.probe_retry && !replayed && !decision.allowed && w !== NEVER) {

@@ -2,9 +2,10 @@
 """The Python reference adapter: an exact keyed token bucket speaking the subject protocol, version 1.
 
 What it owns: one independent implementation of docs/semantics.md (acquire with request-id records,
-reconfigure, forget, sweep, the key bound with its three policies, the eviction horizon) and the
-protocol of docs/subject-protocol.md over stdin/stdout (batched: it answers everything it has read,
-then flushes once).
+reconfigure, forget, sweep, the key bound with its three policies, the eviction horizon, and keys of
+several bandwidths: up to 8 per key, one shared cursor, charged all or none) and the protocol of
+docs/subject-protocol.md over stdin/stdout (batched: it answers everything it has read, then flushes
+once).
 
 What it promises:
 - Exact: a key's balance is an integer count of units, one unit being 1/(q * 10^9) token for its
@@ -21,6 +22,7 @@ What it promises:
 
 import json
 import os
+import re
 import sys
 from math import gcd
 
@@ -30,6 +32,10 @@ MAX_RATE_DENOM = 1 << 32
 # Entries the room scan at the key bound may look at: bounded, so a table full of non-full buckets
 # cannot turn each new key into a full scan.
 ROOM_SCAN = 32
+# The most bandwidths a key's config may have (docs/semantics.md, "Several bandwidths per key").
+MAX_BANDWIDTHS = 8
+# A bandwidth's name: a structured-field key of at most 32 characters.
+NAME = re.compile(r"[a-z*][a-z0-9_.*-]{0,31}")
 
 BUGS = {
     "strict-greater": "the allow test is tokens > cost where tokens >= cost belongs",
@@ -37,6 +43,7 @@ BUGS = {
     "no-clamp": "refill is not clamped at capacity",
     "retry-floor": "waits are rounded down instead of up",
     "no-horizon": "a dropped key comes back fresh at now, even under a clock that ran backwards",
+    "charge-covering": "a denial of a key of several bandwidths charges the bandwidths that covered the cost",
 }
 
 
@@ -45,21 +52,38 @@ class ProtocolError(Exception):
 
 
 class Config:
-    """One bandwidth: capacity in whole tokens, rate p/q tokens per second (reduced)."""
+    """One bandwidth: capacity in whole tokens, rate p/q tokens per second (reduced), and its name
+    (None for an unnamed bandwidth)."""
 
-    __slots__ = ("cap", "p", "units", "cap_units")
+    __slots__ = ("cap", "p", "units", "cap_units", "name")
 
-    def __init__(self, cap, p, q):
+    def __init__(self, cap, p, q, name=None):
         self.cap = cap
         self.p = p  # units added per nanosecond
         self.units = q * NS_PER_S  # units per token
         self.cap_units = cap * self.units
+        self.name = name
+
+
+class Bands:
+    """A key's config: 1 to 8 bandwidths in the order given (`parts`), `cap` the smallest capacity
+    (the largest cost it can admit) and `ids` each bandwidth's identity (its name, else `#i`)."""
+
+    __slots__ = ("parts", "cap", "ids")
+
+    def __init__(self, parts):
+        self.parts = tuple(parts)
+        self.cap = min(b.cap for b in self.parts)
+        self.ids = tuple(b.name if b.name is not None else f"#{i}" for i, b in enumerate(self.parts))
+
+    def full(self):
+        return [b.cap_units for b in self.parts]
 
 
 class Entry:
-    """One held key: balance `n` in units of its config, refill cursor `last`, an override config
-    (None: the default; an override pins the key) and request-id records {id: (stamp, reply part)},
-    oldest first."""
+    """One held key: balance `n` (a list, one count of units per bandwidth of its config), the one
+    refill cursor `last`, an override config (None: the default; an override pins the key) and
+    request-id records {id: (stamp, reply part)}, oldest first."""
 
     __slots__ = ("key", "n", "last", "cfg", "recs")
 
@@ -87,24 +111,48 @@ def flag(obj, name):
     return value
 
 
-def parse_config(value):
-    """A config array (exactly one bandwidth in version 1), or None if it is not a valid config."""
-    if type(value) is not list or len(value) != 1 or type(value[0]) is not dict:
-        raise ProtocolError(f"config is not an array of one bandwidth: {value!r}")
-    band = value[0]
-    if band.keys() != {"capacity", "rate_per_s", "rate"}:
+BANDWIDTH_FIELDS = frozenset(("capacity", "rate_per_s", "rate"))
+
+
+def parse_bandwidth(band):
+    """One bandwidth of a config array, or None if it is not a valid bandwidth."""
+    if type(band) is not dict:
+        raise ProtocolError(f"a bandwidth is not an object: {band!r}")
+    keys = band.keys()
+    if not BANDWIDTH_FIELDS <= keys or not keys <= BANDWIDTH_FIELDS | {"name"}:
         raise ProtocolError(f"a bandwidth has fields {sorted(band)}")
-    cap, rate = u64(band, "capacity"), band["rate_per_s"]
+    cap, rate, name = u64(band, "capacity"), band["rate_per_s"], band.get("name")
+    if name is not None and type(name) is not str:
+        raise ProtocolError(f"a bandwidth's name is not a string: {name!r}")
     try:
         p_text, q_text = rate.split("/")
         p, q = int(p_text), int(q_text)
     except (AttributeError, ValueError):
         raise ProtocolError(f"rate_per_s is not \"p/q\": {rate!r}") from None
-    if cap < 1 or p < 0 or q < 1:
+    if cap < 1 or p < 0 or q < 1 or (name is not None and not NAME.fullmatch(name)):
         return None
     g = gcd(p, q)
     p, q = p // g, q // g
-    return Config(cap, p, q) if q <= MAX_RATE_DENOM else None
+    return Config(cap, p, q, name) if q <= MAX_RATE_DENOM else None
+
+
+def parse_bandwidths(value):
+    """A config array (1 to 8 bandwidths, names distinct) as Bands, or None if it is not a valid
+    config."""
+    if type(value) is not list or not value:
+        raise ProtocolError(f"config is not a non-empty array of bandwidths: {value!r}")
+    parts = [parse_bandwidth(band) for band in value]
+    if len(parts) > MAX_BANDWIDTHS or None in parts:
+        return None
+    names = [b.name for b in parts if b.name is not None]
+    return Bands(parts) if len(set(names)) == len(names) else None
+
+
+def parse_config(value):
+    """A config of exactly one bandwidth as its Config, or None if it is not a valid one: for a
+    limiter that holds one bandwidth per key (millitokens.py)."""
+    bands = parse_bandwidths(value)
+    return bands.parts[0] if bands is not None and len(bands.parts) == 1 else None
 
 
 def wait_text(value):
@@ -117,7 +165,7 @@ class Limiter:
 
     def __init__(self, bug=None):
         self.bug = bug
-        self.setup(Config(1, 0, 1), U64_MAX, "reject_new_keys", 0, 0, 0)
+        self.setup(Bands([Config(1, 0, 1)]), U64_MAX, "reject_new_keys", 0, 0, 0)
 
     def setup(self, default, max_keys, policy, sweep_per_op, window, per_key):
         self.default = default
@@ -139,15 +187,20 @@ class Limiter:
 
     # --- the bucket arithmetic -------------------------------------------------------------
 
-    def refilled(self, e, cfg, at):
-        """The balance of `e` refilled to its effective time t = max(at, last), and t."""
+    def refilled(self, e, bands, at):
+        """The balances of `e` (a new list, one per bandwidth) refilled to its effective time
+        t = max(at, last), and t."""
         last = e.last
         if at <= last:
-            return e.n, last
-        n = e.n + (at - last) * cfg.p
-        if n > cfg.cap_units and self.bug != "no-clamp":
-            n = cfg.cap_units
-        return n, at
+            return list(e.n), last
+        clamp = self.bug != "no-clamp"
+        ns = []
+        for n, cfg in zip(e.n, bands.parts):
+            n += (at - last) * cfg.p
+            if n > cfg.cap_units and clamp:
+                n = cfg.cap_units
+            ns.append(n)
+        return ns, at
 
     def admits(self, n, cost_units):
         if self.bug == "strict-greater":
@@ -169,19 +222,21 @@ class Limiter:
 
     def would_allow(self, key, at, cost):
         e = self.table.get(key)
-        cfg = self.default if e is None or e.cfg is None else e.cfg
-        if cost == 0 or cost > cfg.cap:
+        bands = self.default if e is None or e.cfg is None else e.cfg
+        if cost == 0 or cost > bands.cap:
             return False
         if e is None:
             return True  # a fresh bucket is full (the key bound is not consulted)
-        n, _ = self.refilled(e, cfg, at)
-        return self.admits(n, cost * cfg.units)
+        ns, _ = self.refilled(e, bands, at)
+        return all(self.admits(n, cost * cfg.units) for n, cfg in zip(ns, bands.parts))
 
     def state(self, e):
+        """The stored state as the protocol shows it: the first bandwidth's balance and capacity,
+        and the one cursor."""
         if e is None:
             return "null"
-        cfg = self.default if e.cfg is None else e.cfg
-        return f'{{"tokens":"{e.n}/{cfg.units}","last_refill_ns":{e.last},"capacity":{cfg.cap}}}'
+        first = (self.default if e.cfg is None else e.cfg).parts[0]
+        return f'{{"tokens":"{e.n[0]}/{first.units}","last_refill_ns":{e.last},"capacity":{first.cap}}}'
 
     # --- expiry and the key bound ----------------------------------------------------------
 
@@ -191,9 +246,10 @@ class Limiter:
         if e.cfg is not None:
             return None
         j = s if s > e.last else e.last
-        cfg = self.default
-        if e.n + (j - e.last) * cfg.p < cfg.cap_units:
-            return None
+        elapsed = j - e.last
+        for n, cfg in zip(e.n, self.default.parts):
+            if n + elapsed * cfg.p < cfg.cap_units:
+                return None  # some bandwidth is not full at j
         if e.recs:
             window = self.window
             for stamp, _ in e.recs.values():
@@ -270,19 +326,61 @@ class Limiter:
 
     def insert(self, key, now):
         cursor = now if self.bug == "no-horizon" else max(now, self.horizon)
-        e = Entry(key, self.default.cap_units, cursor)
+        e = Entry(key, self.default.full(), cursor)
         self.table[key] = e
         self.ring.append(e)
         return e
 
     # --- the operations ----------------------------------------------------------------------
 
+    def decide(self, bands, now, t, ns, cost):
+        """Step 4 and 5 for every bandwidth: the balances after the decision (charged all or none)
+        and the reply's decision fields (the binding part's, then for several bandwidths every
+        part), and the whole decision's retry-after (None for "never"; absent when allowed)."""
+        costs = [cost * cfg.units for cfg in bands.parts]
+        covers = [self.admits(n, c) for n, c in zip(ns, costs)]
+        allowed = all(covers)
+        if allowed:
+            ns = [n - c for n, c in zip(ns, costs)]
+            waits = None
+        else:
+            # A bandwidth that covers the cost waits 0; the whole decision waits the longest.
+            waits = [0 if ok else self.wait(cfg, now, t, c - n)
+                     for cfg, n, c, ok in zip(bands.parts, ns, costs, covers)]
+        resets = [self.reset_after(cfg, now, t, n) for cfg, n in zip(bands.parts, ns)]
+        if allowed:
+            # The bandwidth with the fewest whole tokens left, the first of equals.
+            wholes = [n // cfg.units for cfg, n in zip(bands.parts, ns)]
+            bind = wholes.index(min(wholes))
+            retry = "null"
+        elif None in waits:
+            bind = waits.index(None)  # "never" is the longest wait
+            retry = '"never"'
+        else:
+            bind = waits.index(max(waits))
+            retry = str(waits[bind])
+        units = bands.parts[bind].units
+        body = (f'"allowed":{bool_text(allowed)},"remaining":"{ns[bind]}/{units}","retry_after_ns":{retry},'
+                f'"reset_after_ns":{wait_text(resets[bind])}')
+        if len(ns) > 1:
+            parts = ",".join(
+                f'{{"remaining":"{n}/{cfg.units}","retry_after_ns":{"null" if waits is None else wait_text(w)},'
+                f'"reset_after_ns":{wait_text(r)}}}'
+                for cfg, n, w, r in zip(bands.parts, ns, waits or ns, resets))
+            body += f',"bandwidths":[{parts}]'
+        if not allowed:
+            if self.bug == "charge-denied":
+                ns = [max(0, n - c) for n, c in zip(ns, costs)]
+            elif self.bug == "charge-covering":
+                ns = [n - c if ok else n for n, c, ok in zip(ns, costs, covers)]
+        return ns, body, None if allowed else waits[bind]
+
     def acquire(self, rid, key, now, cost, request_id, inspect, probe, slack):
         e = self.table.get(key)
-        cfg = self.default if e is None or e.cfg is None else e.cfg
-        if cost == 0 or cost > cfg.cap:
+        bands = self.default if e is None or e.cfg is None else e.cfg
+        if cost == 0 or cost > bands.cap:
             shown = self.state(e) if inspect else None
-            return error(rid, "invalid_cost", f"cost {cost} is not in [1, {cfg.cap}]", shown)
+            return error(rid, "invalid_cost", f"cost {cost} is not in [1, {bands.cap}]", shown)
         if request_id is not None and e is not None and e.recs:
             record = e.recs.get(request_id)
             if record is not None and max(now, e.last) < record[0] + self.window:
@@ -300,20 +398,9 @@ class Limiter:
             before = "null"
         else:
             before = self.state(e) if inspect else None
-        n, t = self.refilled(e, cfg, now)
-        cost_units = cost * cfg.units
-        if self.admits(n, cost_units):
-            n -= cost_units
-            body = (f'"allowed":true,"remaining":"{n}/{cfg.units}","retry_after_ns":null,'
-                    f'"reset_after_ns":{wait_text(self.reset_after(cfg, now, t, n))}')
-            retry = None
-        else:
-            retry = self.wait(cfg, now, t, cost_units - n)
-            body = (f'"allowed":false,"remaining":"{n}/{cfg.units}","retry_after_ns":{wait_text(retry)},'
-                    f'"reset_after_ns":{wait_text(self.reset_after(cfg, now, t, n))}')
-            if self.bug == "charge-denied":
-                n = max(0, n - cost_units)
-        e.n, e.last = n, t
+        ns, t = self.refilled(e, bands, now)
+        ns, body, retry = self.decide(bands, now, t, ns, cost)
+        e.n, e.last = ns, t
         if request_id is not None and self.window and self.per_key:
             recs = e.recs
             if recs is None:
@@ -344,9 +431,17 @@ class Limiter:
                              before if inspect else None)
             e = self.insert(key, now)
         old = self.default if e.cfg is None else e.cfg
-        n, t = self.refilled(e, old, now)
-        n = n * new.units // old.units  # onto the new grid, rounding down
-        e.n, e.last, e.cfg = min(n, new.cap_units), t, new
+        ns, t = self.refilled(e, old, now)
+        held = dict(zip(old.ids, zip(ns, old.parts)))
+        moved = []
+        for identity, cfg in zip(new.ids, new.parts):
+            if identity in held:
+                n, was = held[identity]
+                n = n * cfg.units // was.units  # onto the new grid, rounding down
+                moved.append(min(n, cfg.cap_units))
+            else:
+                moved.append(cfg.cap_units)  # no old bandwidth of its identity: full, as fresh
+        e.n, e.last, e.cfg = moved, t, new
         if inspect:
             return f'{{"id":{rid},"ok":true,"before":{before},"after":{self.state(e)}}}'
         return f'{{"id":{rid},"ok":true}}'
@@ -376,8 +471,8 @@ class Limiter:
         if op == "inspect":
             return f'{{"id":{rid},"state":{self.state(self.table.get(u64(obj, "key")))}}}'
         if op == "reconfigure":
-            return self.reconfigure(rid, u64(obj, "key"), u64(obj, "now_ns"), parse_config(obj["config"]),
-                                    flag(obj, "inspect"))
+            return self.reconfigure(rid, u64(obj, "key"), u64(obj, "now_ns"),
+                                    parse_bandwidths(obj["config"]), flag(obj, "inspect"))
         if op == "forget":
             self.table.pop(u64(obj, "key"), None)
         elif op == "sweep":
@@ -385,7 +480,7 @@ class Limiter:
         elif op == "reset":
             self.reset()
         elif op == "setup":
-            default = parse_config(obj["config"])
+            default = parse_bandwidths(obj["config"])
             policy = obj["policy"]
             if policy not in ("reject_new_keys", "evict_full", "evict_least_recent"):
                 return error(rid, "unsupported", f"policy {policy!r}")
@@ -397,7 +492,7 @@ class Limiter:
             name = "py-bucket" if self.bug is None else f"py-bucket+{self.bug}"
             return (f'{{"id":{rid},"protocol":1,"name":"{name}","version":"1.0","capabilities":'
                     '{"reconfigure":true,"forget":true,"sweep":true,"inspect":true,"would_allow":true,'
-                    '"request_ids":true,"evicts":true,"batch":1024,"bandwidths":1},'
+                    '"request_ids":true,"evicts":true,"batch":1024,"bandwidths":8},'
                     '"profile":{"name":"exact"}}')
         return f'{{"id":{rid},"ok":true}}'
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A self-test of bucket.py without the harness: random traces through the adapter's process, each
 reply compared with docs/semantics.md written out again here in `fractions.Fraction`s (no key bound,
-no sweeps: those are the harness's to judge). It owns nothing the gate relies on; it promises only
+no sweeps: those are the harness's to judge), with configs of one bandwidth and of several (named
+and unnamed, reconfigured into one another). It owns nothing the gate relies on; it promises only
 that a difference is printed with the request that caused it and makes the exit code 1.
 
     python3 adapters/python/selftest.py [--bug NAME] [--seeds N]
@@ -16,15 +17,32 @@ from math import ceil
 from pathlib import Path
 
 U64_MAX = (1 << 64) - 1
-CONFIGS = [(3, 2, 5), (1, 1, 3), (10, 5, 1), (4, 0, 1), (2, 7, 1000), ((1 << 64) - 1, 1, 1)]
+# A config is a list of bandwidths (capacity, p, q, name or None): rate p/q tokens per second.
+CONFIGS = [[(3, 2, 5, None)], [(1, 1, 3, None)], [(10, 5, 1, None)], [(4, 0, 1, None)], [(2, 7, 1000, None)],
+           [((1 << 64) - 1, 1, 1, None)],
+           [(4, 4, 1, None), (20, 2, 1, None), (30, 1, 10, None)],
+           [(10, 5, 1, "burst"), (30, 1, 2, "minute")],
+           [(3, 2, 5, "minute")],
+           [(2, 0, 1, None), (50, 1, 72, None)],
+           [(8, 4, 1, "burst"), (3, 1, 1, None), (40, 1, 1, "minute")]]
 
 
-def band(cap, p, q):
-    return [{"capacity": cap, "rate_per_s": f"{p}/{q}", "rate": f"{p}/{q}s"}]
+def band(config):
+    out = []
+    for cap, p, q, name in config:
+        wire = {"capacity": cap, "rate_per_s": f"{p}/{q}", "rate": f"{p}/{q}s"}
+        if name is not None:
+            wire["name"] = name
+        out.append(wire)
+    return out
+
+
+def identities(config):
+    return [name if name is not None else f"#{i}" for i, (_, _, _, name) in enumerate(config)]
 
 
 class Model:
-    """The semantics, literally: tokens a Fraction, rate in tokens per ns."""
+    """The semantics, literally: tokens a Fraction per bandwidth, rate in tokens per ns, one cursor."""
 
     def __init__(self, cfg, window, per_key):
         self.cfg, self.window, self.per_key, self.keys = cfg, window, per_key, {}
@@ -33,9 +51,17 @@ class Model:
         held = self.keys.get(key)
         return held["cfg"] if held and held["cfg"] else self.cfg
 
+    def fresh(self, config, now):
+        return {"tokens": [Fraction(cap) for cap, _, _, _ in config], "last": now, "cfg": None, "recs": []}
+
+    @staticmethod
+    def refill(config, held, t):
+        return [min(Fraction(cap), tokens + (t - held["last"]) * Fraction(p, q * 10**9))
+                for (cap, p, q, _), tokens in zip(config, held["tokens"])]
+
     def acquire(self, key, now, cost, rid):
-        cap, p, q = self.config(key)
-        if cost == 0 or cost > cap:
+        config = self.config(key)
+        if cost == 0 or cost > min(cap for cap, _, _, _ in config):
             return "invalid_cost"
         held = self.keys.get(key)
         if rid is not None and held:
@@ -45,39 +71,53 @@ class Model:
                     return dict(decision, replayed=True, created=False)
         created = held is None
         if created:
-            held = self.keys[key] = {"tokens": Fraction(cap), "last": now, "cfg": None, "recs": []}
-        rate = Fraction(p, q * 10**9)
+            held = self.keys[key] = self.fresh(config, now)
         t = max(now, held["last"])
-        tokens = min(Fraction(cap), held["tokens"] + (t - held["last"]) * rate)
+        balances = self.refill(config, held, t)
 
-        def wait(whole):
+        def wait(tokens, whole, p, q):
+            if tokens >= whole:
+                return 0
             if p == 0:
                 return "never"
-            value = (t - now) + ceil((whole - tokens) / rate)
+            value = (t - now) + ceil((whole - tokens) / Fraction(p, q * 10**9))
             return value if now + value <= U64_MAX else "never"
 
-        allowed = tokens >= cost
-        retry = None
+        allowed = all(tokens >= cost for tokens in balances)
         if allowed:
-            tokens -= cost
+            balances = [tokens - cost for tokens in balances]
+        parts = []
+        for (cap, p, q, _), tokens in zip(config, balances):
+            retry = None if allowed else wait(tokens, cost, p, q)
+            parts.append({"remaining": tokens, "retry_after_ns": retry, "reset_after_ns": wait(tokens, cap, p, q)})
+        if allowed:
+            bind = min(range(len(parts)), key=lambda i: (int(parts[i]["remaining"]), i))
         else:
-            retry = wait(cost)
-        reset = 0 if tokens >= cap else wait(cap)
-        held["tokens"], held["last"] = tokens, t
-        decision = {"allowed": allowed, "remaining": tokens, "retry_after_ns": retry, "reset_after_ns": reset}
+            order = [(float("inf") if part["retry_after_ns"] == "never" else part["retry_after_ns"], -i)
+                     for i, part in enumerate(parts)]
+            bind = -max(order)[1]
+        held["tokens"], held["last"] = balances, t
+        decision = dict(parts[bind], allowed=allowed)
+        if len(parts) > 1:
+            decision["bandwidths"] = parts
         if rid is not None and self.window:
             held["recs"] = [r for r in held["recs"] if r[0] != rid] + [(rid, t, decision)]
             held["recs"] = held["recs"][max(0, len(held["recs"]) - self.per_key):]
         return dict(decision, replayed=False, created=created)
 
     def reconfigure(self, key, now, new):
-        cap, p, q = self.config(key)
-        held = self.keys.setdefault(key, {"tokens": Fraction(cap), "last": now, "cfg": None, "recs": []})
+        old = self.config(key)
+        held = self.keys.setdefault(key, self.fresh(old, now))
         t = max(now, held["last"])
-        tokens = min(Fraction(cap), held["tokens"] + (t - held["last"]) * Fraction(p, q * 10**9))
-        units = new[2] * 10**9
-        held["tokens"] = min(Fraction(new[0]), Fraction(int(tokens * units), units))
-        held["last"], held["cfg"] = t, new
+        was = dict(zip(identities(old), self.refill(old, held, t)))
+        tokens = []
+        for identity, (cap, _, q, _) in zip(identities(new), new):
+            if identity in was:
+                units = q * 10**9  # onto the new grid, rounding down, then clamped
+                tokens.append(min(Fraction(cap), Fraction(int(was[identity] * units), units)))
+            else:
+                tokens.append(Fraction(cap))  # a new identity starts full
+        held["tokens"], held["last"], held["cfg"] = tokens, t, new
 
 
 def amount(text):
@@ -92,7 +132,7 @@ def run(seed, bug, steps=400):
     model = Model(cfg, window, per_key)
     command = [sys.executable, str(Path(__file__).with_name("bucket.py"))] + (["--bug", bug] if bug else [])
     requests = [{"op": "hello", "protocol": [1]},
-                {"op": "setup", "config": band(*cfg), "max_keys": 1 << 20, "policy": "evict_full",
+                {"op": "setup", "config": band(cfg), "max_keys": 1 << 20, "policy": "evict_full",
                  "sweep_per_op": 0, "dedupe_window_ns": window, "dedupe_per_key": per_key}]
     expected = [None, None]
     now = rng.choice([0, 10**10, U64_MAX - 10**10])
@@ -102,7 +142,7 @@ def run(seed, bug, steps=400):
         roll = rng.random()
         if roll < 0.05:
             new = rng.choice(CONFIGS)
-            requests.append({"op": "reconfigure", "key": key, "now_ns": now, "config": band(*new)})
+            requests.append({"op": "reconfigure", "key": key, "now_ns": now, "config": band(new)})
             model.reconfigure(key, now, new)
             expected.append(None)
         elif roll < 0.08:
@@ -129,6 +169,8 @@ def run(seed, bug, steps=400):
             got_cmp = dict(got)
             got_cmp.pop("id")
             got_cmp["remaining"] = amount(got_cmp["remaining"])
+            for part in got_cmp.get("bandwidths", ()):
+                part["remaining"] = amount(part["remaining"])
             same = got_cmp == want
         if not same:
             print(f"seed {seed}: {json.dumps(request)}\n  expected {want}\n  got      {line}")
