@@ -11,8 +11,7 @@
 //! part of the decision ([`DecisionSource::decide_set`], a [`SetOutcome`]); the layer asks for the
 //! latter. Its provided body wraps `decide`, so a source that knows one bandwidth per key implements
 //! `decide` alone. The in-memory [`Limiter`] answers `decide_set` with every bandwidth of a key of
-//! several ([`decide_set_at`]). The `RedisLimiter` keeps the provided body: Redis does not store
-//! bandwidth sets yet, so each of its keys has one bandwidth and the layer advertises one item.
+//! several ([`decide_set_at`]), and so does the `RedisLimiter` built with several (its set script).
 //!
 //! This module also owns the glue from one limiter [`Decision`] to the advertised numbers
 //! ([`Outcome::advertised`], [`Outcome::retry_after_secs`]), using [`crate::mapping`]'s rounding;
@@ -88,14 +87,16 @@ impl From<AcquireError> for SourceError {
 pub mod redis {
     use bucketproof_redis::{RedisAcquireError, RedisLimiter, Source};
 
-    use super::{DecisionSource, Outcome, SourceError};
+    use super::{DecisionSource, Outcome, SetOutcome, SourceError};
 
     /// Keys are the Redis user ids. A decision made by a fallback while Redis is unreachable (the
     /// limiter's `LocalBudget` or `FailOpen` policy) is flagged `degraded`; with `FailClosed` the
     /// outage is [`SourceError::Unavailable`], which the layer answers with 503, never with 429.
     ///
-    /// One bandwidth per key: the Redis script does not store bandwidth sets yet, so this source
-    /// keeps the provided [`DecisionSource::decide_set`], one item under the layer's policy name.
+    /// A limiter of several bandwidths answers [`DecisionSource::decide_set`] with every part, one
+    /// item per bandwidth; its set is fixed when it is built (Redis keys of several bandwidths are
+    /// not reconfigured), so the names always match the decision. A fallback decision of the local
+    /// budget, which keeps one bucket, is advertised as that one part under the layer's policy name.
     impl DecisionSource<String> for RedisLimiter {
         async fn decide(&self, key: &String, cost: u64) -> Result<Outcome, SourceError> {
             let outcome = self.acquire(key, cost).await.map_err(source_error)?;
@@ -104,6 +105,20 @@ pub mod redis {
                 cost,
                 outcome.source != Source::Redis,
             ))
+        }
+
+        async fn decide_set(&self, key: &String, cost: u64) -> Result<SetOutcome, SourceError> {
+            if self.bandwidths().single().is_some() {
+                return self.decide(key, cost).await.map(SetOutcome::single);
+            }
+            let outcome = self.acquire_set(key, cost).await.map_err(source_error)?;
+            let degraded = outcome.source != Source::Redis;
+            let decisions = outcome.decisions();
+            Ok(
+                SetOutcome::of_set(self.bandwidths(), decisions, cost, degraded).unwrap_or_else(
+                    || SetOutcome::single(Outcome::of(*decisions.binding(), cost, degraded)),
+                ),
+            )
         }
     }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bucketproof_headers::PolicyName;
 use bucketproof_headers::layer::{DEGRADED_HEADER, RateLimitLayer};
-use bucketproof_limiter::{Config, Rate};
+use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Rate};
 use bucketproof_redis::{RedisLimiter, Unavailable};
 use http::{Request, Response, StatusCode};
 use tokio::net::{TcpListener, TcpStream};
@@ -163,4 +163,42 @@ async fn an_outage_is_a_503_or_a_flagged_local_decision_never_a_plain_429() {
     assert_eq!(over_budget.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(over_budget.headers()[DEGRADED_HEADER], "?1");
     common::cleanup(&url, &prefix).await;
+}
+
+/// A Redis limiter of two named bandwidths (a burst of 2 per second and 3 per minute) behind the
+/// layer: one RateLimit-Policy item and one RateLimit item per bandwidth, and the denial that the
+/// minute decides waits for the minute, not for the burst.
+#[tokio::test]
+async fn a_redis_key_of_two_bandwidths_advertises_one_item_per_bandwidth() {
+    let Some(url) = common::redis_url("a_redis_key_of_two_bandwidths_advertises_one_item_per_bandwidth")
+    else {
+        return;
+    };
+    let burst = Bandwidth::named("burst", Config::new(2, Rate::per_second(2)).unwrap()).unwrap();
+    let minute = Config::new(3, Rate::per(3, Duration::from_secs(60)).unwrap()).unwrap();
+    let minute = Bandwidth::named("minute", minute).unwrap();
+    let limiter = RedisLimiter::builder(Bandwidths::new([burst, minute]).unwrap())
+        .prefix(common::unique_prefix("headers-set"))
+        .connect(&url)
+        .await
+        .expect("connects");
+    let policy = PolicyName::new("api.v1").unwrap();
+    let mut svc = RateLimitLayer::new(limiter, policy, user_key).layer(tower::service_fn(ok));
+    let first = call(&mut svc, "u1").await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let policies = first.headers()["ratelimit-policy"].to_str().unwrap().to_owned();
+    assert!(policies.contains("\"burst\";q=2;w=1"), "{policies}");
+    assert!(policies.contains("\"minute\";q=3;w=60"), "{policies}");
+    // The burst refills within a second; the minute's third token goes at once, the fourth waits for
+    // the minute (20 s per token).
+    assert_eq!(call(&mut svc, "u1").await.status(), StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    assert_eq!(call(&mut svc, "u1").await.status(), StatusCode::OK);
+    let denied = call(&mut svc, "u1").await;
+    assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
+    let fields = denied.headers()["ratelimit"].to_str().unwrap().to_owned();
+    assert!(fields.contains("\"burst\";r="), "{fields}");
+    assert!(fields.contains("\"minute\";r=0"), "{fields}");
+    let retry: u64 = denied.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((18..=20).contains(&retry), "the minute's wait, not the burst's: {retry}");
 }

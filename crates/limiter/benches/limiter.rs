@@ -46,7 +46,8 @@ use std::time::Duration;
 
 use bucketproof_limiter::internal::{Attempt, transition};
 use bucketproof_limiter::{
-    BucketState, Config, Decision, DirectLimiter, Limiter, ManualClock, Rate, Request,
+    Bandwidth, Bandwidths, BucketState, Config, Decision, DirectLimiter, Limiter, ManualClock,
+    Rate, Request,
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use governor::clock::FakeRelativeClock;
@@ -81,6 +82,21 @@ fn one_key_quota() -> Quota {
 
 fn keyed_config() -> Config {
     Config::new(KEYED_CAPACITY as u64, Rate::per(1, KEYED_PERIOD).unwrap()).unwrap()
+}
+
+/// `config` and two wider bandwidths (twice and four times its capacity, twice its rate): a set of
+/// three whose decisions are the one bandwidth's, call for call (the wider ones cover whatever the
+/// first covers, from a fresh key on), so a bench over it times deciding three bandwidths on the
+/// same decision mix.
+fn with_two_wider(config: Config) -> Bandwidths {
+    let rate = Rate::per(
+        2 * config.rate().numer(),
+        Duration::from_secs(config.rate().denom()),
+    )
+    .unwrap();
+    let wider =
+        |factor: u64| Bandwidth::new(Config::new(factor * config.capacity(), rate).unwrap());
+    Bandwidths::new([Bandwidth::new(config), wider(2), wider(4)]).unwrap()
 }
 
 fn keyed_quota() -> Quota {
@@ -144,6 +160,15 @@ fn one_key(c: &mut Criterion) {
         b.iter(|| {
             now += STEP_NS;
             let _ = black_box(ours.acquire_at(black_box(&key), black_box(1), now));
+        })
+    });
+
+    let ours: Limiter<u64> = Limiter::new(with_two_wider(one_key_config()));
+    let mut now = 1_000_000_000u64;
+    group.bench_function("ours_acquire_at_3_bandwidths", |b| {
+        b.iter(|| {
+            now += STEP_NS;
+            let _ = black_box(ours.acquire_set_at(black_box(&key), black_box(1), now));
         })
     });
 
@@ -356,6 +381,19 @@ fn keys_1m(c: &mut Criterion) {
             stats.live_keys, stats.evicted_lossless
         );
     }
+
+    let ours: Limiter<u64> = Limiter::new(with_two_wider(keyed_config()));
+    keyed_bench(
+        &mut group,
+        "ours_acquire_at_3_bandwidths",
+        &sequence,
+        |key, now, cost| {
+            black_box(ours.acquire_set_at(&key, cost, now))
+                .unwrap()
+                .is_allowed()
+        },
+    );
+    drop(ours);
 
     let proto = common::FlatKeyedProto::new(keyed_config());
     keyed_bench(
