@@ -281,6 +281,25 @@ pub enum PolicySpec {
     EvictFull,
     /// [`EvictionPolicy::EvictLeastRecent`].
     EvictLeastRecent,
+    /// [`EvictionPolicy::EvictKeepingDeficit`].
+    EvictKeepingDeficit,
+}
+
+impl PolicySpec {
+    /// The policy may drop a bucket that is not full to make room (a victim of `EvictLeastRecent` or
+    /// `EvictKeepingDeficit`).
+    pub fn drops_non_full(self) -> bool {
+        matches!(
+            self,
+            PolicySpec::EvictLeastRecent | PolicySpec::EvictKeepingDeficit
+        )
+    }
+
+    /// The policy's victims come back full: a declared reset of the arrival curve
+    /// (`EvictLeastRecent` only; `EvictKeepingDeficit` brings them back owing).
+    pub fn is_lossy(self) -> bool {
+        self == PolicySpec::EvictLeastRecent
+    }
 }
 
 impl From<PolicySpec> for EvictionPolicy {
@@ -289,6 +308,7 @@ impl From<PolicySpec> for EvictionPolicy {
             PolicySpec::RejectNewKeys => EvictionPolicy::RejectNewKeys,
             PolicySpec::EvictFull => EvictionPolicy::EvictFull,
             PolicySpec::EvictLeastRecent => EvictionPolicy::EvictLeastRecent,
+            PolicySpec::EvictKeepingDeficit => EvictionPolicy::EvictKeepingDeficit,
         }
     }
 }

@@ -170,7 +170,8 @@ async fn an_outage_is_a_503_or_a_flagged_local_decision_never_a_plain_429() {
 /// minute decides waits for the minute, not for the burst.
 #[tokio::test]
 async fn a_redis_key_of_two_bandwidths_advertises_one_item_per_bandwidth() {
-    let Some(url) = common::redis_url("a_redis_key_of_two_bandwidths_advertises_one_item_per_bandwidth")
+    let Some(url) =
+        common::redis_url("a_redis_key_of_two_bandwidths_advertises_one_item_per_bandwidth")
     else {
         return;
     };
@@ -186,7 +187,10 @@ async fn a_redis_key_of_two_bandwidths_advertises_one_item_per_bandwidth() {
     let mut svc = RateLimitLayer::new(limiter, policy, user_key).layer(tower::service_fn(ok));
     let first = call(&mut svc, "u1").await;
     assert_eq!(first.status(), StatusCode::OK);
-    let policies = first.headers()["ratelimit-policy"].to_str().unwrap().to_owned();
+    let policies = first.headers()["ratelimit-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     assert!(policies.contains("\"burst\";q=2;w=1"), "{policies}");
     assert!(policies.contains("\"minute\";q=3;w=60"), "{policies}");
     // The burst refills within a second; the minute's third token goes at once, the fourth waits for
@@ -199,6 +203,13 @@ async fn a_redis_key_of_two_bandwidths_advertises_one_item_per_bandwidth() {
     let fields = denied.headers()["ratelimit"].to_str().unwrap().to_owned();
     assert!(fields.contains("\"burst\";r="), "{fields}");
     assert!(fields.contains("\"minute\";r=0"), "{fields}");
-    let retry: u64 = denied.headers()["retry-after"].to_str().unwrap().parse().unwrap();
-    assert!((18..=20).contains(&retry), "the minute's wait, not the burst's: {retry}");
+    let retry: u64 = denied.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (18..=20).contains(&retry),
+        "the minute's wait, not the burst's: {retry}"
+    );
 }

@@ -494,6 +494,27 @@ impl Model {
         self.check_invariants(key);
     }
 
+    /// Follows an implementation that started `key` afresh at `cursor` below full, as
+    /// `EvictKeepingDeficit` does for a key dropped while it owed: the first bandwidths hold `tokens`
+    /// (the rest of the set, if `tokens` is shorter, is full), each at most its capacity. The harness
+    /// checks first that no bandwidth is fuller than the dropped bucket refilled to `cursor` would be.
+    pub fn recreate_owing(&mut self, key: u64, cursor: u64, tokens: &[Rational]) {
+        self.evict(key);
+        let set = self.bandwidths_of(key).clone();
+        let balances: Vec<Rational> = (set.configs().enumerate())
+            .map(|(position, config)| {
+                let capacity = config.capacity_tokens();
+                tokens
+                    .get(position)
+                    .map_or(capacity.clone(), |t| t.clone().min(capacity))
+            })
+            .collect();
+        let entry = self.entries.entry(key).or_default();
+        entry.bucket = Some(ModelSetBucket::from_balances(balances, cursor));
+        entry.dropped_at = None;
+        self.check_invariants(key);
+    }
+
     /// "`sweep(now)`: drops every bucket evictable at `now`." Overrides and versions stay. Each dropped key
     /// continues from its judgment time `j = max(now, last_refill)`: "dropping is 'refill to `j`, then forget
     /// the now-redundant state'", so its next fresh bucket starts at `max(now', j)`. Returns the dropped keys,

@@ -41,6 +41,15 @@ impl ModelSetBucket {
         }
     }
 
+    /// A state of `tokens` (in the set's order) and one cursor, as given: for following an
+    /// implementation's legal choice (the caller checks it).
+    pub fn from_balances(tokens: Vec<Rational>, last_refill: u64) -> Self {
+        ModelSetBucket {
+            tokens: tokens.into_iter().collect(),
+            last_refill,
+        }
+    }
+
     /// The exact balances `tokens_i`, in the set's order.
     pub fn tokens(&self) -> &[Rational] {
         &self.tokens

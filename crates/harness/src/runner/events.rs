@@ -34,6 +34,7 @@ pub const EVENTS: &[&str] = &[
     "shared_request_id",
     "wide_credit",
     "partial_denial",
+    "created_owing",
 ];
 
 /// What a run counts; `EVENTS[event as usize]` is its name. Counted in a plain array, since a step
@@ -84,6 +85,8 @@ pub(super) enum Event {
     WideCredit,
     /// `partial_denial`.
     PartialDenial,
+    /// `created_owing`.
+    CreatedOwing,
 }
 
 /// What the counters need of a key's model state before an acquire: the key's capacity, two
@@ -316,6 +319,7 @@ mod tests {
             Event::SharedRequestId,
             Event::WideCredit,
             Event::PartialDenial,
+            Event::CreatedOwing,
         ];
         assert_eq!(all.len(), EVENTS.len());
         for (index, event) in all.into_iter().enumerate() {

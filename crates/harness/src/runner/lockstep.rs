@@ -286,7 +286,11 @@ impl<'a> Lockstep<'a> {
             Err(SubjectError::Broken(message)) => return Err(Stop::Broken(message.clone())),
             Err(SubjectError::KeyLimitReached) => return Ok(self.follow_refusal(key, now)),
             Ok(observed) if observed.created == Some(true) => {
+                let dropped = self.dropped_balance(key);
                 found = oracles.keep(self.follow_creation(key, now));
+                if self.policy == PolicySpec::EvictKeepingDeficit && found.is_none() {
+                    found = oracles.keep(self.follow_owing(acquire, observed, dropped));
+                }
             }
             _ => {}
         }
@@ -337,7 +341,7 @@ impl<'a> Lockstep<'a> {
         let latest = self.events.latest().unwrap_or(at);
         let refusal = Refusal {
             may_evict: self.subject.may_evict(),
-            lossy: self.policy == PolicySpec::EvictLeastRecent,
+            lossy: self.policy.drops_non_full(),
             held: self.model.state(key).is_some(),
             evictable: self.model.is_evictable_at(key, latest),
             pinned: self.model.is_pinned(key),
@@ -370,7 +374,7 @@ impl<'a> Lockstep<'a> {
             cursor,
             dropped: held.map(|held_cursor| Dropped {
                 cursor: held_cursor,
-                lossy: self.policy == PolicySpec::EvictLeastRecent,
+                lossy: self.policy.drops_non_full(),
                 evictable_at_cursor: self.model.may_recreate_at(key, cursor),
             }),
         };
@@ -381,6 +385,55 @@ impl<'a> Lockstep<'a> {
             self.model.recreate(key, cursor);
         }
         creation.check()
+    }
+
+    /// Under `EvictKeepingDeficit`: the first bandwidth's balance the model's held bucket of `key`
+    /// would have at the cursor the subject shows (the most a bucket the subject dropped owing may
+    /// come back with); `None` when the model holds none or the subject shows no state.
+    fn dropped_balance(&mut self, key: u64) -> Option<Rational> {
+        if self.policy != PolicySpec::EvictKeepingDeficit {
+            return None;
+        }
+        self.model.state(key)?;
+        let cursor = self.shown_cursor(key)?;
+        let peeks = self.model.peek_set(key, cursor);
+        peeks.first().map(|peek| peek.remaining.clone())
+    }
+
+    /// Under `EvictKeepingDeficit` a created bucket may start below full (its slot owed): the subject's
+    /// fresh balance, recovered from the state it shows after this acquire, must be no more than the
+    /// dropped bucket refilled to the fresh cursor (`dropped`; the capacity for a key the model held
+    /// nothing for, where only another key's debt can have lowered it), and the model follows it.
+    fn follow_owing(
+        &mut self,
+        acquire: Acquire,
+        observed: &Observed,
+        dropped: Option<Rational>,
+    ) -> Option<Violation> {
+        let shown = self.subject.inspect(acquire.key).held().cloned()?;
+        let after = shown.tokens.to_rational()?;
+        let charged = if observed.allowed && !observed.replayed {
+            acquire.cost
+        } else {
+            0
+        };
+        let fresh = after + Rational::from(charged);
+        let capacity = Rational::from(self.model.config_of(acquire.key).capacity());
+        let most = dropped.unwrap_or_else(|| capacity.clone());
+        if fresh > most {
+            return Some(Violation::new(
+                OracleKind::Model,
+                "a bucket dropped owing came back fuller than it would be",
+                format!("at most {most} tokens at {}", shown.last_refill),
+                format!("{fresh} tokens"),
+            ));
+        }
+        if fresh < capacity {
+            self.events.add(Event::CreatedOwing);
+            self.model
+                .recreate_owing(acquire.key, shown.last_refill, &[fresh]);
+        }
+        None
     }
 
     /// The differential oracle: the model decides the same acquire; the divergence statistics and the
@@ -515,7 +568,7 @@ impl<'a> Lockstep<'a> {
                 at: acquire.now,
                 cursor: self.shown_cursor(key),
                 latest: self.events.latest().unwrap_or(acquire.now),
-                lossy: self.policy == PolicySpec::EvictLeastRecent,
+                lossy: self.policy.is_lossy(),
             };
             let configs = self.curve_configs(key);
             let resets = self.arrivals[0].lossy_resets();

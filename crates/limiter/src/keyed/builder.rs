@@ -101,7 +101,13 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
             .map_or_else(KeyHasher::random, KeyHasher::seeded);
         let max_keys_per_shard = self.max_keys.div_ceil(self.shards);
         let shards = (0..self.shards)
-            .map(|_| Padded(Mutex::new(Shard::new(&hasher))))
+            .map(|_| {
+                let mut shard = Shard::new(&hasher);
+                if self.policy == EvictionPolicy::EvictKeepingDeficit {
+                    shard.keep_deficits(max_keys_per_shard);
+                }
+                Padded(Mutex::new(shard))
+            })
             .collect();
         Limiter {
             shards,

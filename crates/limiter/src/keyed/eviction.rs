@@ -14,12 +14,13 @@
 //! - a walk over every slot visits every entry, even when a removal moves a later entry of its probe
 //!   run into the slot just looked at.
 
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::ops::ControlFlow;
 
 use super::Settings;
+use super::deficits;
 use super::shard::{PackedBucket, Shard};
-use crate::{AcquireError, Nanos};
+use crate::{AcquireError, BucketState, Nanos};
 
 /// What happens when a new key arrives and its shard already holds its share of `max_keys`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -33,9 +34,22 @@ pub enum EvictionPolicy {
     EvictFull,
     /// Drop an evictable bucket if one is found among a few entries, otherwise the sampled bucket with
     /// the oldest `last_refill` among those without an override config (a pinned key is never dropped);
-    /// reject only if every sampled bucket is pinned. Lossy: the victim comes back full (a burst).
-    /// Counted in [`Stats::evicted_lossy`](super::Stats::evicted_lossy).
+    /// reject only if every sampled bucket is pinned. Lossy: the victim comes back full, so **it lifts
+    /// the limit for every evicted key**: under a flood of fresh ids an active user is evicted between
+    /// two of its requests and every request of it finds a full bucket (`examples/flood.rs`: all
+    /// 10,000 legitimate requests admitted against a budget of 6,000). Counted in
+    /// [`Stats::evicted_lossy`](super::Stats::evicted_lossy). Use
+    /// [`EvictionPolicy::EvictKeepingDeficit`] instead.
     EvictLeastRecent,
+    /// As [`EvictionPolicy::EvictLeastRecent`], and the victim's deficit is kept: when its bucket
+    /// would be full again, in a fixed array per shard indexed by the key's hash (16 bytes per key the
+    /// shard may hold, whatever arrives). A new bucket whose slot is owing starts no fuller than the
+    /// dropped bucket would be now; two drops on one slot keep the later instant, so a collision can
+    /// only make a new bucket emptier. Never admits more than the key's budget, under a flood too: the
+    /// policy to use under attack. Drops are counted in
+    /// [`Stats::evicted_owing`](super::Stats::evicted_owing), new buckets that started below full in
+    /// [`Stats::created_owing`](super::Stats::created_owing).
+    EvictKeepingDeficit,
 }
 
 /// How many entries a new key may inspect to make room at the bound. Bounded, so an attacker filling
@@ -124,8 +138,44 @@ impl<K: Hash + Eq + Clone> Shard<K> {
                 self.stats.evicted_lossy += 1;
                 Ok(())
             }
+            (EvictionPolicy::EvictKeepingDeficit, Some((victim, _))) => {
+                if let Some((key, bucket)) = self.entries.get(victim) {
+                    let hash = self.extras.hasher().hash_one(key);
+                    let full_at = self.full_at(key, *bucket, now, settings);
+                    if let Some(deficits) = &mut self.deficits {
+                        deficits.remember(hash, full_at);
+                    }
+                }
+                self.evict(victim, now);
+                self.stats.evicted_owing += 1;
+                Ok(())
+            }
             _ => reject(self),
         }
+    }
+
+    /// When the live `bucket` of `key`, refilled to `now`, is full again with no traffic: the latest
+    /// of its bandwidths' instants (`Nanos::MAX` if one never refills).
+    fn full_at(&self, key: &K, bucket: PackedBucket, now: Nanos, settings: &Settings<K>) -> Nanos {
+        let first = self.state_of(key, bucket);
+        let key_set = bucket
+            .has_extra()
+            .then(|| self.extra(key).and_then(|extra| extra.set.as_ref()))
+            .flatten();
+        let Some(key_set) = key_set else {
+            let config = self.config_of(key, bucket, settings);
+            return deficits::full_at(&config, first.refilled(&config, now));
+        };
+        let balances = std::iter::once(first.balance()).chain(key_set.more.iter().copied());
+        (key_set.bandwidths.as_slice().iter().zip(balances))
+            .map(|(bandwidth, balance)| {
+                let config = bandwidth.config();
+                BucketState::new(config, balance, first.last_refill()).map_or(Nanos::MAX, |state| {
+                    deficits::full_at(config, state.refilled(config, now))
+                })
+            })
+            .max()
+            .unwrap_or(Nanos::MAX)
     }
 
     /// Inspects up to `budget` entries from the cursor, stepping over at most `max_slots` slots (and

@@ -26,6 +26,7 @@
 //!   sweep), not on every call: a call on a known key does no work for other keys.
 
 mod builder;
+mod deficits;
 mod eviction;
 #[cfg(feature = "racy-variant")]
 mod racy;
@@ -139,6 +140,12 @@ pub struct Stats {
     pub evicted_lossless: u64,
     /// Buckets dropped while not full ([`EvictionPolicy::EvictLeastRecent`]).
     pub evicted_lossy: u64,
+    /// Buckets dropped while not full with their deficit kept
+    /// ([`EvictionPolicy::EvictKeepingDeficit`]).
+    pub evicted_owing: u64,
+    /// New buckets that started below full because a bucket of their hash was dropped owing
+    /// ([`EvictionPolicy::EvictKeepingDeficit`]).
+    pub created_owing: u64,
     /// New keys refused at the key bound.
     pub rejected_keys: u64,
 }
@@ -448,6 +455,14 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         self.len() == 0
     }
 
+    /// Bytes of the arrays in which [`EvictionPolicy::EvictKeepingDeficit`] keeps what dropped
+    /// buckets owe: fixed when the limiter is built, 0 under every other policy.
+    pub fn deficit_bytes(&self) -> usize {
+        (self.shards.iter())
+            .map(|shard| lock(&shard.0).deficits.as_ref().map_or(0, |d| d.bytes()))
+            .sum()
+    }
+
     /// Counters summed over shards.
     pub fn stats(&self) -> Stats {
         self.shards.iter().fold(Stats::default(), |total, shard| {
@@ -461,6 +476,8 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
                 live_keys: total.live_keys + shard.entries.len() as u64,
                 evicted_lossless: total.evicted_lossless + s.evicted_lossless,
                 evicted_lossy: total.evicted_lossy + s.evicted_lossy,
+                evicted_owing: total.evicted_owing + s.evicted_owing,
+                created_owing: total.created_owing + s.created_owing,
                 rejected_keys: total.rejected_keys + s.rejected_keys,
             }
         })

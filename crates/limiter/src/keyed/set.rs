@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use arrayvec::ArrayVec;
 
+use super::deficits;
 use super::records::Recorded;
 use super::shard::{PackedBucket, Shard};
 use super::{Acquired, RequestId, Settings};
@@ -88,7 +89,16 @@ impl<K: Hash + Eq + Clone> Shard<K> {
                     Some(set) => set.clone(),
                     None => Arc::new(Bandwidths::from(settings.resolved_config(key))),
                 };
-                let fresh = SetState::full(&set, now.max(self.evicted_horizon));
+                let cursor = now.max(self.evicted_horizon);
+                let fresh = match &self.deficits {
+                    None => SetState::full(&set, cursor),
+                    Some(deficits) => {
+                        let owed = deficits.owed(hash);
+                        let balances = (set.as_slice().iter())
+                            .map(|b| deficits::owing(b.config(), cursor, owed).balance());
+                        SetState::from_balances(balances, cursor)
+                    }
+                };
                 (set, fresh)
             }
         };

@@ -19,6 +19,7 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
+use super::deficits::{self, Deficits};
 use super::records::{Recorded, Records, RequestId};
 use super::set::KeySet;
 use super::{Acquired, Settings, Stats};
@@ -41,6 +42,9 @@ pub(super) struct Shard<K> {
     pub(super) evicted_horizon: Nanos,
     /// Where the amortized sweep and the room scan resume (a slot position in `entries`).
     pub(super) sweep_cursor: usize,
+    /// What buckets dropped while not full still owe, under `EvictionPolicy::EvictKeepingDeficit`
+    /// only (`None` under every other policy, so a fresh bucket is full there).
+    pub(super) deficits: Option<Deficits>,
     pub(super) stats: Stats,
 }
 
@@ -129,14 +133,26 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             extras: HashMap::with_hasher(hasher.clone()),
             evicted_horizon: 0,
             sweep_cursor: 0,
+            deficits: None,
             stats: Stats::default(),
         }
     }
 
-    /// A bucket for a key this shard does not hold: full, with its cursor at `now` or at the eviction
-    /// horizon if that is later (see `evicted_horizon`).
-    pub(super) fn fresh(&self, config: &Config, now: Nanos) -> BucketState {
-        BucketState::full(config, now.max(self.evicted_horizon))
+    /// Keeps what buckets dropped while not full owe, in an array sized for `keys` keys.
+    pub(super) fn keep_deficits(&mut self, keys: usize) {
+        self.deficits = Some(Deficits::new(keys));
+    }
+
+    /// A bucket for a key this shard does not hold, with its cursor at `now` or at the eviction
+    /// horizon if that is later (see `evicted_horizon`): full, or, under
+    /// `EvictionPolicy::EvictKeepingDeficit`, no fuller than a bucket of its hash dropped owing would
+    /// be there (see `deficits`).
+    pub(super) fn fresh(&self, hash: u64, config: &Config, now: Nanos) -> BucketState {
+        let cursor = now.max(self.evicted_horizon);
+        match &self.deficits {
+            None => BucketState::full(config, cursor),
+            Some(deficits) => deficits::owing(config, cursor, deficits.owed(hash)),
+        }
     }
 
     /// The config and state `key` has at `now` (its own if it is live, else those of a fresh
@@ -151,7 +167,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         settings: &Settings<K>,
     ) -> (Config, BucketState, Option<(PackedBucket, usize)>) {
         let found = self.find(hash, key);
-        let (config, state) = self.current_of(key, found, now, settings);
+        let (config, state) = self.current_of(hash, key, found, now, settings);
         (config, state, found)
     }
 
@@ -159,6 +175,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
     #[inline(always)]
     pub(super) fn current_of(
         &self,
+        hash: u64,
         key: &K,
         found: Option<(PackedBucket, usize)>,
         now: Nanos,
@@ -171,7 +188,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             ),
             None => {
                 let config = settings.resolved_config(key);
-                (config, self.fresh(&config, now))
+                (config, self.fresh(hash, &config, now))
             }
         }
     }
@@ -293,7 +310,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
                 .acquire_set(hash, key, attempt, request_id, settings)
                 .map(Acquired::binding);
         }
-        let (config, state) = self.current_of(key, found, now, settings);
+        let (config, state) = self.current_of(hash, key, found, now, settings);
         // Validate the cost before consulting request ids or making room: an error changes nothing.
         if config.cost_units(cost).is_none() {
             self.stats.errors += 1;
@@ -425,6 +442,11 @@ impl<K: Hash + Eq + Clone> Shard<K> {
     ) -> Result<usize, AcquireError> {
         if self.entries.len() >= settings.max_keys_per_shard {
             self.make_room(now, settings)?;
+        }
+        if let Some(deficits) = &self.deficits
+            && deficits.owed(hash) > state.last_refill()
+        {
+            self.stats.created_owing += 1;
         }
         let empty = PackedBucket {
             flagged_balance: 0,

@@ -1,0 +1,97 @@
+//! `EvictionPolicy::EvictKeepingDeficit` under a flood of fresh ids (docs/semantics.md, "Expiry and
+//! the key bound"): a key dropped while not full comes back no fuller than its dropped bucket would be,
+//! so no legitimate user is admitted beyond its budget, where `EvictLeastRecent` admits every request.
+
+use bucketproof_limiter::{Config, EvictionPolicy, Limiter, Wait};
+
+const SECOND: u64 = bucketproof_limiter::NANOS_PER_SECOND;
+
+fn limiter(max_keys: usize, policy: EvictionPolicy, shards: usize) -> Limiter<u64> {
+    Limiter::builder(Config::new(2, "1/s".parse().unwrap()).unwrap())
+        .max_keys(max_keys, policy)
+        .sweep_per_op(0)
+        .shards(shards)
+        .hasher_seed(3)
+        .build()
+}
+
+/// Key 1 is emptied at 0 and dropped at 0.5 s to make room for key 2: back at 0.5 s it holds half a
+/// token (its dropped bucket refilled to then) and is denied for half a second; under
+/// `EvictLeastRecent` it comes back full and is admitted twice more.
+#[test]
+fn a_key_dropped_owing_comes_back_no_fuller_than_it_would_be() {
+    let keeping = limiter(1, EvictionPolicy::EvictKeepingDeficit, 1);
+    keeping.acquire_at(&1, 2, 0).unwrap();
+    assert!(keeping.acquire_at(&2, 1, SECOND / 2).unwrap().is_allowed());
+    assert_eq!(keeping.stats().evicted_owing, 1);
+    let back = keeping.acquire_at(&1, 1, SECOND / 2).unwrap();
+    assert!(!back.is_allowed());
+    assert_eq!(back.retry_after(), Some(Wait::After(SECOND / 2)));
+    assert_eq!(keeping.stats().created_owing, 1);
+    assert!(keeping.acquire_at(&2, 1, SECOND).unwrap().is_allowed());
+    // Back once more at 2 s, when it would have been full: nothing is owed any more.
+    assert!(keeping.acquire_at(&1, 2, 2 * SECOND).unwrap().is_allowed());
+
+    let lossy = limiter(1, EvictionPolicy::EvictLeastRecent, 1);
+    lossy.acquire_at(&1, 2, 0).unwrap();
+    lossy.acquire_at(&2, 1, SECOND / 2).unwrap();
+    assert!(
+        lossy.acquire_at(&1, 2, SECOND / 2).unwrap().is_allowed(),
+        "lossy by contract"
+    );
+}
+
+/// A small flood: 10 users at 10 requests a second on a bucket of 2 refilling 1/s, 30,000 fresh
+/// attacker ids at one per 100 µs, a bound of 64 keys over 4 shards. Every user's admissions are
+/// checked against its budget over every interval: none exceeds it under `EvictKeepingDeficit` (nor
+/// under the two lossless policies), while under `EvictLeastRecent` users are admitted beyond it.
+#[test]
+fn no_user_is_admitted_beyond_its_budget_under_a_flood() {
+    for policy in [
+        EvictionPolicy::EvictKeepingDeficit,
+        EvictionPolicy::EvictFull,
+        EvictionPolicy::RejectNewKeys,
+        EvictionPolicy::EvictLeastRecent,
+    ] {
+        let limiter = limiter(64, policy, 4);
+        let mut admitted: Vec<Vec<u64>> = vec![Vec::new(); 10];
+        for step in 0..30_000u64 {
+            let now = step * 100_000;
+            let _ = limiter.acquire_at(&((1 << 40) + step), 1, now);
+            if step % 100 == 0 {
+                let user = (step / 100) % 10;
+                if let Ok(decision) = limiter.acquire_at(&user, 1, now)
+                    && decision.is_allowed()
+                {
+                    admitted[user as usize].push(now);
+                }
+            }
+        }
+        // Over [a, b]: at most 2 + (b - a) / 1 s tokens, for every pair of admissions a <= b.
+        let over = admitted
+            .iter()
+            .map(|times| {
+                let mut over = 0;
+                for (i, &a) in times.iter().enumerate() {
+                    for (j, &b) in times.iter().enumerate().skip(i) {
+                        let count = (j - i + 1) as u64;
+                        if count * SECOND > 2 * SECOND + (b - a) {
+                            over += 1;
+                        }
+                    }
+                }
+                over
+            })
+            .sum::<u64>();
+        let total: usize = admitted.iter().map(Vec::len).sum();
+        if policy == EvictionPolicy::EvictLeastRecent {
+            assert!(
+                over > 0,
+                "the lossy policy lifts the limit ({total} admitted)"
+            );
+        } else {
+            assert_eq!(over, 0, "{policy:?}: {total} admitted");
+            assert!(total > 0, "{policy:?}: the users were served");
+        }
+    }
+}
