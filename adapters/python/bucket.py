@@ -2,7 +2,7 @@
 """The Python reference adapter: an exact keyed token bucket speaking the subject protocol, version 1.
 
 What it owns: one independent implementation of docs/semantics.md (acquire with request-id records,
-reconfigure, forget, sweep, the key bound with its three policies, the eviction horizon, and keys of
+reconfigure, forget, sweep, the key bound with its four policies, the eviction horizon, and keys of
 several bandwidths: up to 8 per key, one shared cursor, charged all or none) and the protocol of
 docs/subject-protocol.md over stdin/stdout (batched: it answers everything it has read, then flushes
 once).
@@ -16,7 +16,9 @@ What it promises:
 - Drops are lossless except under evict_least_recent: a bucket is dropped (sweep, amortized sweep,
   room at the bound) only when evictable at its judgment time j = max(now, last_refill), and a new
   bucket starts no earlier than the latest such j (the horizon), so a caller's clock that runs
-  backwards is never credited the same time twice.
+  backwards is never credited the same time twice. Under evict_keeping_deficit a victim that is not
+  full leaves behind the instant it would be full again, in a fixed array indexed by a hash of the
+  key, and a new bucket of that slot starts no fuller than the victim would be at its cursor.
 - Standard library only. `--bug NAME` plants one classic mistake, for proving the gate catches it.
 """
 
@@ -32,6 +34,13 @@ MAX_RATE_DENOM = 1 << 32
 # Entries the room scan at the key bound may look at: bounded, so a table full of non-full buckets
 # cannot turn each new key into a full scan.
 ROOM_SCAN = 32
+# Under evict_keeping_deficit: slots of the deficit array per key of the key bound (fewer collisions
+# between a flood's victims and an innocent key than with one).
+DEFICIT_SLOTS_PER_KEY = 2
+# The instant at which a bucket with a bandwidth of rate 0 that is not full is full again: after every
+# instant of the clock. Only ever compared, never computed with, so the arithmetic stays integer.
+NEVER_FULL = float("inf")
+POLICIES = ("reject_new_keys", "evict_full", "evict_least_recent", "evict_keeping_deficit")
 # The most bandwidths a key's config may have (docs/semantics.md, "Several bandwidths per key").
 MAX_BANDWIDTHS = 8
 # A bandwidth's name: a structured-field key of at most 32 characters.
@@ -184,6 +193,10 @@ class Limiter:
         self.cursor = 0
         # The latest judgment time of any drop: a new bucket starts at max(now, horizon).
         self.horizon = 0
+        # Under evict_keeping_deficit: per slot (a hash of the key), the latest instant at which a
+        # victim dropped there would be full again (0: nothing owed). Allocated at the first drop of
+        # a victim that owes, when the table already holds max_keys entries; it never grows.
+        self.deficits = None
 
     # --- the bucket arithmetic -------------------------------------------------------------
 
@@ -226,8 +239,10 @@ class Limiter:
         if cost == 0 or cost > bands.cap:
             return False
         if e is None:
-            return True  # a fresh bucket is full (the key bound is not consulted)
-        ns, _ = self.refilled(e, bands, at)
+            # A fresh bucket (the key bound is not consulted): full unless its slot owes.
+            ns = self.fresh(key, max(at, self.horizon))
+        else:
+            ns, _ = self.refilled(e, bands, at)
         return all(self.admits(n, cost * cfg.units) for n, cfg in zip(ns, bands.parts))
 
     def state(self, e):
@@ -256,6 +271,55 @@ class Limiter:
                 if j < stamp + window:
                     return None
         return j
+
+    def full_at(self, e, j):
+        """The instant at which `e` (of the default config: a victim is never pinned), refilled to its
+        judgment time j, is full again with no traffic: the latest over its bandwidths of j + ceil(
+        missing units / units per ns), j if it is full, NEVER_FULL if a bandwidth not full has rate 0."""
+        elapsed = j - e.last
+        f = j
+        for n, cfg in zip(e.n, self.default.parts):
+            missing = cfg.cap_units - n - elapsed * cfg.p
+            if missing > 0:
+                if cfg.p == 0:
+                    return NEVER_FULL
+                f = max(f, j + -(-missing // cfg.p))
+        return f
+
+    def slot(self, key):
+        """The deficit array's slot of a key: a splitmix64 finalizer of the key, modulo the size."""
+        x = (key + 0x9E3779B97F4A7C15) & U64_MAX
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & U64_MAX
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & U64_MAX
+        return (x ^ (x >> 31)) % len(self.deficits)
+
+    def remember(self, e, j):
+        """A victim `e` dropped at judgment time j while not full: its slot keeps the later of the
+        instant it would be full again and what the slot already held (a collision can only make a
+        new bucket emptier, never fuller)."""
+        f = self.full_at(e, j)
+        if f <= j:
+            return  # full: it owes nothing
+        if self.deficits is None:
+            self.deficits = [0] * (DEFICIT_SLOTS_PER_KEY * self.max_keys)
+        slot = self.slot(e.key)
+        if f > self.deficits[slot]:
+            self.deficits[slot] = f
+
+    def fresh(self, key, cursor):
+        """The balances of a new bucket of `key` at `cursor`: full, or, when its slot owes until
+        f > cursor, capacity - (f - cursor) * units per ns (at least 0) in each bandwidth, 0 in one
+        whose rate is 0 (nothing was ever paid back)."""
+        full = self.default.full()
+        if self.deficits is None:
+            return full
+        f = self.deficits[self.slot(key)]
+        if f <= cursor:
+            return full
+        if f == NEVER_FULL:
+            return [0] * len(full)
+        ahead = f - cursor
+        return [0 if cfg.p == 0 else max(0, cfg.cap_units - ahead * cfg.p) for cfg in self.default.parts]
 
     def drop(self, e, j):
         del self.table[e.key]
@@ -322,11 +386,17 @@ class Limiter:
             victim = oldest[0]  # lossy by contract; still raises the horizon to its judgment time
             self.drop(victim, max(now, victim.last))
             return True
+        if self.policy == "evict_keeping_deficit" and oldest:
+            victim = oldest[0]  # the same victim, but what it owes is kept for its next bucket
+            j = max(now, victim.last)
+            self.remember(victim, j)
+            self.drop(victim, j)
+            return True
         return False
 
     def insert(self, key, now):
         cursor = now if self.bug == "no-horizon" else max(now, self.horizon)
-        e = Entry(key, self.default.full(), cursor)
+        e = Entry(key, self.fresh(key, cursor), cursor)
         self.table[key] = e
         self.ring.append(e)
         return e
@@ -482,7 +552,7 @@ class Limiter:
         elif op == "setup":
             default = parse_bandwidths(obj["config"])
             policy = obj["policy"]
-            if policy not in ("reject_new_keys", "evict_full", "evict_least_recent"):
+            if policy not in POLICIES:
                 return error(rid, "unsupported", f"policy {policy!r}")
             if default is None:
                 return error(rid, "unsupported", "invalid config")
