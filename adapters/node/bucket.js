@@ -3,7 +3,7 @@
 // version 1 (docs/subject-protocol.md), on stdin/stdout.
 //
 // Owns: the bucket rules of docs/semantics.md (acquire, reconfigure, forget, sweep, the key bound
-// with its three policies, request-id records, keys of several bandwidths: up to 8 per key, one
+// with its four policies, request-id records, keys of several bandwidths: up to 8 per key, one
 // shared cursor, charged all or none), the parsing of request lines and the writing of
 // replies. Promises: every number the limiter sees is a BigInt, so nothing rounds or overflows
 // (times and keys go up to 2^64 - 1); a balance is a whole number of units of 1/(q * 10^9) token, so a nanosecond of
@@ -20,6 +20,15 @@ const NEVER = 'never';
 // How many entries a new key at the bound may inspect to make room: bounded, so that a table full
 // of busy keys cannot turn every request into a full scan.
 const ROOM_SCAN = 32;
+// Under evict_keeping_deficit: slots of the deficit array per key of the key bound (fewer collisions
+// between a flood's victims and an innocent key than with one).
+const DEFICIT_SLOTS_PER_KEY = 2;
+// The instant at which a bucket with a bandwidth of rate 0 that is not full is full again: after every
+// instant of the clock. Only ever compared with BigInts (which JavaScript does exactly), never
+// computed with.
+const NEVER_FULL = Infinity;
+const POLICIES = ['reject_new_keys', 'evict_full', 'evict_least_recent', 'evict_keeping_deficit'];
+const MASK64 = U64_MAX;
 // The most bandwidths a key's config may have (docs/semantics.md, "Several bandwidths per key").
 const MAX_BANDWIDTHS = 8;
 // A bandwidth's name: a structured-field key of at most 32 characters.
@@ -316,8 +325,7 @@ class Limiter {
   constructor(setup, bug) {
     this.bug = bug;
     this.config = makeConfig(setup.config);
-    const policies = ['reject_new_keys', 'evict_full', 'evict_least_recent'];
-    if (!policies.includes(setup.policy)) {
+    if (!POLICIES.includes(setup.policy)) {
       throw new Refusal('unsupported', `policy ${JSON.stringify(setup.policy)}`);
     }
     this.policy = setup.policy;
@@ -334,17 +342,60 @@ class Limiter {
     // clock that ran backwards continues from where it was judged full: no time credited twice, no
     // dead record alive again.
     this.horizon = 0n;
+    // Under evict_keeping_deficit: per slot (a hash of the key), the latest instant at which a victim
+    // dropped there would be full again (0n: nothing owed). Allocated at the first drop of a victim
+    // that owes, when the table already holds maxKeys entries; it never grows.
+    this.deficits = null;
   }
 
   configOf(entry) {
     return (entry && entry.override) || this.config;
   }
 
-  // A bucket for a key that holds none: every bandwidth full, at now or at the eviction horizon if
-  // that is later.
-  fresh(config, now) {
+  // A bucket for `key`, which holds none, at now or at the eviction horizon if that is later: every
+  // bandwidth full, or, when the key's deficit slot owes until f past that cursor, capacity minus
+  // (f - cursor) * units per ns (at least 0), and 0 in a bandwidth whose rate is 0.
+  fresh(key, config, now) {
     const last = this.bug === 'no-horizon' ? now : max(now, this.horizon);
-    return { units: config.bands.map((band) => band.capUnits), last };
+    const f = this.deficits === null ? 0n : this.deficits[this.slot(key)];
+    if (f <= last) return { units: config.bands.map((band) => band.capUnits), last };
+    if (f === NEVER_FULL) return { units: config.bands.map(() => 0n), last };
+    const ahead = f - last;
+    return { units: config.bands.map((band) => (band.p === 0n ? 0n : max(0n, band.capUnits - ahead * band.p))), last };
+  }
+
+  // The deficit array's slot of a key: a splitmix64 finalizer of the key, modulo the size.
+  slot(key) {
+    let x = (key + 0x9E3779B97F4A7C15n) & MASK64;
+    x = ((x ^ (x >> 30n)) * 0xBF58476D1CE4E5B9n) & MASK64;
+    x = ((x ^ (x >> 27n)) * 0x94D049BB133111EBn) & MASK64;
+    return Number((x ^ (x >> 31n)) % BigInt(this.deficits.length));
+  }
+
+  // When the victim `entry` (of the default config: a victim is never pinned), refilled to its
+  // judgment time j, is full again with no traffic: the latest over its bandwidths of j + ceil(missing
+  // units / units per ns); j if it is full; NEVER_FULL if a bandwidth not full has rate 0.
+  fullAt(entry, j) {
+    const elapsed = j - entry.last;
+    let f = j;
+    for (const [i, band] of this.config.bands.entries()) {
+      const missing = band.capUnits - entry.units[i] - elapsed * band.p;
+      if (missing > 0n) {
+        if (band.p === 0n) return NEVER_FULL;
+        f = max(f, j + (missing + band.p - 1n) / band.p);
+      }
+    }
+    return f;
+  }
+
+  // A victim dropped at its judgment time j while not full: its slot keeps the later of the instant
+  // it would be full again and what the slot held (a collision only makes a new bucket emptier).
+  remember(key, entry, j) {
+    const f = this.fullAt(entry, j);
+    if (f <= j) return; // full: it owes nothing
+    if (this.deficits === null) this.deficits = new Array(DEFICIT_SLOTS_PER_KEY * this.maxKeys).fill(0n);
+    const slot = this.slot(key);
+    if (f > this.deficits[slot]) this.deficits[slot] = f;
   }
 
   // Refill every bandwidth to t = max(now, last): units + (t - last) * p, clamped at its capacity.
@@ -424,6 +475,12 @@ class Limiter {
       this.evict(oldest[0], oldest[1], now); // lossy by contract
       return true;
     }
+    if (this.policy === 'evict_keeping_deficit' && oldest !== null) {
+      // The same victim, but what it owes is kept for the next bucket of its slot.
+      this.remember(oldest[0], oldest[1], max(now, oldest[1].last));
+      this.evict(oldest[0], oldest[1], now);
+      return true;
+    }
     return false;
   }
 
@@ -468,7 +525,7 @@ class Limiter {
     if (created && !this.makeRoom(now)) {
       throw new Refusal('key_limit', `${this.maxKeys} keys held`);
     }
-    const { units: refilled, last: t } = this.refilled(entry || this.fresh(config, now), config, now);
+    const { units: refilled, last: t } = this.refilled(entry || this.fresh(key, config, now), config, now);
     const { bands } = config;
     const costUnits = bands.map((band) => cost * band.unit);
     const covers = refilled.map((units, i) => this.admits(units, costUnits[i]));
@@ -509,7 +566,7 @@ class Limiter {
     const entry = this.entries.get(key);
     const config = this.configOf(entry);
     if (cost === 0n || cost > config.capacity) return false;
-    const { units } = this.refilled(entry || this.fresh(config, now), config, now);
+    const { units } = this.refilled(entry || this.fresh(key, config, now), config, now);
     return units.every((held, i) => this.admits(held, cost * config.bands[i].unit));
   }
 
@@ -523,7 +580,7 @@ class Limiter {
       throw new Refusal('key_limit', `${this.maxKeys} keys held`);
     }
     const old = this.configOf(entry);
-    const { units, last } = this.refilled(entry || this.fresh(old, now), old, now);
+    const { units, last } = this.refilled(entry || this.fresh(key, old, now), old, now);
     if (created) {
       entry = { units: [], last, override: null, records: [] };
       this.insert(key, entry, now);
