@@ -51,6 +51,7 @@ impl Subject for Core {
             Policy::RejectNewKeys => EvictionPolicy::RejectNewKeys,
             Policy::EvictFull => EvictionPolicy::EvictFull,
             Policy::EvictLeastRecent => EvictionPolicy::EvictLeastRecent,
+            Policy::EvictKeepingDeficit => EvictionPolicy::EvictKeepingDeficit,
         };
         // On a 64-bit target these never saturate; on a smaller one a bound past `usize::MAX` is
         // no bound, which is what it asked for.

@@ -145,6 +145,8 @@ pub enum Policy {
     EvictFull,
     /// Drop an evictable bucket, else the least recently refilled unpinned one (lossy).
     EvictLeastRecent,
+    /// As `EvictLeastRecent`, keeping the victim's deficit: it comes back no fuller than it would be.
+    EvictKeepingDeficit,
 }
 
 #[cfg(test)]
