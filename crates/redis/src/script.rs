@@ -14,7 +14,7 @@ use bucketproof_limiter::{
 use redis::Script;
 
 /// The Lua source: read, replay check, refill, decide, write, record, TTL.
-pub const SOURCE: &str = include_str!("bucket.lua");
+pub const SOURCE: &str = concat!(include_str!("prelude.lua"), include_str!("bucket.lua"));
 
 /// The loaded-once script object (`EVALSHA`, reloaded by the `redis` crate on `NOSCRIPT`).
 pub fn script() -> Script {

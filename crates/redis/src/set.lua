@@ -32,46 +32,9 @@
 --   retry_i: denied only (0 when allowed): 0 if bandwidth i covers the cost, else ceil(short_i / p_i) ns
 --            from t, -1 = never. The whole decision's wait is the largest (the client's Decisions).
 
-local E9 = 1000000000
+-- The helpers (floordiv, ceildiv, fmt, before, ms_until), `key` and the instant `now_s`, `now_n` come
+-- from prelude.lua, which the Rust side puts in front of this script.
 
-local function floordiv(a, b)
-  local k = math.floor(a / b)
-  if k * b > a then k = k - 1 end
-  if (k + 1) * b <= a then k = k + 1 end
-  return k
-end
-
-local function ceildiv(a, b)
-  local k = floordiv(a, b)
-  if k * b < a then k = k + 1 end
-  return k
-end
-
-local function fmt(x)
-  return string.format('%.0f', x)
-end
-
-local function before(a_s, a_n, b_s, b_n)
-  return a_s < b_s or (a_s == b_s and a_n < b_n)
-end
-
-local function ms_until(from_s, from_n, to_s, to_n)
-  if not before(from_s, from_n, to_s, to_n) then return 0 end
-  local ds, dn = to_s - from_s, to_n - from_n
-  if dn < 0 then ds = ds - 1; dn = dn + E9 end
-  return ds * 1000 + ceildiv(dn, 1000000)
-end
-
-local key = KEYS[1]
-local now_s, now_n
-if ARGV[1] == 's' then
-  local tm = redis.call('TIME')
-  now_s = tonumber(tm[1])
-  now_n = tonumber(tm[2]) * 1000
-else
-  now_s = tonumber(ARGV[2])
-  now_n = tonumber(ARGV[3])
-end
 local fp = ARGV[4]
 local cost_tokens = tonumber(ARGV[5])
 local rid = ARGV[6]

@@ -17,7 +17,7 @@ use crate::script::{ReplyError, fingerprint, join, wait_matches};
 
 /// The Lua source of a key with several bandwidths: read, replay check, refill each bandwidth from the
 /// one cursor, decide all or none, write, record, TTL.
-pub const SET_SOURCE: &str = include_str!("set.lua");
+pub const SET_SOURCE: &str = concat!(include_str!("prelude.lua"), include_str!("set.lua"));
 
 /// The loaded-once set script (`EVALSHA`, reloaded by the `redis` crate on `NOSCRIPT`).
 pub fn set_script() -> Script {

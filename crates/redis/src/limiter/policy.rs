@@ -90,45 +90,16 @@ impl Outcome<Decisions> {
 
 impl RedisLimiter {
     /// Applies the unavailability policy. Every branch is flagged or an error: never an ordinary denial.
+    /// The policy of [`RedisLimiter::unavailable_set`], answered with the decision's binding part (for
+    /// one bandwidth, the decision).
     pub(super) fn unavailable(
         &self,
         request: Request,
         attempts: u32,
         last: RedisError,
     ) -> Result<Outcome, RedisAcquireError> {
-        bump(&self.counters.unavailable);
-        let now = request.now.unwrap_or_else(|| self.local_now());
-        // Without Redis the key's override (if any) is unknown: validate against the default config.
-        let config = self.settings.config;
-        let attempt = Attempt {
-            cost: request.cost,
-            now,
-        };
-        // Validates the cost, and is what fail-open answers: a fresh bucket's decision.
-        let (_, fresh_decision) = transition(&config, BucketState::full(&config, now), attempt)?;
-        let fallback = |decision: Decision, source| Outcome {
-            acquired: Acquired {
-                decision,
-                created: false,
-                replayed: false,
-            },
-            source,
-            seq: 0,
-        };
-        match self.settings.unavailable {
-            Unavailable::FailClosed => {
-                bump(&self.counters.fail_closed);
-                Err(RedisAcquireError::Unavailable { attempts, last })
-            }
-            Unavailable::FailOpen => {
-                bump(&self.counters.fail_open);
-                Ok(fallback(fresh_decision, Source::FailOpen))
-            }
-            Unavailable::LocalBudget { budget } => {
-                let (_, _, decision) = self.local_budget(&budget, request.cost, now)?;
-                Ok(fallback(decision, Source::LocalBudget))
-            }
-        }
+        self.unavailable_set(request, attempts, last)
+            .map(|outcome| outcome.binding())
     }
 
     /// The unavailability policy for `acquire_set*`: as [`RedisLimiter::unavailable`], with every
