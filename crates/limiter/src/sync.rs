@@ -4,7 +4,9 @@
 //! checkers explore the shipped code, not a copy of it (the tokio/loom pattern). Nothing else in the
 //! crate names `std::sync::Mutex`, an atomic, `UnsafeCell`, `spin_loop` or `yield_now`.
 //!
-//! - `Mutex`, `lock`: the keyed limiter's shard locks.
+//! - `Mutex`, `lock`, `lock_timed`: the keyed limiter's shard locks. `lock_timed` tries the lock
+//!   first and reads the clock only when that fails, so an uncontended acquisition costs what `lock`
+//!   costs, and a contended one reports how long it waited to a function of the caller.
 //! - `AtomicBool`, `UnsafeCell`, `spin_loop`, `yield_now`: the [`crate::DirectLimiter`]'s spin lock.
 //!   `UnsafeCell` has loom's closure API (`with`, `with_mut`) under every cfg, so loom can track each
 //!   access to the guarded state and report one that is not ordered by the lock; over std it is a
@@ -35,6 +37,9 @@ pub(crate) use std::{
     sync::{Mutex, MutexGuard, atomic::AtomicBool},
     thread::yield_now,
 };
+
+// Loom's and shuttle's `try_lock` return std's error type too.
+use std::sync::TryLockError;
 
 /// `std::cell::UnsafeCell` behind loom's closure API, for the std and shuttle builds.
 #[cfg(not(loom))]
@@ -82,4 +87,31 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),
     }
+}
+
+/// Locks like [`lock`]; when the lock was contended (the first `try_lock` failed), runs `waited`
+/// on the locked value with the nanoseconds spent in the blocking `lock` after that failure. The
+/// clock is read only on the contended path, which is out of line, so the uncontended path is the
+/// one compare-and-swap of `lock` and nothing more. (Under loom and shuttle the wait is the
+/// explorer's wall time, meaningless but harmless: only the count of contended acquisitions means
+/// something there.)
+#[inline(always)]
+pub(crate) fn lock_timed<T>(mutex: &Mutex<T>, waited: fn(&mut T, u64)) -> MutexGuard<'_, T> {
+    match mutex.try_lock() {
+        Ok(guard) => guard,
+        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(TryLockError::WouldBlock) => lock_contended(mutex, waited),
+    }
+}
+
+/// The contended half of [`lock_timed`].
+#[cold]
+#[inline(never)]
+fn lock_contended<T>(mutex: &Mutex<T>, waited: fn(&mut T, u64)) -> MutexGuard<'_, T> {
+    let start = std::time::Instant::now();
+    let mut guard = lock(mutex);
+    // Saturates: a wait of more than 584 years does not fit, and is not worth a panic.
+    let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    waited(&mut guard, nanos);
+    guard
 }

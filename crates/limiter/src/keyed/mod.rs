@@ -47,7 +47,7 @@ use shard::Shard;
 
 use crate::bucket::{Attempt, BucketState, Decision, snapshot};
 use crate::hashing::KeyHasher;
-use crate::sync::{Mutex, lock};
+use crate::sync::{Mutex, MutexGuard, lock_timed};
 use crate::{
     AcquireError, Bandwidths, Clock, Config, Decisions, MonotonicClock, Nanos, SetState, Tokens,
     Wait,
@@ -148,6 +148,12 @@ pub struct Stats {
     pub created_owing: u64,
     /// New keys refused at the key bound.
     pub rejected_keys: u64,
+    /// Shard lock acquisitions that found the lock held and had to wait (any call: decisions,
+    /// peeks, sweeps and the reads of these counters themselves).
+    pub lock_contended: u64,
+    /// Total nanoseconds those contended acquisitions waited, from the failed first try to the
+    /// lock. Uncontended acquisitions are not timed: they add nothing here.
+    pub lock_wait_nanos: u64,
 }
 
 /// A keyed, exact token-bucket limiter. See the crate docs for an example.
@@ -157,6 +163,13 @@ pub struct Limiter<K, C = MonotonicClock> {
     hasher: KeyHasher,
     settings: Settings<K>,
     clock: C,
+}
+
+/// Locks a shard, and on the contended path only (the first `try_lock` failed) counts the
+/// acquisition and its wait in the shard's counters, once the lock is held.
+#[inline(always)]
+fn lock_shard<K>(mutex: &Mutex<Shard<K>>) -> MutexGuard<'_, Shard<K>> {
+    lock_timed(mutex, Shard::count_contended)
 }
 
 /// Keeps each shard's lock on its own cache lines, so two cores working on two shards do not fight
@@ -234,7 +247,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
             now,
         };
         let hash = self.hasher.hash_one(key);
-        let mut shard = lock(self.shard(hash));
+        let mut shard = lock_shard(self.shard(hash));
         let found = shard.find(hash, key);
         let result = if shard.holds_set(key, found, &self.settings) {
             shard.acquire_set(hash, key, attempt, request.request_id, &self.settings)
@@ -262,7 +275,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         request_id: Option<RequestId>,
     ) -> Result<Acquired, AcquireError> {
         let hash = self.hasher.hash_one(key);
-        let mut shard = lock(self.shard(hash));
+        let mut shard = lock_shard(self.shard(hash));
         let result = shard.acquire(hash, key, attempt, request_id, &self.settings);
         // Sweep only when this call inserted a key: memory grows only then, so sweeping at every
         // insertion bounds what expired keys can pile up, and calls on known keys pay nothing. Never
@@ -284,7 +297,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     /// [`Limiter::peek_set_at`] for all.
     pub fn peek_at(&self, key: &K, now: Nanos) -> Peek {
         let hash = self.hasher.hash_one(key);
-        let shard = lock(self.shard(hash));
+        let shard = lock_shard(self.shard(hash));
         let (config, state, found) = shard.current(hash, key, now, &self.settings);
         if !shard.holds_set(key, found, &self.settings) {
             let view = snapshot(&config, state, now);
@@ -307,7 +320,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     /// Every bandwidth's balance at `now`, in the set's order, read-only.
     pub fn peek_set_at(&self, key: &K, now: Nanos) -> Vec<Peek> {
         let hash = self.hasher.hash_one(key);
-        let shard = lock(self.shard(hash));
+        let shard = lock_shard(self.shard(hash));
         let (set, state, found) = shard.current_set(hash, key, now, &self.settings);
         let present = found.is_some();
         set.as_slice()
@@ -356,7 +369,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     ) -> Result<u64, AcquireError> {
         let config = Arc::new(config.into());
         let hash = self.hasher.hash_one(key);
-        let mut shard = lock(self.shard(hash));
+        let mut shard = lock_shard(self.shard(hash));
         let (old, state, found) = shard.current_set(hash, key, now, &self.settings);
         let pos = match found {
             Some((_, pos)) => pos,
@@ -378,7 +391,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     /// Drops everything about `key` (bucket, override, request ids). True if it had state.
     pub fn forget(&self, key: &K) -> bool {
         let hash = self.hasher.hash_one(key);
-        let mut shard = lock(self.shard(hash));
+        let mut shard = lock_shard(self.shard(hash));
         match shard.find(hash, key) {
             Some((_, pos)) => {
                 shard.remove(pos);
@@ -393,7 +406,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         self.shards
             .iter()
             .map(|shard| {
-                let mut shard = lock(&shard.0);
+                let mut shard = lock_shard(&shard.0);
                 let slots = shard.entries.slots();
                 shard.sweep_cursor = 0;
                 // Bounded by the slots, not by the entries: a walk can look at an entry twice (one
@@ -407,7 +420,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     /// The key's stored state and config, if it holds any: for invariant checks and debugging.
     pub fn inspect(&self, key: &K) -> Option<(BucketState, Config)> {
         let hash = self.hasher.hash_one(key);
-        let shard = lock(self.shard(hash));
+        let shard = lock_shard(self.shard(hash));
         let (bucket, _) = shard.find(hash, key)?;
         Some((
             shard.state_of(key, bucket),
@@ -419,7 +432,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     /// one).
     pub fn inspect_set(&self, key: &K) -> Option<(SetState, Bandwidths)> {
         let hash = self.hasher.hash_one(key);
-        let shard = lock(self.shard(hash));
+        let shard = lock_shard(self.shard(hash));
         let (set, state, found) = shard.current_set(hash, key, 0, &self.settings);
         found.map(|_| (state, (*set).clone()))
     }
@@ -427,7 +440,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     /// The bandwidth set that applies to `key` now (override, resolver or default).
     pub fn bandwidths_for(&self, key: &K) -> Bandwidths {
         let hash = self.hasher.hash_one(key);
-        let shard = lock(self.shard(hash));
+        let shard = lock_shard(self.shard(hash));
         (*shard.current_set(hash, key, 0, &self.settings).0).clone()
     }
 
@@ -435,7 +448,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     /// bandwidths, its first.
     pub fn config_for(&self, key: &K) -> Config {
         let hash = self.hasher.hash_one(key);
-        let shard = lock(self.shard(hash));
+        let shard = lock_shard(self.shard(hash));
         match shard.find(hash, key) {
             Some((bucket, _)) => shard.config_of(key, bucket, &self.settings),
             None => self.settings.resolved_config(key),
@@ -446,7 +459,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     pub fn len(&self) -> usize {
         self.shards
             .iter()
-            .map(|shard| lock(&shard.0).entries.len())
+            .map(|shard| lock_shard(&shard.0).entries.len())
             .sum()
     }
 
@@ -459,14 +472,31 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     /// buckets owe: fixed when the limiter is built, 0 under every other policy.
     pub fn deficit_bytes(&self) -> usize {
         (self.shards.iter())
-            .map(|shard| lock(&shard.0).deficits.as_ref().map_or(0, |d| d.bytes()))
+            .map(|shard| {
+                lock_shard(&shard.0)
+                    .deficits
+                    .as_ref()
+                    .map_or(0, |d| d.bytes())
+            })
             .sum()
+    }
+
+    /// Bytes of the shards' key tables: every slot allocated (occupied or vacant) times the size of
+    /// one slot, a key and its packed bucket (24 bytes for a `u64` key). An estimate of the state's
+    /// memory: it leaves out what a key owns on the heap (a `String`'s text), the side map of the
+    /// rare extras (override configs, request-id records, wide balances, bandwidth sets) and
+    /// [`Limiter::deficit_bytes`]. Reading it locks each shard briefly.
+    pub fn table_bytes(&self) -> usize {
+        let slot = crate::table::slot_size::<K, shard::PackedBucket>();
+        (self.shards.iter())
+            .map(|shard| lock_shard(&shard.0).entries.slots().saturating_mul(slot))
+            .fold(0, usize::saturating_add)
     }
 
     /// Counters summed over shards.
     pub fn stats(&self) -> Stats {
         self.shards.iter().fold(Stats::default(), |total, shard| {
-            let shard = lock(&shard.0);
+            let shard = lock_shard(&shard.0);
             let s = shard.stats;
             Stats {
                 allowed: total.allowed + s.allowed,
@@ -479,6 +509,8 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
                 evicted_owing: total.evicted_owing + s.evicted_owing,
                 created_owing: total.created_owing + s.created_owing,
                 rejected_keys: total.rejected_keys + s.rejected_keys,
+                lock_contended: total.lock_contended + s.lock_contended,
+                lock_wait_nanos: total.lock_wait_nanos.saturating_add(s.lock_wait_nanos),
             }
         })
     }

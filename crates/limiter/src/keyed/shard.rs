@@ -125,6 +125,15 @@ impl Extra {
     }
 }
 
+impl<K> Shard<K> {
+    /// Counts one contended acquisition of this shard's lock that waited `nanos` (called with the
+    /// lock held, so plain fields suffice). Only the contended path calls it.
+    pub(super) fn count_contended(&mut self, nanos: u64) {
+        self.stats.lock_contended += 1;
+        self.stats.lock_wait_nanos = self.stats.lock_wait_nanos.saturating_add(nanos);
+    }
+}
+
 impl<K: Hash + Eq + Clone> Shard<K> {
     /// An empty shard whose table and side map hash with `hasher`.
     pub(super) fn new(hasher: &KeyHasher) -> Shard<K> {

@@ -322,3 +322,45 @@ fn a_walk_ended_by_its_slot_limit_steps_over_exactly_max_slots_slots() {
     assert_eq!(visited, within, "{slots} slots");
     assert_eq!(shard.sweep_cursor, cursor + max_slots);
 }
+
+/// A decision that finds its shard's lock held is counted once, with its wait; acquisitions that
+/// find the lock free (every other call here, the reads of the counters included) add nothing.
+#[test]
+fn a_contended_acquisition_is_counted_with_its_wait() {
+    let config = Config::new(4, Rate::per_second(1)).unwrap();
+    let limiter: Limiter<u64> = Limiter::builder(config).shards(1).build();
+    limiter.acquire_at(&1, 1, 0).unwrap();
+    assert_eq!(limiter.stats().lock_contended, 0);
+    let held = lock(&limiter.shards[0].0);
+    let hold = std::time::Duration::from_millis(20);
+    std::thread::scope(|scope| {
+        let waiter = scope.spawn(|| limiter.acquire_at(&2, 1, 0).map(|d| d.is_allowed()));
+        std::thread::sleep(hold);
+        drop(held);
+        assert_eq!(waiter.join().ok().and_then(Result::ok), Some(true));
+    });
+    let stats = limiter.stats();
+    assert_eq!(stats.lock_contended, 1);
+    assert!(
+        stats.lock_wait_nanos >= hold.as_nanos() as u64 / 2,
+        "waited {} ns",
+        stats.lock_wait_nanos
+    );
+    assert_eq!((stats.allowed, stats.live_keys), (2, 2));
+}
+
+/// The table estimate is the allocated slots times the slot size: 24 bytes for a `u64` key.
+#[test]
+fn table_bytes_counts_every_allocated_slot() {
+    let config = Config::new(4, Rate::per_second(1)).unwrap();
+    let limiter: Limiter<u64> = Limiter::builder(config).shards(2).build();
+    assert_eq!(limiter.table_bytes(), 0);
+    for key in 0..100u64 {
+        limiter.acquire_at(&key, 1, 0).unwrap();
+    }
+    let slots: usize = (limiter.shards.iter())
+        .map(|shard| lock(&shard.0).entries.slots())
+        .sum();
+    assert!(slots >= 100);
+    assert_eq!(limiter.table_bytes(), slots * 24);
+}
