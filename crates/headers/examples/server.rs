@@ -20,10 +20,23 @@
 //! RateLimit: "burst";r=4;t=1;pk=:...:, "daily";r=19;t=4320;pk=:...:
 //! ```
 //!
+//! `GET /metrics` (not rate-limited) serves Prometheus text: the limiter's counters
+//! (`bucketproof_decisions_total{outcome}`, `bucketproof_live_keys`, evictions, state bytes, lock
+//! contention; `bucketproof-metrics`, read from the limiter's own snapshot just before rendering,
+//! labelled `limiter="api"`) and, with the feature `metrics` of this crate, the layer's own
+//! (`bucketproof_http_responses_total{status}`, the advertised next to the enforced limits):
+//!
+//! ```text
+//! cargo run -p bucketproof-headers --features metrics --example server
+//! curl -s http://127.0.0.1:3000/metrics | grep '^bucketproof_'
+//! ```
+//!
 //! The partition-key secret comes from `BUCKETPROOF_PK_SECRET` (at least 16 bytes). Without it the
 //! example uses a fixed demo secret and says so: never do that in production.
 //!
 //! The end-to-end test includes this file and calls [`app`] on an ephemeral loopback port.
+
+use std::sync::Arc;
 
 use axum::Router;
 use axum::routing::get;
@@ -31,6 +44,8 @@ use bucketproof_headers::PolicyName;
 use bucketproof_headers::layer::RateLimitLayer;
 use bucketproof_headers::pk::PartitionKeyHasher;
 use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Limiter, Rate};
+use bucketproof_metrics::Publisher;
+use metrics_exporter_prometheus::PrometheusBuilder;
 
 /// Used only when `BUCKETPROOF_PK_SECRET` is unset; printed as a warning.
 const DEMO_SECRET: &[u8] = b"bucketproof demo secret: replace me";
@@ -51,19 +66,35 @@ fn cost(parts: &http::request::Parts) -> u64 {
 }
 
 /// The application: two routes behind the rate-limit layer, each key limited by `limit` (a
-/// [`Config`], or a [`Bandwidths`] set).
+/// [`Config`], or a [`Bandwidths`] set), and `/metrics` outside it.
+///
+/// Each app has its own Prometheus recorder (not the process's global one), so two apps in one
+/// process (the end-to-end tests) count apart.
 pub fn app(
     limit: impl Into<Bandwidths>,
     secret: &[u8],
 ) -> Result<Router, Box<dyn std::error::Error>> {
-    let limiter: Limiter<String> = Limiter::new(limit);
+    let limiter: Arc<Limiter<String>> = Arc::new(Limiter::new(limit));
+    let recorder = Arc::new(PrometheusBuilder::new().build_recorder());
+    let handle = recorder.handle();
+    let publisher = Publisher::new().add("api", Arc::clone(&limiter));
+    metrics::with_local_recorder(recorder.as_ref(), || publisher.describe());
     let layer = RateLimitLayer::new(limiter, PolicyName::versioned("api", 1)?, api_key)
         .cost(cost)
         .partition_keys(PartitionKeyHasher::new(secret)?);
+    #[cfg(feature = "metrics")]
+    let layer = layer.metrics_recorder(recorder.clone());
+    // Read the limiter's counters into the recorder, then render everything it holds.
+    let scrape = move || async move {
+        metrics::with_local_recorder(recorder.as_ref(), || publisher.publish());
+        handle.render()
+    };
     Ok(Router::new()
         .route("/", get(|| async { "hello\n" }))
         .route("/report", get(|| async { "an expensive report\n" }))
-        .layer(layer))
+        // Routes added after `layer` are not limited: a scrape spends no one's quota.
+        .layer(layer)
+        .route("/metrics", get(scrape)))
 }
 
 #[tokio::main]

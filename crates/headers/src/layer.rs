@@ -86,6 +86,10 @@ impl PartitionBytes for std::net::IpAddr {
 type KeyFn<K> = dyn Fn(&http::request::Parts) -> K + Send + Sync;
 type CostFn = dyn Fn(&http::request::Parts) -> u64 + Send + Sync;
 type ErrorFn = dyn Fn(&SourceError) + Send + Sync;
+/// Where the layer's numbers go (feature `metrics`): a recorder of the caller's, or `None` for the
+/// current one (the global recorder).
+#[cfg(feature = "metrics")]
+type Recorder = Option<Arc<dyn metrics::Recorder + Send + Sync>>;
 
 /// Turns one [`Outcome`] into header values: the policy, the limit and `Retry-After`.
 ///
@@ -211,6 +215,8 @@ struct Shared<K, S> {
     advertiser: Advertiser,
     emit_on_success: bool,
     emit_on_redirect: bool,
+    #[cfg(feature = "metrics")]
+    recorder: Recorder,
 }
 
 /// The layer. Configure it with the builder methods, then hand it to tower / axum.
@@ -222,6 +228,8 @@ pub struct RateLimitLayer<K, S> {
     advertiser: Advertiser,
     emit_on_success: bool,
     emit_on_redirect: bool,
+    #[cfg(feature = "metrics")]
+    recorder: Recorder,
 }
 
 impl<K, S> Clone for RateLimitLayer<K, S> {
@@ -234,6 +242,8 @@ impl<K, S> Clone for RateLimitLayer<K, S> {
             advertiser: self.advertiser.clone(),
             emit_on_success: self.emit_on_success,
             emit_on_redirect: self.emit_on_redirect,
+            #[cfg(feature = "metrics")]
+            recorder: self.recorder.clone(),
         }
     }
 }
@@ -258,6 +268,8 @@ where
             advertiser: Advertiser::new(policy),
             emit_on_success: true,
             emit_on_redirect: false,
+            #[cfg(feature = "metrics")]
+            recorder: None,
         }
     }
 
@@ -307,6 +319,14 @@ where
         self
     }
 
+    /// Sends the layer's numbers ([`crate::layer_metrics`]) to `recorder` instead of the current
+    /// (global) recorder: for a process that keeps one recorder per server, or a test.
+    #[cfg(feature = "metrics")]
+    pub fn metrics_recorder(mut self, recorder: Arc<dyn metrics::Recorder + Send + Sync>) -> Self {
+        self.recorder = Some(recorder);
+        self
+    }
+
     /// The wire profile (default [`Profile::Draft11`]).
     pub fn profile(mut self, profile: Profile) -> Self {
         self.advertiser.profile = profile;
@@ -327,6 +347,8 @@ impl<K, S, Inner> Layer<Inner> for RateLimitLayer<K, S> {
                 advertiser: self.advertiser.clone(),
                 emit_on_success: self.emit_on_success,
                 emit_on_redirect: self.emit_on_redirect,
+                #[cfg(feature = "metrics")]
+                recorder: self.recorder.clone(),
             }),
             inner,
         }
@@ -404,12 +426,14 @@ where
                 Ok(o) => o,
                 Err(err) => {
                     (shared.on_error)(&err);
-                    return Ok(error_response::<ResB>(&shared.advertiser.policy, &err));
+                    let resp = error_response::<ResB>(&shared.advertiser.policy, &err);
+                    shared.observe(resp.status(), None);
+                    return Ok(resp);
                 }
             };
             let advertiser = &shared.advertiser;
             let adv = advertiser.set_advertisement(&key.partition_bytes(), &outcome);
-            if outcome.is_allowed() {
+            let resp = if outcome.is_allowed() {
                 let mut resp = inner.call(req).await?;
                 let emit = shared.emit_on_success
                     && (shared.emit_on_redirect || !resp.status().is_redirection());
@@ -419,14 +443,32 @@ where
                 } else if outcome.degraded() {
                     headers.insert(DEGRADED_HEADER, HeaderValue::from_static("?1"));
                 }
-                Ok(resp)
+                resp
             } else {
                 let body = problem::quota_exceeded(&advertiser.violated(&outcome), adv.retry_after);
                 let mut resp = problem_response::<ResB>(StatusCode::TOO_MANY_REQUESTS, body);
                 advertiser.write(resp.headers_mut(), &adv, outcome.degraded());
-                Ok(resp)
-            }
+                resp
+            };
+            shared.observe(resp.status(), Some((&adv, &outcome)));
+            Ok(resp)
         })
+    }
+}
+
+impl<K, S> Shared<K, S> {
+    /// Emits one response's numbers (feature `metrics`, [`crate::layer_metrics`]) on the layer's
+    /// recorder, or the current one; nothing without the feature.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    fn observe(&self, status: StatusCode, decided: Option<(&Advertisement, &SetOutcome)>) {
+        #[cfg(feature = "metrics")]
+        {
+            let emit = || crate::layer_metrics::response(&self.advertiser, status, decided);
+            match &self.recorder {
+                Some(recorder) => metrics::with_local_recorder(recorder.as_ref(), emit),
+                None => emit(),
+            }
+        }
     }
 }
 

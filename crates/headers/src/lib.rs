@@ -15,6 +15,8 @@
 //! - [`pk`]: partition keys as a keyed hash (HMAC-SHA256) of the limiter key, never the raw id;
 //! - [`merge`]: how an intermediary combines an origin's fields with its own stricter limiter;
 //! - [`source`] and [`layer`]: a tower `Layer` that limits requests with a keyed limiter;
+//!   `layer_metrics` (feature `metrics`): the layer's numbers per response through the `metrics`
+//!   facade (responses by status, fallback-decided ones, advertised next to enforced limits);
 //! - [`set`]: a key of several bandwidths on the wire: one item per bandwidth in each field, named
 //!   after it (unnamed ones get a generated key no bandwidth name can equal), `Retry-After` from the
 //!   combined wait; a key of one unnamed bandwidth is sent exactly as before;
@@ -46,6 +48,8 @@
 pub mod client;
 pub mod field;
 pub mod layer;
+#[cfg(feature = "metrics")]
+pub mod layer_metrics;
 pub mod legacy;
 pub mod mapping;
 pub mod merge;

@@ -241,3 +241,102 @@ async fn a_key_of_two_bandwidths_on_the_wire() {
     let body: serde_json::Value = serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
     assert_eq!(body["violated-policies"], serde_json::json!(["burst"]));
 }
+
+/// The value of the sample `name` whose labels are exactly `labels`, in Prometheus text.
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let mut want: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    want.sort();
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|line| {
+            let (series, value) = line.rsplit_once(' ')?;
+            let (metric, rest) = series.split_once('{').unwrap_or((series, "}"));
+            let mut got: Vec<String> = (rest.strip_suffix('}')?.split(','))
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned)
+                .collect();
+            got.sort();
+            (metric == name && got == want).then(|| value.parse().ok())?
+        })
+}
+
+#[tokio::test]
+async fn metrics_count_what_the_server_did() {
+    // 3 tokens, refill 1 per 1000 s: three allowed, then a 429; another user allowed once.
+    let base = spawn(Config::new(3, Rate::new(1, 1000).unwrap()).unwrap()).await;
+    let client = reqwest::Client::new();
+    let get = |user: &'static str| {
+        client
+            .get(format!("{base}/"))
+            .header("x-api-key", user)
+            .send()
+    };
+    for _ in 0..3 {
+        assert_eq!(get(USER).await.unwrap().status(), StatusCode::OK);
+    }
+    assert_eq!(
+        get(USER).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        get("bob@example.com").await.unwrap().status(),
+        StatusCode::OK
+    );
+    let scrape = || async {
+        let resp = client.get(format!("{base}/metrics")).send().await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        resp.text().await.unwrap()
+    };
+    // Scraping is not limited and not counted: the second scrape reads the same numbers.
+    let first = scrape().await;
+    let text = scrape().await;
+    let limiter = |outcome| [("limiter", "api"), ("outcome", outcome)];
+    let decisions = |outcome| sample(&text, "bucketproof_decisions_total", &limiter(outcome));
+    assert_eq!(decisions("allowed"), Some(4.0), "{text}");
+    assert_eq!(decisions("denied"), Some(1.0), "{text}");
+    assert_eq!(decisions("error"), Some(0.0), "{text}");
+    let keys = sample(&text, "bucketproof_live_keys", &[("limiter", "api")]);
+    assert_eq!(keys, Some(2.0), "{text}");
+    let table = sample(
+        &text,
+        "bucketproof_state_bytes",
+        &[("limiter", "api"), ("part", "table")],
+    );
+    assert!(table.is_some_and(|bytes| bytes > 0.0), "{text}");
+    assert_eq!(
+        sample(&first, "bucketproof_decisions_total", &limiter("allowed")),
+        Some(4.0)
+    );
+    #[cfg(feature = "metrics")]
+    {
+        let responses = |status| {
+            let labels = [("policy", "api.v1"), ("status", status)];
+            sample(&text, "bucketproof_http_responses_total", &labels)
+        };
+        assert_eq!(responses("429"), Some(1.0), "{text}");
+        assert_eq!(responses("200"), Some(4.0), "{text}");
+        let policy = [("policy", "api.v1")];
+        // q=3 and w=3000 on the wire, and the bandwidth that decided: 3 tokens, 3000 s from empty.
+        let gauge = |name| sample(&text, name, &policy);
+        assert_eq!(gauge("bucketproof_http_advertised_quota"), Some(3.0));
+        assert_eq!(gauge("bucketproof_http_enforced_capacity"), Some(3.0));
+        assert_eq!(
+            gauge("bucketproof_http_advertised_window_seconds"),
+            Some(3000.0)
+        );
+        assert_eq!(
+            gauge("bucketproof_http_enforced_window_seconds"),
+            Some(3000.0)
+        );
+        let degraded = [("policy", "api.v1"), ("status", "200")];
+        assert_eq!(
+            sample(
+                &text,
+                "bucketproof_http_degraded_responses_total",
+                &degraded
+            ),
+            None,
+            "no fallback decided"
+        );
+    }
+}

@@ -1,0 +1,64 @@
+//! The layer's own numbers through the `metrics` facade (feature `metrics`).
+//!
+//! **What it owns:** the names and labels of what the layer emits per response, and the one
+//! function that reads them from a response and its advertisement. The limiter's counters are not
+//! here: `bucketproof-metrics` publishes those from the limiter's own snapshots.
+//!
+//! **What it promises:** per response, on the recorder the layer was given
+//! ([`crate::layer::RateLimitLayer::metrics_recorder`]) or else the current one:
+//! - `bucketproof_http_responses_total{policy, status}`: every response the layer answered or let
+//!   through, by status code (`429`s visible), `policy` the layer's [`Advertiser::policy`];
+//! - `bucketproof_http_degraded_responses_total{policy, status}`: of those, the ones decided by a
+//!   fallback while the store was unavailable (the responses carrying [`DEGRADED_HEADER`]);
+//! - per item of a decided response (one per bandwidth), the gauges
+//!   `bucketproof_http_advertised_quota{policy}` and `bucketproof_http_advertised_window_seconds{policy}`,
+//!   the `q` and `w` the layer wrote into `RateLimit-Policy` (the very values it rendered), next to
+//!   `bucketproof_http_enforced_capacity{policy}` and `bucketproof_http_enforced_window_seconds{policy}`,
+//!   the capacity and the exact refill time (`capacity / rate`) of the bandwidth that decided, so a
+//!   quota capped by the Structured Field range or a window rounded up shows as a difference. A
+//!   window the field omits (zero rate) is not set.
+//!
+//! Emitting costs a few registry look-ups per response, on the HTTP path, never in the limiter.
+//!
+//! [`DEGRADED_HEADER`]: crate::layer::DEGRADED_HEADER
+
+use http::StatusCode;
+
+use crate::layer::{Advertisement, Advertiser};
+use crate::set::SetOutcome;
+
+/// Emits one response's numbers: its status, whether a fallback decided it, and, for a decided
+/// response (`decided` = its advertisement and outcome), every item's advertised and enforced
+/// limits.
+pub(crate) fn response(
+    advertiser: &Advertiser,
+    status: StatusCode,
+    decided: Option<(&Advertisement, &SetOutcome)>,
+) {
+    let policy = advertiser.policy.as_str().to_owned();
+    let status_label = status.as_str().to_owned();
+    let labels = [("policy", policy), ("status", status_label)];
+    metrics::counter!("bucketproof_http_responses_total", &labels).increment(1);
+    let Some((adv, outcome)) = decided else {
+        return;
+    };
+    if outcome.degraded() {
+        metrics::counter!("bucketproof_http_degraded_responses_total", &labels).increment(1);
+    }
+    for (item, part) in adv.policy.policies.iter().zip(outcome.parts()) {
+        let labels = [("policy", item.name.as_str().to_owned())];
+        let config = part.config();
+        let rate = config.rate();
+        metrics::gauge!("bucketproof_http_advertised_quota", &labels).set(item.quota as f64);
+        metrics::gauge!("bucketproof_http_enforced_capacity", &labels)
+            .set(config.capacity() as f64);
+        if let Some(window) = item.window {
+            metrics::gauge!("bucketproof_http_advertised_window_seconds", &labels)
+                .set(window as f64);
+        }
+        if rate.numer() > 0 {
+            let exact = config.capacity() as f64 * rate.denom() as f64 / rate.numer() as f64;
+            metrics::gauge!("bucketproof_http_enforced_window_seconds", &labels).set(exact);
+        }
+    }
+}
