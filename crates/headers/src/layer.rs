@@ -45,7 +45,8 @@ use crate::set::{Part, SetOutcome};
 use crate::source::{DecisionSource, Outcome, SourceError};
 
 /// Set to `?1` (a Structured Field Boolean) on every response decided while the limiter's store was
-/// unavailable and a fallback (local budget, fail-open) decided instead.
+/// unavailable and a fallback (local budget, fail-open) decided instead, or while the store recovered
+/// from a detected loss of its state (a shared-state source's recovery policy).
 pub const DEGRADED_HEADER: HeaderName = HeaderName::from_static("bucketproof-degraded");
 
 /// The bytes a limiter key contributes to its partition key hash.

@@ -35,7 +35,8 @@ pub struct Outcome {
     pub config: Config,
     /// The cost that was asked for.
     pub cost: u64,
-    /// True when the store could not be reached and a fallback decided (local budget or fail-open).
+    /// True when the store could not be reached and a fallback decided (local budget or fail-open),
+    /// or the store decided while recovering from a detected loss of its state.
     pub degraded: bool,
 }
 
@@ -90,7 +91,9 @@ pub mod redis {
     use super::{DecisionSource, Outcome, SetOutcome, SourceError};
 
     /// Keys are the Redis user ids. A decision made by a fallback while Redis is unreachable (the
-    /// limiter's `LocalBudget` or `FailOpen` policy) is flagged `degraded`; with `FailClosed` the
+    /// limiter's `LocalBudget` or `FailOpen` policy) is flagged `degraded`, and so is one that created
+    /// a bucket while its slot recovered from a detected state loss (`Outcome::recovering`, under
+    /// either recovery policy); with `FailClosed` the
     /// outage is [`SourceError::Unavailable`], which the layer answers with 503, never with 429.
     ///
     /// A limiter of several bandwidths answers [`DecisionSource::decide_set`] with every part, one
@@ -103,7 +106,7 @@ pub mod redis {
             Ok(Outcome::of(
                 outcome.decision(),
                 cost,
-                outcome.source != Source::Redis,
+                outcome.source != Source::Redis || outcome.recovering,
             ))
         }
 
@@ -112,7 +115,7 @@ pub mod redis {
                 return self.decide(key, cost).await.map(SetOutcome::single);
             }
             let outcome = self.acquire_set(key, cost).await.map_err(source_error)?;
-            let degraded = outcome.source != Source::Redis;
+            let degraded = outcome.source != Source::Redis || outcome.recovering;
             let decisions = outcome.decisions();
             Ok(
                 SetOutcome::of_set(self.bandwidths(), decisions, cost, degraded).unwrap_or_else(

@@ -45,6 +45,18 @@ pub const METRICS: &[Metric<RedisStats>] = &[
         |s| s.unavailable,
     ),
     Metric::counter(
+        "bucketproof_redis_recovering_total",
+        &[],
+        "Decisions that created a bucket while its slot recovered from a detected state loss.",
+        |s| s.recovering,
+    ),
+    Metric::counter(
+        "bucketproof_redis_losses_detected_total",
+        &[],
+        "State losses detected (a slot's epoch marker found missing).",
+        |s| s.losses_detected,
+    ),
+    Metric::counter(
         FALLBACK,
         &[("policy", "local_budget"), ("outcome", "allowed")],
         FALLBACK_HELP,

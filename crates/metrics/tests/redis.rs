@@ -18,6 +18,8 @@ fn every_redis_row_reads_its_own_field() {
         local_allowed: 6,
         local_denied: 7,
         fail_open: 8,
+        recovering: 9,
+        losses_detected: 10,
     };
     let (rec, snapshotter) = recorder();
     metrics::with_local_recorder(&rec, || redis::publish(&stats, &"shared".into()));
@@ -48,6 +50,14 @@ fn every_redis_row_reads_its_own_field() {
         (fallback("local_budget", "allowed"), 6),
         (fallback("local_budget", "denied"), 7),
         (fallback("fail_open", "allowed"), 8),
+        (
+            "bucketproof_redis_recovering_total{limiter=shared}".to_string(),
+            9,
+        ),
+        (
+            "bucketproof_redis_losses_detected_total{limiter=shared}".to_string(),
+            10,
+        ),
     ]
     .into_iter()
     .map(|(id, v)| (id, Value::Counter(v)))

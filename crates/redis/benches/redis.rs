@@ -163,10 +163,12 @@ async fn script_round(f: &Fixture, conns: usize, per_conn: usize, round: u64) {
             let key = format!("{}{{s{}}}", f.prefix, spread_index(round, c, per_conn, i));
             let mut conn = f.constant[c].clone();
             async move {
+                let marker = bucketproof_redis::epoch::marker_key(&f.prefix, &key);
                 let reply: Vec<i64> = f
                     .transition
                     .key(key)
-                    .arg("s")
+                    .key(marker)
+                    .arg("st")
                     .arg(0)
                     .arg(0)
                     .arg(fp)

@@ -12,7 +12,9 @@
 -- near the time-to-full, which is <= capacity_units.
 --
 -- KEYS[1]  the user's hash (one key per user, so one slot in Redis Cluster)
--- ARGV[1]  's' = use the server's TIME, 'i' = injected time in ARGV[2..3]
+-- KEYS[2]  the epoch marker of KEYS[1]'s slot (prelude.lua, state loss)
+-- ARGV[1]  's' = use the server's TIME, 'i' = injected time in ARGV[2..3]; then 'c' or 't', the
+--          recovery policy after a state loss (prelude.lua)
 -- ARGV[2]  now, whole seconds           ARGV[3]  now, nanoseconds within the second
 -- ARGV[4]  default config fingerprint (units per token / capacity units / p); a stored bucket without an
 --          override must carry the same one, or it is refused (never read on another unit grid)
@@ -29,7 +31,7 @@
 -- 'o' = "version:capacity:p:q"; it replaces the default config for this key, and such a key never
 -- expires (the override must live until forget, as in the in-memory limiter).
 --
--- Reply: {replayed, created, allowed, balance, reset, retry, t_s, t_n, now_s, now_n, seq, cost,
+-- Reply: {replayed, created (0 existing, 1 fresh, 2 recovering, 3 recovering and loss detected), allowed, balance, reset, retry, t_s, t_n, now_s, now_n, seq, cost,
 --         o_version, o_capacity, o_p, o_q}   (o_version 0: the default config decided)
 --   reset / retry: ceil(missing units / p) in ns, measured from t; 0 = nothing missing; -1 = never (p = 0).
 --   t: the refill cursor max(now, last); the caller adds the lag t - now exactly in u128.
@@ -102,23 +104,20 @@ if h[1] then
   created = 0
   b = tonumber(h[1]); ls = tonumber(h[2]); ln = tonumber(h[3])
 else
+  -- created: 1 fresh; 2 fresh within one refill period of a detected loss (flagged); 3 as 2, and this call
+  -- detected the loss (prelude.lua, recovery_start).
   created = 1
   b = cap; ls = now_s; ln = now_n
+  local rs, rn, detected = recovery_start()
+  if recovering(cap, p, rs, rn) then
+    created = 2
+    if recovery == 'c' then b = 0; ls = rs; ln = rn end
+  end
+  if detected then created = 3 end
 end
 local ts, tn = now_s, now_n
 if before(now_s, now_n, ls, ln) then ts, tn = ls, ln end
-if p > 0 and b < cap then
-  local missing = cap - b
-  local ttf = ceildiv(missing, p)
-  local ds = ts - ls
-  -- ds >= floor(ttf/1e9) + 2 means dt > ttf for sure; below that, dt < ttf + 3e9 is exact as a double.
-  if ds >= math.floor(ttf / E9) + 2 then
-    b = cap
-  else
-    local dt = ds * E9 + (tn - ln)
-    if dt >= ttf then b = cap else b = b + dt * p end
-  end
-end
+b = refill(b, cap, p, ls, ln, ts, tn)
 
 -- Step 4: decide. Step 5: what the caller needs for remaining, reset_after and retry_after.
 local allowed = 0
@@ -136,7 +135,7 @@ if allowed == 0 then
 end
 local seq = (tonumber(h[5]) or 0) + 1
 
-if created == 1 then
+if created > 0 then
   redis.call('HSET', key, 'b', b, 's', ts, 'n', tn, 'k', seq, 'g', fp)
 else
   redis.call('HSET', key, 'b', b, 's', ts, 'n', tn, 'k', seq)

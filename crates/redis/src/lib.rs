@@ -7,6 +7,8 @@
 //!   script `set.lua`, which keeps every bandwidth's balance beside the one cursor in the user's one hash
 //!   and decides all or none in one call, and the rebuilding of the in-memory
 //!   [`Decisions`](bucketproof_limiter::Decisions) from its reply.
+//! - [`epoch`]: state loss: each Cluster slot's epoch marker, read by the scripts only when they create
+//!   a bucket, and the [`Recovery`] policy for buckets created after a loss.
 //! - [`range`]: the configs the script computes exactly (per bandwidth, for a set) (Lua numbers are doubles) and the typed error
 //!   for the others.
 //! - [`limiter`]: [`RedisLimiter`], the async front end with the in-memory limiter's shape
@@ -19,11 +21,13 @@
 //! (seconds, microseconds) becomes the same limbs. Elapsed time becomes one number only after it is
 //! capped near the time-to-full, which the range check keeps below 2^53.
 
+pub mod epoch;
 pub mod limiter;
 pub mod range;
 pub mod script;
 pub mod set;
 
+pub use epoch::Recovery;
 pub use limiter::{
     BuildError, MAX_RECORDS_PER_KEY, Outcome, ReconfigureError, RedisAcquireError, RedisBuilder,
     RedisLimiter, RedisStats, Source, Unavailable,

@@ -41,11 +41,60 @@ end
 
 local key = KEYS[1]
 local now_s, now_n
-if ARGV[1] == 's' then
+if string.sub(ARGV[1], 1, 1) == 's' then
   local tm = redis.call('TIME')
   now_s = tonumber(tm[1])
   now_n = tonumber(tm[2]) * 1000
 else
   now_s = tonumber(ARGV[2])
   now_n = tonumber(ARGV[3])
+end
+
+-- The balance b (capacity cap, p units per ns) refilled from the cursor (ls, ln) to (ts, tn), not before
+-- it. Elapsed time becomes one number only below the time-to-full plus 3 s, where it is exact.
+local function refill(b, cap, p, ls, ln, ts, tn)
+  if p == 0 or b >= cap then return b end
+  local ttf = ceildiv(cap - b, p)
+  local ds = ts - ls
+  -- ds >= floor(ttf/1e9) + 2 means dt > ttf for sure; below that, dt < ttf + 3e9 is exact as a double.
+  if ds >= math.floor(ttf / E9) + 2 then return cap end
+  local dt = ds * E9 + (tn - ln)
+  if dt >= ttf then return cap end
+  return b + dt * p
+end
+
+-- Whether a bucket created at now is recovering from its slot's loss at (rs, rn): the bucket emptied at
+-- the loss would not be full again yet.
+local function recovering(cap, p, rs, rn)
+  if not rs then return false end
+  local ts, tn = now_s, now_n
+  if before(ts, tn, rs, rn) then ts, tn = rs, rn end
+  return refill(0, cap, p, rs, rn, ts, tn) < cap
+end
+
+-- State loss. KEYS[2] is the epoch marker of KEYS[1]'s Cluster slot: the instant, "s:n", from which this
+-- slot's state is whole. It has no TTL, so it is gone only if the server lost its data (a restart without
+-- persistence, a flush, a failover to a replica that never had it) or evicted it under memory pressure.
+-- Only a bucket about to be created reads it, so an existing key's decision pays nothing for it.
+-- ARGV[1]'s second character is the recovery policy: 'c' conservative, 't' trusting.
+--
+-- recovery_start() answers (loss_s, loss_n, detected): the marker's instant, written as now when it was
+-- missing (detected = true: this call found the loss); no instant (nil) when no loss is known. A bucket created under the conservative policy is
+-- then the bucket that was empty at the loss instant and has refilled since (cursor at the loss instant,
+-- balance 0; the script's own refill step does the rest): whatever the lost bucket held, it held at least
+-- that, so no window across the loss can admit more than it would have. Once one full refill period has
+-- passed since the loss, that is a full bucket again, as for any new key.
+local recovery = string.sub(ARGV[1], 2, 2)
+local function recovery_start()
+  -- A caller that names no marker (a bench calling the script by hand) gets no loss detection.
+  if not KEYS[2] then return nil, nil, false end
+  local m = redis.call('GET', KEYS[2])
+  -- 'whole': marked by RedisLimiter::provision, whole since before any instant (no loss yet).
+  if m == 'whole' then return nil, nil, false end
+  if m then
+    local a, b = string.match(m, '^(%d+):(%d+)$')
+    if a then return tonumber(a), tonumber(b), false end
+  end
+  redis.call('SET', KEYS[2], fmt(now_s) .. ':' .. fmt(now_n))
+  return now_s, now_n, true
 end

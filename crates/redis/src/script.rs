@@ -53,6 +53,11 @@ pub struct Reply {
     pub replayed: bool,
     /// The bucket did not exist (fresh, full at `now`).
     pub created: bool,
+    /// The bucket was created within one refill period of its slot's detected state loss
+    /// ([`crate::epoch`]); under [`crate::Recovery::Conservative`] it started below full.
+    pub recovering: bool,
+    /// This call found its slot's epoch marker missing and wrote it: a state loss detected.
+    pub loss_detected: bool,
     /// Admitted and charged.
     pub allowed: bool,
     /// Balance in units after the decision.
@@ -116,9 +121,14 @@ impl Reply {
             1 => Ok(true),
             _ => Err(bad("flag not 0 or 1")),
         };
+        if !(0..=3).contains(&created) {
+            return Err(bad("created not 0 to 3"));
+        }
         Ok(Reply {
             replayed: flag(replayed)?,
-            created: flag(created)?,
+            created: created != 0,
+            recovering: created >= 2,
+            loss_detected: created == 3,
             allowed: flag(allowed)?,
             balance: u64::try_from(balance).map_err(|_| bad("negative balance"))?,
             reset,
@@ -241,7 +251,12 @@ impl Reply {
         let (n_s, n_n) = limbs(self.now);
         [
             self.replayed as i64,
-            self.created as i64,
+            match (self.created, self.recovering, self.loss_detected) {
+                (false, _, _) => 0,
+                (true, false, _) => 1,
+                (true, true, false) => 2,
+                (true, true, true) => 3,
+            },
             self.allowed as i64,
             self.balance as i64,
             self.reset,

@@ -5,7 +5,9 @@
 -- bandwidth i is an integer <= capacity_units_i + max(p_i, 3e9) <= 2^53) and for the time limbs.
 --
 -- KEYS[1]  the user's hash: every bandwidth of the key in one hash, so one slot in Redis Cluster
--- ARGV[1]  's' = use the server's TIME, 'i' = injected time in ARGV[2..3]
+-- KEYS[2]  the epoch marker of KEYS[1]'s slot (prelude.lua, state loss)
+-- ARGV[1]  's' = use the server's TIME, 'i' = injected time in ARGV[2..3]; then the recovery policy
+--          'c' or 't' (prelude.lua)
 -- ARGV[2]  now, whole seconds           ARGV[3]  now, nanoseconds within the second
 -- ARGV[4]  the set's fingerprint (every bandwidth's units per token / capacity units / p, ';'-joined);
 --          a stored key must carry the same one, or it is refused
@@ -98,25 +100,25 @@ if h[1] then
     bal[i] = tonumber(b)
   end
 else
+  -- created as in bucket.lua: 1 fresh, 2 recovering (some bandwidth emptied at the loss would not be full
+  -- yet), 3 recovering and this call detected the loss. Conservative: every bandwidth empty at the loss.
   created = 1
   ls = now_s; ln = now_n
   for i = 1, nb do bal[i] = caps[i] end
+  local rs, rn, detected = recovery_start()
+  for i = 1, nb do
+    if created == 1 and recovering(caps[i], ps[i], rs, rn) then created = 2 end
+  end
+  if created == 2 and recovery == 'c' then
+    ls = rs; ln = rn
+    for i = 1, nb do bal[i] = 0 end
+  end
+  if detected then created = 3 end
 end
 local ts, tn = now_s, now_n
 if before(now_s, now_n, ls, ln) then ts, tn = ls, ln end
-local ds = ts - ls
 for i = 1, nb do
-  local b, cap, p = bal[i], caps[i], ps[i]
-  if p > 0 and b < cap then
-    local ttf = ceildiv(cap - b, p)
-    if ds >= math.floor(ttf / E9) + 2 then
-      b = cap
-    else
-      local dt = ds * E9 + (tn - ln)
-      if dt >= ttf then b = cap else b = b + dt * p end
-    end
-    bal[i] = b
-  end
+  bal[i] = refill(bal[i], caps[i], ps[i], ls, ln, ts, tn)
 end
 
 -- Step 4: allowed iff every bandwidth covers the cost; then every one is charged, otherwise none is.
@@ -154,7 +156,7 @@ for i = 1, nb do
   write[#write + 1] = fields[i]
   write[#write + 1] = bal[i]
 end
-if created == 1 then
+if created > 0 then
   write[#write + 1] = 'g'
   write[#write + 1] = fp
 end

@@ -53,6 +53,11 @@ pub struct SetReply {
     pub replayed: bool,
     /// The key did not exist (fresh, every bandwidth full at `now`).
     pub created: bool,
+    /// The bucket was created within one refill period of its slot's detected state loss
+    /// ([`crate::epoch`]); under [`crate::Recovery::Conservative`] it started below full.
+    pub recovering: bool,
+    /// This call found its slot's epoch marker missing and wrote it: a state loss detected.
+    pub loss_detected: bool,
     /// Admitted, and every bandwidth charged.
     pub allowed: bool,
     /// The one refill cursor `max(now, last)` after the transition.
@@ -109,9 +114,14 @@ impl SetReply {
                 })
             })
             .collect::<Result<Vec<_>, ReplyError>>()?;
+        if !(0..=3).contains(&created) {
+            return Err(bad("created not 0 to 3"));
+        }
         Ok(SetReply {
             replayed: flag(replayed)?,
-            created: flag(created)?,
+            created: created != 0,
+            recovering: created >= 2,
+            loss_detected: created == 3,
             allowed: flag(allowed)?,
             t: join(t_s, t_n).ok_or_else(|| bad("cursor outside u64 ns"))?,
             now: join(now_s, now_n).ok_or_else(|| bad("now outside u64 ns"))?,
@@ -181,7 +191,12 @@ impl SetReply {
         let (n_s, n_n) = crate::script::limbs(self.now);
         let mut raw = vec![
             self.replayed as i64,
-            self.created as i64,
+            match (self.created, self.recovering, self.loss_detected) {
+                (false, _, _) => 0,
+                (true, false, _) => 1,
+                (true, true, false) => 2,
+                (true, true, true) => 3,
+            },
             self.allowed as i64,
             t_s as i64,
             t_n as i64,

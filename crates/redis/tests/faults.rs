@@ -7,6 +7,10 @@
 //! - A second redis-server started by the test on another loopback port is killed mid-run: each
 //!   unavailability policy must hold (fail-closed errors, local budget within its budget, fail-open
 //!   flagged), and every fallback decision is flagged and counted, never an ordinary denial.
+//! - The same server restarted empty mid-run (its data lost): under the conservative recovery policy
+//!   no window across the loss admits more than capacity + rate * span (fallback admissions of the
+//!   local budget allowed on top, within the budget's own bound); the trusting policy over-admits, and
+//!   both detect the loss, flag and count the decisions made while recovering.
 
 mod common;
 
@@ -17,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bucketproof_limiter::{Config, Rate, Request};
-use bucketproof_redis::{RedisAcquireError, RedisLimiter, Source, Unavailable};
+use bucketproof_redis::{Recovery, RedisAcquireError, RedisLimiter, Source, Unavailable};
 use common::{below, cleanup, redis_url, unique_prefix};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -227,7 +231,21 @@ impl OwnServer {
             .local_addr()
             .ok()?
             .port();
-        let child = Command::new("redis-server")
+        Some(OwnServer {
+            child: Self::spawn(port)?,
+            port,
+        })
+    }
+
+    /// Kills the server and starts a new one on the same port: without persistence, it comes back
+    /// empty, as a Redis restarted without `save` or AOF does.
+    fn restart_empty(&mut self) {
+        self.kill();
+        self.child = Self::spawn(self.port).expect("redis-server restarts");
+    }
+
+    fn spawn(port: u16) -> Option<Child> {
+        Command::new("redis-server")
             .args([
                 "--port",
                 &port.to_string(),
@@ -240,8 +258,7 @@ impl OwnServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .ok()?;
-        Some(OwnServer { child, port })
+            .ok()
     }
 
     fn url(&self) -> String {
@@ -436,4 +453,120 @@ async fn a_set_under_each_policy_when_redis_stops() {
     ));
     assert_eq!(closed.stats().fail_closed, 10);
     assert_eq!(open.stats().fail_open, 20);
+}
+
+/// Admission instants (ns) as the arrival-curve bound sees them: the windows `[a, b]` between two
+/// admissions whose count exceeds `allowance + capacity + rate * (b - a)`, for a rate of
+/// `per_second` tokens a second.
+fn windows_above(admitted: &[u64], capacity: u64, per_second: u64, allowance: u64) -> usize {
+    let mut above = 0;
+    for (i, &a) in admitted.iter().enumerate() {
+        for (j, &b) in admitted.iter().enumerate().skip(i) {
+            let count = (j - i + 1) as u128;
+            let bound = (capacity + allowance) as u128
+                + (b - a) as u128 * per_second as u128 / 1_000_000_000;
+            if count > bound {
+                above += 1;
+            }
+        }
+    }
+    above
+}
+
+/// One run across a loss of Redis's data: requests every 20 ms of injected time for 4 s on one key
+/// (capacity 10, 5 a second: the bucket is drained before the loss), the server killed at 1.5 s and
+/// restarted empty at 2 s. Returns the admission instants, Redis's and the fallback's, and the stats.
+async fn run_across_a_loss(
+    recovery: Recovery,
+    policy: Unavailable,
+) -> (Vec<u64>, u64, bucketproof_redis::RedisStats) {
+    let Some(mut server) = OwnServer::start() else {
+        panic!("REDIS_URL is set but redis-server cannot be started for the restart test");
+    };
+    let url = server.url();
+    wait_until_up(&url).await;
+    let config = Config::new(10, Rate::per_second(5)).unwrap();
+    let limiter = RedisLimiter::builder(config)
+        .prefix("loss:")
+        .recovery(recovery)
+        .on_unavailable(policy)
+        .attempts(1)
+        .response_timeout(Duration::from_millis(200))
+        .connect(&url)
+        .await
+        .unwrap();
+    limiter.provision().await.unwrap();
+    let ms = 1_000_000u64;
+    let (kill_at, restart_at) = (1_500 * ms, 2_000 * ms);
+    let (mut admitted, mut fallback_admitted) = (Vec::new(), 0);
+    let mut now = 0;
+    while now < 4_000 * ms {
+        if now == kill_at {
+            server.kill();
+        }
+        if now == restart_at {
+            server.restart_empty();
+            wait_until_up(&url).await;
+        }
+        let up = !(kill_at..restart_at).contains(&now);
+        // Once the server is back, the connection comes back within a few tries.
+        let mut outcome = limiter.acquire_at("u", 1, now).await;
+        for _ in 0..100 {
+            if !up || matches!(&outcome, Ok(o) if o.source == Source::Redis) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            outcome = limiter.acquire_at("u", 1, now).await;
+        }
+        match outcome {
+            Ok(o) if o.decision().is_allowed() => {
+                admitted.push(now);
+                if o.source != Source::Redis {
+                    fallback_admitted += 1;
+                }
+            }
+            Ok(_) | Err(RedisAcquireError::Unavailable { .. }) => {}
+            Err(e) => panic!("at {now}: {e}"),
+        }
+        now += 20 * ms;
+    }
+    (admitted, fallback_admitted, limiter.stats())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restarted_empty_keeps_the_bound_under_the_conservative_policy() {
+    let Some(_url) =
+        redis_url("a_redis_restarted_empty_keeps_the_bound_under_the_conservative_policy")
+    else {
+        return;
+    };
+    // Conservative, fail closed: Redis's admissions alone, no window above the bound.
+    let (admitted, fallback, stats) =
+        run_across_a_loss(Recovery::Conservative, Unavailable::FailClosed).await;
+    assert_eq!(fallback, 0);
+    assert_eq!(windows_above(&admitted, 10, 5, 0), 0, "{admitted:?}");
+    assert_eq!(stats.losses_detected, 1, "{stats:?}");
+    assert_eq!(stats.recovering, 1, "the one recreated bucket: {stats:?}");
+    // The bound is tight, not vacuous: the bucket is drained and refilled throughout.
+    assert!(admitted.len() >= 20, "{}", admitted.len());
+
+    // Conservative with a local budget of 3 (no refill): every admission, flagged fallbacks
+    // included, within the bound plus the budget's.
+    let budget = Config::new(3, Rate::ZERO).unwrap();
+    let (admitted, fallback, _) =
+        run_across_a_loss(Recovery::Conservative, Unavailable::LocalBudget { budget }).await;
+    assert_eq!(fallback, 3, "the budget's three tokens");
+    assert_eq!(windows_above(&admitted, 10, 5, 3), 0, "{admitted:?}");
+
+    // Trusting: the recreated bucket starts full, a second burst across the loss, flagged.
+    let (admitted, _, stats) = run_across_a_loss(Recovery::Trusting, Unavailable::FailClosed).await;
+    assert!(
+        windows_above(&admitted, 10, 5, 0) > 0,
+        "a full bucket after the loss must show above the bound: {admitted:?}"
+    );
+    assert_eq!(
+        (stats.losses_detected, stats.recovering),
+        (1, 1),
+        "{stats:?}"
+    );
 }

@@ -57,7 +57,7 @@ impl RedisLimiter {
         match self.call_one(user, request).await? {
             Ok(reply) => {
                 let decision = reply.decision(&config)?;
-                self.count(reply.replayed);
+                self.count(reply.replayed, reply.recovering, reply.loss_detected);
                 Ok(Outcome {
                     acquired: Acquired {
                         decision,
@@ -65,6 +65,7 @@ impl RedisLimiter {
                         replayed: reply.replayed,
                     },
                     source: Source::Redis,
+                    recovering: reply.recovering,
                     seq: reply.seq,
                 })
             }
@@ -83,7 +84,9 @@ impl RedisLimiter {
         // Step 1 of the semantics (cost 0 or above the key's capacity) is checked inside the script,
         // against the key's effective config (its override, if reconfigured): nothing changes.
         let key = self.redis_key(user);
+        let marker = self.marker_key(&key);
         let mut invocation = self.script.key(&key);
+        invocation.key(&marker);
         let (mode, now_s, now_n, ttl_floor_ms) = self.time_args(request.now);
         let (win_s, win_n) = self.window_arg;
         invocation
@@ -155,7 +158,9 @@ impl RedisLimiter {
             .into());
         }
         let key = self.redis_key(user);
+        let marker = self.marker_key(&key);
         let mut invocation = wire.script.key(&key);
+        invocation.key(&marker);
         let (mode, now_s, now_n, ttl_floor_ms) = self.time_args(request.now);
         let (win_s, win_n) = self.window_arg;
         invocation
@@ -178,7 +183,7 @@ impl RedisLimiter {
             Ok(raw) => {
                 let reply = SetReply::parse(raw)?;
                 let decisions = reply.decisions(set)?;
-                self.count(reply.replayed);
+                self.count(reply.replayed, reply.recovering, reply.loss_detected);
                 Ok(Outcome {
                     acquired: Acquired {
                         decision: decisions,
@@ -186,6 +191,7 @@ impl RedisLimiter {
                         replayed: reply.replayed,
                     },
                     source: Source::Redis,
+                    recovering: reply.recovering,
                     seq: reply.seq,
                 })
             }
@@ -203,7 +209,7 @@ impl RedisLimiter {
         match self.call_one(user, request).await? {
             Ok(reply) => {
                 let decisions = reply.decisions(&self.settings.config)?;
-                self.count(reply.replayed);
+                self.count(reply.replayed, reply.recovering, reply.loss_detected);
                 Ok(Outcome {
                     acquired: Acquired {
                         decision: decisions,
@@ -211,6 +217,7 @@ impl RedisLimiter {
                         replayed: reply.replayed,
                     },
                     source: Source::Redis,
+                    recovering: reply.recovering,
                     seq: reply.seq,
                 })
             }
@@ -218,23 +225,31 @@ impl RedisLimiter {
         }
     }
 
-    /// The time arguments: mode, now's limbs, and the TTL floor (injected time only).
-    fn time_args(&self, now: Option<Nanos>) -> (&'static str, u64, u64, u64) {
+    /// The time arguments: mode (the time source's letter, then the recovery policy's), now's limbs,
+    /// and the TTL floor (injected time only).
+    fn time_args(&self, now: Option<Nanos>) -> (String, u64, u64, u64) {
+        let recovery = self.settings.recovery.letter();
         match now {
             Some(now) => {
                 let (s, n) = limbs(now);
                 let floor =
                     u64::try_from(self.settings.injected_ttl_floor.as_millis()).unwrap_or(u64::MAX);
-                ("i", s, n, floor)
+                (format!("i{recovery}"), s, n, floor)
             }
-            None => ("s", 0, 0, 0),
+            None => (format!("s{recovery}"), 0, 0, 0),
         }
     }
 
-    fn count(&self, replayed: bool) {
+    fn count(&self, replayed: bool, recovering: bool, loss_detected: bool) {
         bump(&self.counters.redis_decisions);
-        if replayed {
-            bump(&self.counters.replayed);
+        for (happened, counter) in [
+            (replayed, &self.counters.replayed),
+            (recovering, &self.counters.recovering),
+            (loss_detected, &self.counters.losses_detected),
+        ] {
+            if happened {
+                bump(counter);
+            }
         }
     }
 

@@ -19,6 +19,7 @@ use super::peek::{PEEK_SET_SOURCE, PEEK_SOURCE};
 use super::policy::Unavailable;
 use super::stats::Counters;
 use super::{RedisLimiter, SetWire};
+use crate::epoch::Recovery;
 use crate::range::check_exact;
 use crate::script::{fingerprint, limbs, script};
 use crate::set::{set_fingerprint, set_script};
@@ -34,6 +35,7 @@ pub struct RedisBuilder {
     /// The first bandwidth's config: the whole config of a limiter of one bandwidth.
     pub(super) config: Config,
     pub(super) prefix: String,
+    pub(super) recovery: Recovery,
     pub(super) dedupe_window: Nanos,
     pub(super) dedupe_per_key: usize,
     pub(super) injected_ttl_floor: Duration,
@@ -80,6 +82,14 @@ impl RedisBuilder {
     /// The policy when Redis is unavailable. Default [`Unavailable::FailClosed`].
     pub fn on_unavailable(mut self, policy: Unavailable) -> Self {
         self.unavailable = policy;
+        self
+    }
+
+    /// What a bucket created after its slot's state was lost starts with (crate `epoch`). Default
+    /// [`Recovery::Trusting`]: full, flagged. [`Recovery::Conservative`] keeps the no-overselling
+    /// bound across a loss; with it, [`RedisLimiter::provision`] a new Redis once.
+    pub fn recovery(mut self, policy: Recovery) -> Self {
+        self.recovery = policy;
         self
     }
 
@@ -195,6 +205,7 @@ impl RedisLimiter {
             dedupe_per_key: defaults::DEDUPE_PER_KEY,
             injected_ttl_floor: Duration::from_secs(3600),
             unavailable: Unavailable::FailClosed,
+            recovery: Recovery::default(),
             attempts: 3,
             response_timeout: Duration::from_millis(500),
             retry_backoff: Duration::from_millis(10),

@@ -12,6 +12,13 @@
 //! `acquire*` its binding part; the cost bound (the smallest capacity) is checked here before sending.
 //! Per-key `reconfigure` of such a limiter is refused ([`ReconfigureError::SeveralBandwidths`]).
 //!
+//! State loss: each script call names the epoch marker of its key's Cluster slot beside the user's
+//! hash (crate `epoch`); a script about to create a bucket reads it, writes it when missing (a loss
+//! detected) and applies the [`Recovery`](crate::Recovery) policy (docs/semantics.md). Decisions that
+//! created a bucket while recovering carry [`Outcome::recovering`] and are counted in [`RedisStats`].
+//! [`RedisLimiter::provision`] marks a new Redis as whole. Not yet under the policy: peek of a missing
+//! key reports a full bucket, and per-key reconfigure creates a full one.
+//!
 //! Retries: a call whose reply was lost may or may not have run. With a request id, retrying is safe
 //! (the script answers a known id with the recorded decision and charges nothing), so the limiter retries.
 //! Without one it retries only when the connection was refused (nothing can have run); otherwise a lost
@@ -109,5 +116,23 @@ impl RedisLimiter {
     /// one user hashes to one Redis Cluster slot.
     pub fn redis_key(&self, user: &str) -> String {
         format!("{}{{{}}}", self.settings.prefix, user)
+    }
+
+    /// The epoch marker of the slot of `redis_key` (a key from [`RedisLimiter::redis_key`]).
+    pub fn marker_key(&self, redis_key: &str) -> String {
+        crate::epoch::marker_key(&self.settings.prefix, redis_key)
+    }
+
+    /// Marks every slot of this limiter's prefix as whole since the beginning of time, where it is
+    /// not marked yet (`SET NX`): run it once when a Redis is new, so that under
+    /// [`crate::Recovery::Conservative`] its first buckets start full. Never run it at every start
+    /// of an instance: after a loss, that would hide the loss. One pipelined round of 16,384 writes.
+    pub async fn provision(&self) -> Result<(), redis::RedisError> {
+        let mut pipe = redis::pipe();
+        for marker in crate::epoch::all_markers(&self.settings.prefix) {
+            pipe.cmd("SET").arg(marker).arg("whole").arg("NX").ignore();
+        }
+        let mut conn = self.conn.clone();
+        pipe.query_async::<()>(&mut conn).await
     }
 }

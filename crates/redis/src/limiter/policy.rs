@@ -55,6 +55,10 @@ pub struct Outcome<D = Decision> {
     pub acquired: Acquired<D>,
     /// Redis, or which fallback.
     pub source: Source,
+    /// This decision created the key's bucket within one refill period of a detected loss of its
+    /// slot's state (see [`crate::Recovery`]): under the conservative policy it started below full,
+    /// under the trusting one full. Always false for a fallback decision.
+    pub recovering: bool,
     /// The key's transition counter in Redis after this decision (0 for a fallback decision). Tests
     /// use it to put concurrent decisions in the order Redis ran them.
     pub seq: u64,
@@ -83,6 +87,7 @@ impl Outcome<Decisions> {
                 replayed: self.acquired.replayed,
             },
             source: self.source,
+            recovering: self.recovering,
             seq: self.seq,
         }
     }
@@ -127,6 +132,7 @@ impl RedisLimiter {
                 replayed: false,
             },
             source,
+            recovering: false,
             seq: 0,
         };
         match self.settings.unavailable {

@@ -28,6 +28,10 @@ pub struct RedisStats {
     pub local_denied: u64,
     /// Fail-open admissions.
     pub fail_open: u64,
+    /// Decisions that created a bucket while its slot recovered from a state loss.
+    pub recovering: u64,
+    /// State losses this instance detected (an epoch marker found missing and rewritten).
+    pub losses_detected: u64,
 }
 
 #[derive(Default)]
@@ -40,6 +44,8 @@ pub(super) struct Counters {
     pub(super) local_allowed: AtomicU64,
     pub(super) local_denied: AtomicU64,
     pub(super) fail_open: AtomicU64,
+    pub(super) recovering: AtomicU64,
+    pub(super) losses_detected: AtomicU64,
 }
 
 pub(super) fn bump(counter: &AtomicU64) {
@@ -60,6 +66,8 @@ impl RedisLimiter {
             local_allowed: get(&c.local_allowed),
             local_denied: get(&c.local_denied),
             fail_open: get(&c.fail_open),
+            recovering: get(&c.recovering),
+            losses_detected: get(&c.losses_detected),
         }
     }
 }

@@ -1,0 +1,123 @@
+//! State loss: each Redis Cluster slot's epoch marker, and the recovery policy applied after a loss.
+//!
+//! Owns: [`Recovery`] (the policy), the slot of a key (Redis's own rule: CRC16 of the hash tag, modulo
+//! 16384) and the name of the marker that lives in the same slot as a user's hash, so the transition
+//! script can read both in one call, in Cluster too.
+//!
+//! Promises: a marker key is in its user key's slot (checked by a test against Redis's own rule);
+//! the names are the same on every machine and every run.
+//!
+//! The marker holds the instant from which its slot's state is whole and has no TTL, so it is missing
+//! only if the server lost its data (restarted without persistence, flushed, failed over to a replica
+//! that never had it) or evicted it. The scripts read it only when they are about to create a bucket:
+//! a decision on an existing key pays nothing for it. See docs/semantics.md, "State loss in a shared
+//! store", for what each policy does with it.
+
+use std::sync::OnceLock;
+
+/// Redis Cluster's number of hash slots.
+const SLOTS: usize = 16384;
+
+/// What a bucket created after its slot's state was lost starts with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Recovery {
+    /// A bucket created within one full refill period of the loss starts as the bucket that was
+    /// empty at the loss instant and has refilled since. Whatever the lost bucket held, it held at
+    /// least that, so no window across the loss admits more than capacity plus rate times its span.
+    /// The cost: every key of the slot (new users too) starts below full until the refill period has
+    /// passed, and a fresh Redis looks like a loss until [`crate::RedisLimiter::provision`] marks it.
+    Conservative,
+    /// A bucket created after a loss starts full, as if the key were new: today's behaviour, which
+    /// can admit a second burst to a user whose bucket was lost. The loss is still detected and such
+    /// decisions are still flagged ([`crate::Outcome::recovering`]) and counted.
+    #[default]
+    Trusting,
+}
+
+impl Recovery {
+    /// The policy's letter in the scripts' first argument.
+    pub(crate) fn letter(self) -> char {
+        match self {
+            Recovery::Conservative => 'c',
+            Recovery::Trusting => 't',
+        }
+    }
+}
+
+/// The Cluster slot of `key` by Redis's rule: the CRC16 (XMODEM) of the first non-empty `{...}` tag,
+/// or of the whole key when it has none.
+pub fn slot_of(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|&c| c == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&c| c == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    (crc16::State::<crc16::XMODEM>::calculate(hashed) as usize % SLOTS) as u16
+}
+
+/// Per slot, the smallest number whose decimal text hashes to it: the marker's hash tag. Built once
+/// (about 170,000 CRCs); every slot is reached well below `u32::MAX`.
+fn tags() -> &'static [u32] {
+    static TAGS: OnceLock<Box<[u32]>> = OnceLock::new();
+    TAGS.get_or_init(|| {
+        let mut tags = vec![u32::MAX; SLOTS];
+        let mut missing = SLOTS;
+        let mut n: u32 = 0;
+        while missing > 0 {
+            let slot = slot_of(n.to_string().as_bytes()) as usize;
+            if tags[slot] == u32::MAX {
+                tags[slot] = n;
+                missing -= 1;
+            }
+            n += 1;
+        }
+        tags.into_boxed_slice()
+    })
+}
+
+/// The epoch marker of `user_key`'s slot: `PREFIX~epoch{tag}`, `tag` chosen so that it hashes to the
+/// same slot. One marker per slot that holds keys of this prefix.
+pub fn marker_key(prefix: &str, user_key: &str) -> String {
+    let slot = slot_of(user_key.as_bytes()) as usize;
+    format!("{prefix}~epoch{{{}}}", tags()[slot])
+}
+
+/// Every marker of `prefix`, one per slot: what [`crate::RedisLimiter::provision`] writes.
+pub(crate) fn all_markers(prefix: &str) -> impl Iterator<Item = String> + '_ {
+    tags()
+        .iter()
+        .map(move |tag| format!("{prefix}~epoch{{{tag}}}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Redis's documented examples of its slot rule, and the marker in its user's slot.
+    #[test]
+    fn a_marker_lives_in_its_users_slot() {
+        // From the Redis Cluster specification: CRC16 of "123456789" is 0x31C3.
+        assert_eq!(slot_of(b"123456789"), 0x31C3);
+        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
+        // An empty first tag: the whole key is hashed, not "bar".
+        let whole = crc16::State::<crc16::XMODEM>::calculate(b"foo{}{bar}") % 16384;
+        assert_eq!(slot_of(b"foo{}{bar}"), whole);
+        assert_ne!(slot_of(b"foo{}{bar}"), slot_of(b"bar"));
+        assert_eq!(slot_of(b"foo{{bar}}zap"), slot_of(b"{bar"));
+        for user in ["alice", "", "}", "{x}", "bob}tail", "日本"] {
+            let key = format!("bp:{{{user}}}");
+            let marker = marker_key("bp:", &key);
+            assert_eq!(
+                slot_of(marker.as_bytes()),
+                slot_of(key.as_bytes()),
+                "{user:?}"
+            );
+        }
+        let distinct: std::collections::HashSet<u32> = tags().iter().copied().collect();
+        assert_eq!(distinct.len(), SLOTS);
+    }
+}
