@@ -456,15 +456,15 @@ async fn a_set_under_each_policy_when_redis_stops() {
 }
 
 /// Admission instants (ns) as the arrival-curve bound sees them: the windows `[a, b]` between two
-/// admissions whose count exceeds `allowance + capacity + rate * (b - a)`, for a rate of
-/// `per_second` tokens a second.
-fn windows_above(admitted: &[u64], capacity: u64, per_second: u64, allowance: u64) -> usize {
+/// admissions whose count exceeds `allowance + capacity + rate * (b - a)`, for a rate of `p` tokens
+/// every `q` seconds.
+fn windows_above(admitted: &[u64], (capacity, p, q): (u64, u64, u64), allowance: u64) -> usize {
     let mut above = 0;
     for (i, &a) in admitted.iter().enumerate() {
         for (j, &b) in admitted.iter().enumerate().skip(i) {
             let count = (j - i + 1) as u128;
             let bound = (capacity + allowance) as u128
-                + (b - a) as u128 * per_second as u128 / 1_000_000_000;
+                + (b - a) as u128 * p as u128 / (q as u128 * 1_000_000_000);
             if count > bound {
                 above += 1;
             }
@@ -477,6 +477,7 @@ fn windows_above(admitted: &[u64], capacity: u64, per_second: u64, allowance: u6
 /// (capacity 10, 5 a second: the bucket is drained before the loss), the server killed at 1.5 s and
 /// restarted empty at 2 s. Returns the admission instants, Redis's and the fallback's, and the stats.
 async fn run_across_a_loss(
+    limit: impl Into<bucketproof_limiter::Bandwidths>,
     recovery: Recovery,
     policy: Unavailable,
 ) -> (Vec<u64>, u64, bucketproof_redis::RedisStats) {
@@ -485,8 +486,7 @@ async fn run_across_a_loss(
     };
     let url = server.url();
     wait_until_up(&url).await;
-    let config = Config::new(10, Rate::per_second(5)).unwrap();
-    let limiter = RedisLimiter::builder(config)
+    let limiter = RedisLimiter::builder(limit)
         .prefix("loss:")
         .recovery(recovery)
         .on_unavailable(policy)
@@ -540,11 +540,17 @@ async fn a_redis_restarted_empty_keeps_the_bound_under_the_conservative_policy()
     else {
         return;
     };
+    let limit = Config::new(10, Rate::per_second(5)).unwrap();
     // Conservative, fail closed: Redis's admissions alone, no window above the bound.
     let (admitted, fallback, stats) =
-        run_across_a_loss(Recovery::Conservative, Unavailable::FailClosed).await;
+        run_across_a_loss(limit, Recovery::Conservative, Unavailable::FailClosed).await;
     assert_eq!(fallback, 0);
-    assert_eq!(windows_above(&admitted, 10, 5, 0), 0, "{admitted:?}");
+    eprintln!(
+        "conservative, fail closed: {} admitted, {} windows above the bound",
+        admitted.len(),
+        windows_above(&admitted, (10, 5, 1), 0)
+    );
+    assert_eq!(windows_above(&admitted, (10, 5, 1), 0), 0, "{admitted:?}");
     assert_eq!(stats.losses_detected, 1, "{stats:?}");
     assert_eq!(stats.recovering, 1, "the one recreated bucket: {stats:?}");
     // The bound is tight, not vacuous: the bucket is drained and refilled throughout.
@@ -553,20 +559,68 @@ async fn a_redis_restarted_empty_keeps_the_bound_under_the_conservative_policy()
     // Conservative with a local budget of 3 (no refill): every admission, flagged fallbacks
     // included, within the bound plus the budget's.
     let budget = Config::new(3, Rate::ZERO).unwrap();
-    let (admitted, fallback, _) =
-        run_across_a_loss(Recovery::Conservative, Unavailable::LocalBudget { budget }).await;
+    let (admitted, fallback, _) = run_across_a_loss(
+        limit,
+        Recovery::Conservative,
+        Unavailable::LocalBudget { budget },
+    )
+    .await;
     assert_eq!(fallback, 3, "the budget's three tokens");
-    assert_eq!(windows_above(&admitted, 10, 5, 3), 0, "{admitted:?}");
+    eprintln!(
+        "conservative, local budget 3: {} admitted ({fallback} by the budget), {} windows above the \
+         bound + 3, {} above the bound alone",
+        admitted.len(),
+        windows_above(&admitted, (10, 5, 1), 3),
+        windows_above(&admitted, (10, 5, 1), 0)
+    );
+    assert_eq!(windows_above(&admitted, (10, 5, 1), 3), 0, "{admitted:?}");
 
     // Trusting: the recreated bucket starts full, a second burst across the loss, flagged.
-    let (admitted, _, stats) = run_across_a_loss(Recovery::Trusting, Unavailable::FailClosed).await;
+    let (admitted, _, stats) =
+        run_across_a_loss(limit, Recovery::Trusting, Unavailable::FailClosed).await;
+    eprintln!(
+        "trusting, fail closed: {} admitted, {} windows above the bound",
+        admitted.len(),
+        windows_above(&admitted, (10, 5, 1), 0)
+    );
     assert!(
-        windows_above(&admitted, 10, 5, 0) > 0,
+        windows_above(&admitted, (10, 5, 1), 0) > 0,
         "a full bucket after the loss must show above the bound: {admitted:?}"
     );
     assert_eq!(
         (stats.losses_detected, stats.recovering),
         (1, 1),
         "{stats:?}"
+    );
+}
+
+/// The same loss for a key of two bandwidths (set.lua): conservative, every bandwidth keeps its own
+/// bound across the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_keeps_every_bandwidths_bound_across_a_loss() {
+    let Some(_url) = redis_url("a_set_keeps_every_bandwidths_bound_across_a_loss") else {
+        return;
+    };
+    let burst = Config::new(10, Rate::per_second(5)).unwrap();
+    let minute = Config::new(30, Rate::new(30, 60).unwrap()).unwrap();
+    let set = bucketproof_limiter::Bandwidths::new([
+        bucketproof_limiter::Bandwidth::new(burst),
+        bucketproof_limiter::Bandwidth::new(minute),
+    ])
+    .unwrap();
+    let (admitted, _, stats) =
+        run_across_a_loss(set.clone(), Recovery::Conservative, Unavailable::FailClosed).await;
+    assert_eq!(
+        (stats.losses_detected, stats.recovering),
+        (1, 1),
+        "{stats:?}"
+    );
+    assert_eq!(windows_above(&admitted, (10, 5, 1), 0), 0, "{admitted:?}");
+    assert_eq!(windows_above(&admitted, (30, 30, 60), 0), 0, "{admitted:?}");
+    let (admitted, _, _) =
+        run_across_a_loss(set, Recovery::Trusting, Unavailable::FailClosed).await;
+    assert!(
+        windows_above(&admitted, (30, 30, 60), 0) > 0,
+        "the minute's bandwidth refilled by the loss: {admitted:?}"
     );
 }
