@@ -36,7 +36,7 @@
 //! | `bucketproof_redis_replayed_total` | | `RedisStats::replayed` |
 //! | `bucketproof_redis_retries_total` | | `RedisStats::retries` |
 //! | `bucketproof_redis_unavailable_total` | | `RedisStats::unavailable` |
-//! | `bucketproof_redis_recovering_total`, `bucketproof_redis_losses_detected_total` | | `RedisStats` |
+//! | `bucketproof_redis_recovering_total`, `bucketproof_redis_losses_detected_total`, `bucketproof_redis_store_calls_total`, `bucketproof_redis_store_nanoseconds_total`, `bucketproof_redis_store_errors_total` | | `RedisStats` |
 //! | `bucketproof_fallback_decisions_total` | `policy` = `local_budget`, `fail_open`, `fail_closed`; `outcome` = `allowed`, `denied`, `error` | `RedisStats` |
 //!
 //! The [`bucketproof_limiter::DirectLimiter`] publishes nothing: it keeps no counters (its one

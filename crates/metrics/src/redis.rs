@@ -57,6 +57,24 @@ pub const METRICS: &[Metric<RedisStats>] = &[
         |s| s.losses_detected,
     ),
     Metric::counter(
+        "bucketproof_redis_store_calls_total",
+        &[],
+        "Calls to Redis that returned (a reply or a server error).",
+        |s| s.store_calls,
+    ),
+    Metric::counter(
+        "bucketproof_redis_store_nanoseconds_total",
+        &[],
+        "Total round-trip time of those calls, in nanoseconds (mean latency: divide by the calls).",
+        |s| s.store_nanos,
+    ),
+    Metric::counter(
+        "bucketproof_redis_store_errors_total",
+        &[],
+        "Calls refused by the store: script errors, stored state of another config, undecodable replies.",
+        |s| s.store_errors,
+    ),
+    Metric::counter(
         FALLBACK,
         &[("policy", "local_budget"), ("outcome", "allowed")],
         FALLBACK_HELP,

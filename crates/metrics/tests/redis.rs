@@ -20,6 +20,9 @@ fn every_redis_row_reads_its_own_field() {
         fail_open: 8,
         recovering: 9,
         losses_detected: 10,
+        store_calls: 11,
+        store_nanos: 12,
+        store_errors: 13,
     };
     let (rec, snapshotter) = recorder();
     metrics::with_local_recorder(&rec, || redis::publish(&stats, &"shared".into()));
@@ -57,6 +60,18 @@ fn every_redis_row_reads_its_own_field() {
         (
             "bucketproof_redis_losses_detected_total{limiter=shared}".to_string(),
             10,
+        ),
+        (
+            "bucketproof_redis_store_calls_total{limiter=shared}".to_string(),
+            11,
+        ),
+        (
+            "bucketproof_redis_store_nanoseconds_total{limiter=shared}".to_string(),
+            12,
+        ),
+        (
+            "bucketproof_redis_store_errors_total{limiter=shared}".to_string(),
+            13,
         ),
     ]
     .into_iter()

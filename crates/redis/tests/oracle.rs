@@ -448,6 +448,11 @@ async fn a_bucket_stored_under_another_config_is_refused() {
         0,
         "the refused call charged nothing"
     );
+    // Counted as the store's errors, and every call that returned as a timed store call.
+    let (sa, sb) = (la.stats(), lb.stats());
+    assert_eq!((sa.store_calls, sa.store_errors), (2, 0), "{sa:?}");
+    assert_eq!((sb.store_calls, sb.store_errors), (1, 1), "{sb:?}");
+    assert!(sa.store_nanos > 0, "{sa:?}");
     cleanup(&url, &prefix).await;
 }
 

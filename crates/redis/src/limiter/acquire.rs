@@ -16,7 +16,7 @@ use super::RedisLimiter;
 use super::error::RedisAcquireError;
 use super::policy::{Outcome, Source};
 use super::stats::bump;
-use crate::script::{Reply, limbs};
+use crate::script::{Reply, ReplyError, limbs};
 use crate::set::SetReply;
 
 /// The longest pause between two attempts.
@@ -56,7 +56,7 @@ impl RedisLimiter {
         let config = self.settings.config;
         match self.call_one(user, request).await? {
             Ok(reply) => {
-                let decision = reply.decision(&config)?;
+                let decision = self.decoded(reply.decision(&config))?;
                 self.count(reply.replayed, reply.recovering, reply.loss_detected);
                 Ok(Outcome {
                     acquired: Acquired {
@@ -106,7 +106,7 @@ impl RedisLimiter {
             .arg(config.capacity());
         Ok(
             match self.invoke(&invocation, request, config.capacity()).await? {
-                Ok(raw) => Ok(Reply::parse(raw)?),
+                Ok(raw) => Ok(self.decoded(Reply::parse(raw))?),
                 Err(unavailable) => Err(unavailable),
             },
         )
@@ -181,8 +181,8 @@ impl RedisLimiter {
         }
         match self.invoke(&invocation, request, bound).await? {
             Ok(raw) => {
-                let reply = SetReply::parse(raw)?;
-                let decisions = reply.decisions(set)?;
+                let reply = self.decoded(SetReply::parse(raw))?;
+                let decisions = self.decoded(reply.decisions(set))?;
                 self.count(reply.replayed, reply.recovering, reply.loss_detected);
                 Ok(Outcome {
                     acquired: Acquired {
@@ -208,7 +208,7 @@ impl RedisLimiter {
     ) -> Result<Outcome<Decisions>, RedisAcquireError> {
         match self.call_one(user, request).await? {
             Ok(reply) => {
-                let decisions = reply.decisions(&self.settings.config)?;
+                let decisions = self.decoded(reply.decisions(&self.settings.config))?;
                 self.count(reply.replayed, reply.recovering, reply.loss_detected);
                 Ok(Outcome {
                     acquired: Acquired {
@@ -240,6 +240,14 @@ impl RedisLimiter {
         }
     }
 
+    /// A reply's decoding, counted as a store error when it fails.
+    fn decoded<T>(&self, decoded: Result<T, ReplyError>) -> Result<T, ReplyError> {
+        if decoded.is_err() {
+            bump(&self.counters.store_errors);
+        }
+        decoded
+    }
+
     fn count(&self, replayed: bool, recovering: bool, loss_detected: bool) {
         bump(&self.counters.redis_decisions);
         for (happened, counter) in [
@@ -268,7 +276,19 @@ impl RedisLimiter {
             attempts += 1;
             let mut conn = self.conn.clone();
             // The connection manager applies the response timeout to every command.
+            let started = std::time::Instant::now();
             let call = invocation.invoke_async::<Vec<i64>>(&mut conn).await;
+            let answered = match &call {
+                Ok(_) => true,
+                Err(e) => !is_unavailable(e),
+            };
+            if answered {
+                bump(&self.counters.store_calls);
+                let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                self.counters
+                    .store_nanos
+                    .fetch_add(nanos, std::sync::atomic::Ordering::Relaxed);
+            }
             let error = match call {
                 Ok(raw) => return Ok(Ok(raw)),
                 Err(e) if e.code() == Some("BPCOST") => {
@@ -283,12 +303,16 @@ impl RedisLimiter {
                     .into());
                 }
                 Err(e) if e.code() == Some("BPCONFIG") => {
+                    bump(&self.counters.store_errors);
                     return Err(RedisAcquireError::ConfigMismatch(
                         e.detail().unwrap_or_default().to_string(),
                     ));
                 }
                 Err(e) if is_unavailable(&e) => e,
-                Err(e) => return Err(RedisAcquireError::Script(e)),
+                Err(e) => {
+                    bump(&self.counters.store_errors);
+                    return Err(RedisAcquireError::Script(e));
+                }
             };
             // Retrying is safe with a request id (a replay charges nothing) or when nothing was sent.
             let safe = request.request_id.is_some() || error.is_connection_refusal();

@@ -32,6 +32,14 @@ pub struct RedisStats {
     pub recovering: u64,
     /// State losses this instance detected (an epoch marker found missing and rewritten).
     pub losses_detected: u64,
+    /// Calls to Redis that returned (a reply or a server error), and their total round-trip time in
+    /// nanoseconds: the store's mean latency is `store_nanos / store_calls`.
+    pub store_calls: u64,
+    /// See `store_calls`.
+    pub store_nanos: u64,
+    /// Calls refused by the store for a reason other than unavailability or a cost the script
+    /// refused: script errors, stored state of another config, replies that do not decode.
+    pub store_errors: u64,
 }
 
 #[derive(Default)]
@@ -46,6 +54,9 @@ pub(super) struct Counters {
     pub(super) fail_open: AtomicU64,
     pub(super) recovering: AtomicU64,
     pub(super) losses_detected: AtomicU64,
+    pub(super) store_calls: AtomicU64,
+    pub(super) store_nanos: AtomicU64,
+    pub(super) store_errors: AtomicU64,
 }
 
 pub(super) fn bump(counter: &AtomicU64) {
@@ -68,6 +79,9 @@ impl RedisLimiter {
             fail_open: get(&c.fail_open),
             recovering: get(&c.recovering),
             losses_detected: get(&c.losses_detected),
+            store_calls: get(&c.store_calls),
+            store_nanos: get(&c.store_nanos),
+            store_errors: get(&c.store_errors),
         }
     }
 }
