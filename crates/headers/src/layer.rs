@@ -12,8 +12,9 @@
 //!   inner service is not called;
 //! - **cost above capacity**: `413` with a problem body (no wait would help, so it is not a 429);
 //! - **source unavailable / key table full**: `503` with a temporary-reduced-capacity problem body;
-//! - **decided by a fallback** ([`Outcome::degraded`]): handled as above, plus the header
-//!   [`DEGRADED_HEADER`]` : ?1` so the outage is visible, never disguised.
+//! - **decided by a fallback, or by a store recovering from a detected loss of its state**
+//!   ([`Outcome::degraded`]): handled as above, plus the header [`DEGRADED_HEADER`]` : ?1` so the
+//!   outage or the recovery is visible, never disguised.
 //!
 //! A key of one unnamed bandwidth is one item in each field, named [`Advertiser::policy`]. A key of
 //! several bandwidths is one item per bandwidth in each field, in the set's order, named after the

@@ -213,3 +213,38 @@ async fn a_redis_key_of_two_bandwidths_advertises_one_item_per_bandwidth() {
         "the minute's wait, not the burst's: {retry}"
     );
 }
+
+/// A bucket created while its Redis slot recovers from a detected loss of state is flagged like a
+/// fallback decision: a prefix never provisioned looks like a Redis that lost its data, so its first
+/// bucket is recovering (trusting policy: allowed from a full bucket, flagged); after `provision`, a
+/// new bucket is an ordinary one.
+#[tokio::test]
+async fn a_bucket_created_while_recovering_from_a_loss_is_flagged() {
+    let Some(url) = common::redis_url("a_bucket_created_while_recovering_from_a_loss_is_flagged")
+    else {
+        return;
+    };
+    let policy = PolicyName::new("api.v1").unwrap();
+    let lost = instance(
+        &url,
+        &common::unique_prefix("headers-lost"),
+        Unavailable::FailClosed,
+    )
+    .await;
+    let mut svc = RateLimitLayer::new(lost, policy.clone(), user_key).layer(tower::service_fn(ok));
+    let first = call(&mut svc, "u1").await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(first.headers()[DEGRADED_HEADER], "?1");
+
+    let whole = instance(
+        &url,
+        &common::unique_prefix("headers-whole"),
+        Unavailable::FailClosed,
+    )
+    .await;
+    whole.provision().await.unwrap();
+    let mut svc = RateLimitLayer::new(whole, policy, user_key).layer(tower::service_fn(ok));
+    let first = call(&mut svc, "u1").await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert!(first.headers().get(DEGRADED_HEADER).is_none());
+}

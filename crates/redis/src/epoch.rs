@@ -35,11 +35,14 @@ pub enum Recovery {
 }
 
 impl Recovery {
-    /// The policy's letter in the scripts' first argument.
-    pub(crate) fn letter(self) -> char {
-        match self {
-            Recovery::Conservative => 'c',
-            Recovery::Trusting => 't',
+    /// The scripts' first argument: the time source's letter (`i` injected, `s` the server's),
+    /// then the policy's (`c`, `t`).
+    pub(crate) fn mode(self, injected: bool) -> &'static str {
+        match (injected, self) {
+            (true, Recovery::Conservative) => "ic",
+            (true, Recovery::Trusting) => "it",
+            (false, Recovery::Conservative) => "sc",
+            (false, Recovery::Trusting) => "st",
         }
     }
 }

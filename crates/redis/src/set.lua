@@ -27,7 +27,8 @@
 -- bandwidths is not reconfigured per key (RedisLimiter::reconfigure refuses it); a hash that holds one ('o')
 -- was written by a one-bandwidth limiter and is refused.
 --
--- Reply: {replayed, created, allowed, t_s, t_n, now_s, now_n, seq, cost, n,
+-- Reply: {replayed, created (as bucket.lua: 0 existing, 1 fresh, 2 recovering, 3 and loss detected),
+--         allowed, t_s, t_n, now_s, now_n, seq, cost, n,
 --         balance_1, reset_1, retry_1, ..., balance_n, reset_n, retry_n}
 --   cost: in whole tokens (a replay's is the recorded request's).
 --   reset_i: ceil(missing_i / p_i) ns from t; 0 = full; -1 = never (p_i = 0).

@@ -227,16 +227,16 @@ impl RedisLimiter {
 
     /// The time arguments: mode (the time source's letter, then the recovery policy's), now's limbs,
     /// and the TTL floor (injected time only).
-    fn time_args(&self, now: Option<Nanos>) -> (String, u64, u64, u64) {
-        let recovery = self.settings.recovery.letter();
+    fn time_args(&self, now: Option<Nanos>) -> (&'static str, u64, u64, u64) {
+        let recovery = self.settings.recovery;
         match now {
             Some(now) => {
                 let (s, n) = limbs(now);
                 let floor =
                     u64::try_from(self.settings.injected_ttl_floor.as_millis()).unwrap_or(u64::MAX);
-                (format!("i{recovery}"), s, n, floor)
+                (recovery.mode(true), s, n, floor)
             }
-            None => (format!("s{recovery}"), 0, 0, 0),
+            None => (recovery.mode(false), 0, 0, 0),
         }
     }
 
