@@ -44,7 +44,7 @@ use bucketproof_headers::PolicyName;
 use bucketproof_headers::layer::RateLimitLayer;
 use bucketproof_headers::pk::PartitionKeyHasher;
 use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Limiter, Rate};
-use bucketproof_metrics::Publisher;
+use bucketproof_metrics::{Publisher, keyed::WithFillLevels};
 use metrics_exporter_prometheus::PrometheusBuilder;
 
 /// Used only when `BUCKETPROOF_PK_SECRET` is unset; printed as a warning.
@@ -77,7 +77,8 @@ pub fn app(
     let limiter: Arc<Limiter<String>> = Arc::new(Limiter::new(limit));
     let recorder = Arc::new(PrometheusBuilder::new().build_recorder());
     let handle = recorder.handle();
-    let publisher = Publisher::new().add("api", Arc::clone(&limiter));
+    // With the token distribution: a scan of the keys per scrape, never per decision.
+    let publisher = Publisher::new().add("api", Arc::new(WithFillLevels(Arc::clone(&limiter))));
     metrics::with_local_recorder(recorder.as_ref(), || publisher.describe());
     let layer = RateLimitLayer::new(limiter, PolicyName::versioned("api", 1)?, api_key)
         .cost(cost)

@@ -303,6 +303,18 @@ async fn metrics_count_what_the_server_did() {
         &[("limiter", "api"), ("part", "table")],
     );
     assert!(table.is_some_and(|bytes| bytes > 0.0), "{text}");
+    // The token distribution: each live key in exactly one tenth (which one depends on the wall
+    // clock between the requests and the scrape).
+    let by_fill: f64 = [
+        "0.0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "1.0",
+    ]
+    .iter()
+    .map(|fill| {
+        let labels = [("limiter", "api"), ("fill", *fill)];
+        sample(&text, "bucketproof_keys_by_fill", &labels).unwrap_or_else(|| panic!("{text}"))
+    })
+    .sum();
+    assert_eq!(by_fill, 2.0, "{text}");
     assert_eq!(
         sample(&first, "bucketproof_decisions_total", &limiter("allowed")),
         Some(4.0)

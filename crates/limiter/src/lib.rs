@@ -61,7 +61,9 @@ pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::Config;
 pub use direct::DirectLimiter;
 pub use error::{AcquireError, ConfigError};
-pub use keyed::{Acquired, Builder, EvictionPolicy, Limiter, Peek, Request, RequestId, Stats};
+pub use keyed::{
+    Acquired, Builder, EvictionPolicy, FillLevels, Limiter, Peek, Request, RequestId, Stats,
+};
 pub use rate::{MAX_RATE_DENOMINATOR, Rate};
 pub use set::{Decisions, SetState};
 pub use units::{Tokens, Wait};

@@ -318,3 +318,42 @@ fn a_peek_reports_the_first_of_the_bandwidths_with_fewest_tokens() {
     assert_eq!(peek.remaining.whole(), 1);
     assert_eq!(peek.config, config(3, "1/s"));
 }
+
+/// The token distribution counts a set key by its emptiest bandwidth, refilled to the instant asked,
+/// and changes nothing.
+#[test]
+fn fill_levels_count_a_set_key_by_its_emptiest_bandwidth() {
+    let limiter = limiter(burst_and_sustained());
+    assert_eq!(limiter.fill_levels_at(0).keys(), 0);
+    // Key 1: burst 2 → 1 (half), sustained 5 → 4 (eight tenths): counted at half.
+    limiter.acquire_at(&1, 1, 0).unwrap();
+    // Key 2: untouched since its creation by a cost of 2: burst empty.
+    limiter.acquire_at(&2, 2, 0).unwrap();
+    let levels = limiter.fill_levels_at(0);
+    assert_eq!(levels.keys(), 2);
+    assert_eq!(levels.tenths[5], 1, "{levels:?}");
+    assert_eq!(levels.tenths[0], 1, "{levels:?}");
+    // Read-only: asking again later does not refill the stored state.
+    let before = remaining(&limiter, 1, 0);
+    // Half a second later the burst of key 2 holds 0.5 of 2: a quarter; key 1's burst 1.5 of 2.
+    let later = limiter.fill_levels_at(SECOND / 2);
+    assert_eq!(later.tenths[2], 1, "{later:?}");
+    assert_eq!(later.tenths[7], 1, "{later:?}");
+    assert_eq!(remaining(&limiter, 1, 0), before);
+}
+
+/// One-bandwidth keys: full, partly drained and empty buckets in their tenths.
+#[test]
+fn fill_levels_count_one_bandwidth_keys_in_tenths() {
+    let limiter: Limiter<u64, ManualClock> = Limiter::builder(config(10, "1/s"))
+        .clock(ManualClock::new(0))
+        .hasher_seed(1)
+        .build();
+    for (key, cost) in [(1, 10), (2, 1), (3, 5), (4, 9)] {
+        limiter.acquire_at(&key, cost, 0).unwrap();
+    }
+    let levels = limiter.fill_levels_at(0);
+    assert_eq!(levels.tenths, [1, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0]);
+    // Ten seconds later all are full again.
+    assert_eq!(limiter.fill_levels_at(10 * SECOND).tenths[10], 4);
+}

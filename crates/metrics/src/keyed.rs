@@ -1,14 +1,17 @@
-//! The keyed [`Limiter`]'s metrics: its [`Stats`] and its state's bytes.
+//! The keyed [`Limiter`]'s metrics: its [`Stats`], its state's bytes and, when asked, its token
+//! distribution.
 //!
-//! Owns the table of the keyed front end ([`METRICS`]) and the snapshot it reads
-//! ([`KeyedNumbers`]). Promises: one row per metric series; reading a snapshot locks each shard
+//! Owns the tables of the keyed front end ([`METRICS`], [`FILL_METRICS`]), the snapshot the first
+//! reads ([`KeyedNumbers`]) and the source that adds the second ([`WithFillLevels`]). Promises: one row per metric series; reading a snapshot locks each shard
 //! briefly, three times (stats, table bytes, deficit bytes), and never during a decision of the
 //! caller's thread.
 
-use bucketproof_limiter::{Clock, Limiter, Stats};
+use std::sync::Arc;
+
+use bucketproof_limiter::{Clock, FillLevels, Limiter, MonotonicClock, Stats};
 use metrics::{SharedString, Unit};
 
-use crate::{Metric, Reading};
+use crate::{Metric, Reading, Source};
 
 /// What the publisher reads of a keyed limiter in one call.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -118,4 +121,69 @@ pub const METRICS: &[Metric<KeyedNumbers>] = &[
         unit: Unit::Seconds,
         reading: Reading::Gauge(|n| n.stats.lock_wait_nanos as f64 / 1e9),
     },
+];
+
+/// A keyed limiter published with its token distribution ([`FILL_METRICS`]) besides [`METRICS`].
+///
+/// The distribution is [`Limiter::fill_levels`]: a scan of every slot, one shard lock at a time, on
+/// each publish. That is a scrape's cost (proportional to the live keys), never a decision's, and
+/// why it is asked for by wrapping the limiter rather than published by default.
+///
+/// ```
+/// use std::sync::Arc;
+/// use bucketproof_limiter::{Config, Limiter, Rate};
+/// use bucketproof_metrics::{Publisher, keyed::WithFillLevels};
+///
+/// let limiter: Arc<Limiter<String>> = Arc::new(Limiter::new(Config::new(10, Rate::per_second(5))?));
+/// let publisher = Publisher::new().add("api", Arc::new(WithFillLevels(Arc::clone(&limiter))));
+/// publisher.publish();
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct WithFillLevels<K, C = MonotonicClock>(pub Arc<Limiter<K, C>>);
+
+impl<K, C> Source for WithFillLevels<K, C>
+where
+    K: std::hash::Hash + Eq + Clone + Send + Sync,
+    C: Clock + Send + Sync,
+{
+    fn publish(&self, name: &SharedString) {
+        self.0.publish(name);
+        Metric::emit(FILL_METRICS, &self.0.fill_levels(), name);
+    }
+
+    fn describe(&self) {
+        self.0.describe();
+        Metric::describe_all(FILL_METRICS);
+    }
+}
+
+const FILL: &str = "bucketproof_keys_by_fill";
+const FILL_HELP: &str = "Live keys by how full their bucket is now (a key of several bandwidths by its emptiest): fill = the lower bound of its tenth of capacity, 1.0 = full.";
+
+/// One gauge row of the token distribution: the keys in tenth `$i`, labelled `fill = $label`.
+macro_rules! tenth {
+    ($i:literal, $label:literal) => {
+        Metric {
+            name: FILL,
+            labels: &[("fill", $label)],
+            help: FILL_HELP,
+            unit: Unit::Count,
+            reading: Reading::Gauge(|f: &FillLevels| f.tenths[$i] as f64),
+        }
+    };
+}
+
+/// The token distribution, one row per tenth of capacity ([`FillLevels::tenths`]).
+pub const FILL_METRICS: &[Metric<FillLevels>] = &[
+    tenth!(0, "0.0"),
+    tenth!(1, "0.1"),
+    tenth!(2, "0.2"),
+    tenth!(3, "0.3"),
+    tenth!(4, "0.4"),
+    tenth!(5, "0.5"),
+    tenth!(6, "0.6"),
+    tenth!(7, "0.7"),
+    tenth!(8, "0.8"),
+    tenth!(9, "0.9"),
+    tenth!(10, "1.0"),
 ];

@@ -32,6 +32,7 @@
 //! | `bucketproof_state_bytes` | `part` = `table`, `deficits` | [`Limiter::table_bytes`], [`Limiter::deficit_bytes`] |
 //! | `bucketproof_lock_contended_total` | | [`Stats::lock_contended`] |
 //! | `bucketproof_lock_wait_seconds_total` | | [`Stats::lock_wait_nanos`] |
+//! | `bucketproof_keys_by_fill` | `fill` = `0.0`, `0.1`, .., `0.9`, `1.0` | [`Limiter::fill_levels`], only for a limiter added as [`keyed::WithFillLevels`] (a scan per publish) |
 //! | `bucketproof_redis_decisions_total` | | `RedisStats::redis_decisions` (feature `redis`) |
 //! | `bucketproof_redis_replayed_total` | | `RedisStats::replayed` |
 //! | `bucketproof_redis_retries_total` | | `RedisStats::retries` |

@@ -242,3 +242,56 @@ fn limiters_stay_apart_and_publishing_again_changes_nothing() {
         );
     }
 }
+
+/// The token distribution is published only when asked for, one gauge per tenth, refilled to the
+/// limiter's clock at the publish.
+#[test]
+fn the_token_distribution_is_published_per_tenth_when_asked() {
+    use bucketproof_limiter::ManualClock;
+    use bucketproof_metrics::keyed::WithFillLevels;
+    let config = Config::new(10, "1/s".parse().unwrap()).unwrap();
+    let limiter: Arc<Limiter<u64, ManualClock>> =
+        Arc::new(Limiter::builder(config).clock(ManualClock::new(0)).build());
+    for (key, cost) in [(1, 10), (2, 5), (3, 5)] {
+        limiter.acquire_at(&key, cost, 0).unwrap();
+    }
+    let (rec, snapshotter) = recorder();
+    let plain = Publisher::new().add("plain", Arc::clone(&limiter));
+    metrics::with_local_recorder(&rec, || plain.publish());
+    let (series, _) = read(&snapshotter);
+    assert!(
+        !series
+            .keys()
+            .any(|k| k.starts_with("bucketproof_keys_by_fill"))
+    );
+
+    let scanned = Publisher::new().add("api", Arc::new(WithFillLevels(Arc::clone(&limiter))));
+    metrics::with_local_recorder(&rec, || scanned.publish());
+    let (series, _) = read(&snapshotter);
+    let fill = |tenth: &str| {
+        series[&id(
+            "bucketproof_keys_by_fill",
+            &[("limiter", "api"), ("fill", tenth)],
+        )]
+    };
+    assert_eq!(
+        (fill("0.0"), fill("0.5"), fill("1.0")),
+        (gauge(1.0), gauge(2.0), gauge(0.0))
+    );
+    let tenths = [
+        "0.0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "1.0",
+    ];
+    let total: f64 = tenths
+        .iter()
+        .map(|t| match fill(t) {
+            Value::Gauge(v) => v,
+            other => panic!("{other:?}"),
+        })
+        .sum();
+    assert_eq!(total, 3.0, "every key in exactly one tenth");
+    // The keyed table is still there, unchanged.
+    assert_eq!(
+        series[&id("bucketproof_live_keys", &[("limiter", "api")])],
+        gauge(3.0)
+    );
+}

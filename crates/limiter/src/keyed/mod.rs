@@ -28,6 +28,7 @@
 mod builder;
 mod deficits;
 mod eviction;
+mod fill;
 #[cfg(feature = "racy-variant")]
 mod racy;
 mod records;
@@ -42,6 +43,7 @@ use std::sync::Arc;
 pub use builder::Builder;
 use builder::Settings;
 pub use eviction::EvictionPolicy;
+pub use fill::FillLevels;
 pub use records::RequestId;
 use shard::Shard;
 
@@ -491,6 +493,21 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
         (self.shards.iter())
             .map(|shard| lock_shard(&shard.0).entries.slots().saturating_mul(slot))
             .fold(0, usize::saturating_add)
+    }
+
+    /// Live keys by how full they are at `now` (the token distribution), read-only. It visits every
+    /// slot, one shard lock at a time: a scrape's call, not a decision's.
+    pub fn fill_levels_at(&self, now: Nanos) -> FillLevels {
+        let mut levels = FillLevels::default();
+        for shard in self.shards.iter() {
+            lock_shard(&shard.0).fill_levels(now, &self.settings, &mut levels);
+        }
+        levels
+    }
+
+    /// [`Limiter::fill_levels_at`] the clock's now.
+    pub fn fill_levels(&self) -> FillLevels {
+        self.fill_levels_at(self.clock.now())
     }
 
     /// Counters summed over shards.

@@ -63,27 +63,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
     ) -> CurrentSet {
         let found = self.find(hash, key);
         let (set, state) = match found {
-            Some((bucket, _)) => {
-                let first = self.state_of(key, bucket);
-                match self.extra(key).and_then(|extra| extra.set.as_ref()) {
-                    Some(key_set) => {
-                        let balances =
-                            std::iter::once(first.balance()).chain(key_set.more.iter().copied());
-                        (
-                            key_set.bandwidths.clone(),
-                            SetState::from_balances(balances, first.last_refill()),
-                        )
-                    }
-                    None => {
-                        let config = self.config_of(key, bucket, settings);
-                        let balances = [first.balance()];
-                        (
-                            Arc::new(Bandwidths::from(config)),
-                            SetState::from_balances(balances, first.last_refill()),
-                        )
-                    }
-                }
-            }
+            Some((bucket, _)) => self.live_set(key, bucket, settings),
             None => {
                 let set = match settings.resolved_set(key) {
                     Some(set) => set.clone(),
@@ -103,6 +83,34 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             }
         };
         (set, state, found)
+    }
+
+    /// The set and stored state (not refilled) of the live `key`, whose packed bucket is `bucket`
+    /// (a one-bandwidth key's as a set of one).
+    pub(super) fn live_set(
+        &self,
+        key: &K,
+        bucket: PackedBucket,
+        settings: &Settings<K>,
+    ) -> (Arc<Bandwidths>, SetState) {
+        let first = self.state_of(key, bucket);
+        match self.extra(key).and_then(|extra| extra.set.as_ref()) {
+            Some(key_set) => {
+                let balances = std::iter::once(first.balance()).chain(key_set.more.iter().copied());
+                (
+                    key_set.bandwidths.clone(),
+                    SetState::from_balances(balances, first.last_refill()),
+                )
+            }
+            None => {
+                let config = self.config_of(key, bucket, settings);
+                let balances = [first.balance()];
+                (
+                    Arc::new(Bandwidths::from(config)),
+                    SetState::from_balances(balances, first.last_refill()),
+                )
+            }
+        }
     }
 
     /// Writes `state` of `set` for the live key at `pos`: the first bandwidth into its bucket, the
