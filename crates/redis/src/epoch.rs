@@ -15,6 +15,9 @@
 
 use std::sync::OnceLock;
 
+use bucketproof_limiter::internal::state_from_parts;
+use bucketproof_limiter::{BucketState, Config, Nanos};
+
 /// Redis Cluster's number of hash slots.
 const SLOTS: usize = 16384;
 
@@ -43,6 +46,84 @@ impl Recovery {
             (true, Recovery::Trusting) => "it",
             (false, Recovery::Conservative) => "sc",
             (false, Recovery::Trusting) => "st",
+        }
+    }
+}
+
+/// What a slot's epoch marker says, as the scripts read it (prelude.lua, `recovery_start`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Marker {
+    /// `whole`, written by [`crate::RedisLimiter::provision`]: no loss since before any instant.
+    Whole,
+    /// `s:n`: the slot's state is whole from this instant (the loss was detected there).
+    Since(Nanos),
+    /// No marker (or one that does not parse, which the scripts overwrite): the next bucket created
+    /// in the slot detects a loss now.
+    Missing,
+}
+
+impl Marker {
+    /// The marker key's value, as `GET` returned it.
+    pub(crate) fn parse(value: Option<&str>) -> Marker {
+        let Some(value) = value else {
+            return Marker::Missing;
+        };
+        if value == "whole" {
+            return Marker::Whole;
+        }
+        let since = value.split_once(':').and_then(|(s, n)| {
+            let (s, n) = (s.parse::<i64>().ok()?, n.parse::<i64>().ok()?);
+            crate::script::join(s, n)
+        });
+        since.map_or(Marker::Missing, Marker::Since)
+    }
+}
+
+/// How a bucket created at `now` starts: the Rust side of the scripts' creation rule, for the calls
+/// that create or show a bucket without a script of their own (peek, reconfigure).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Start {
+    /// `None`: full at `now`. `Some(loss)`: the conservative policy's bucket, empty at the loss
+    /// instant (refilled since by the caller's own refill step).
+    pub(crate) emptied_at: Option<Nanos>,
+    /// Within one full refill period of a loss (of any bandwidth): such a decision is flagged.
+    pub(crate) recovering: bool,
+}
+
+impl Start {
+    /// The state of a bandwidth of `config` that starts as `self` at `now`.
+    pub(crate) fn state(self, config: &Config, now: Nanos) -> BucketState {
+        match self.emptied_at {
+            Some(loss) => state_from_parts(0, loss),
+            None => BucketState::full(config, now),
+        }
+    }
+}
+
+impl Recovery {
+    /// How a bucket of `configs` (its bandwidths) created at `now` starts in a slot whose marker is
+    /// `marker`: as the scripts decide (bucket.lua, set.lua), so that a peek shows what an acquire
+    /// would create and a reconfigure of a new key starts where an acquire would.
+    pub(crate) fn start<'a>(
+        self,
+        configs: impl IntoIterator<Item = &'a Config>,
+        marker: Marker,
+        now: Nanos,
+    ) -> Start {
+        let loss = match marker {
+            Marker::Whole => None,
+            Marker::Since(loss) => Some(loss),
+            Marker::Missing => Some(now),
+        };
+        let recovering = loss.is_some_and(|loss| {
+            configs.into_iter().any(|config| {
+                let emptied = state_from_parts(0, loss).refilled(config, now);
+                emptied.balance() < config.capacity_units()
+            })
+        });
+        Start {
+            emptied_at: loss.filter(|_| recovering && self == Recovery::Conservative),
+            recovering,
         }
     }
 }
@@ -122,5 +203,51 @@ mod tests {
         }
         let distinct: std::collections::HashSet<u32> = tags().iter().copied().collect();
         assert_eq!(distinct.len(), SLOTS);
+    }
+
+    /// The creation rule by policy and marker, hand-computed: a bucket of 10 refilling 1/s.
+    #[test]
+    fn a_bucket_starts_by_its_policy_and_its_slots_marker() {
+        let config = Config::new(10, "1/s".parse().unwrap()).unwrap();
+        let second = bucketproof_limiter::NANOS_PER_SECOND;
+        let now = 100 * second;
+        let start = |recovery: Recovery, marker| recovery.start([&config], marker, now);
+        let full = Start {
+            emptied_at: None,
+            recovering: false,
+        };
+        assert_eq!(start(Recovery::Conservative, Marker::Whole), full);
+        // Lost 4 s ago: not full again yet; lost 10 s ago: full again, an ordinary new bucket.
+        let lost = Marker::Since(now - 4 * second);
+        let emptied = Start {
+            emptied_at: Some(now - 4 * second),
+            recovering: true,
+        };
+        assert_eq!(start(Recovery::Conservative, lost), emptied);
+        assert_eq!(
+            start(Recovery::Trusting, lost),
+            Start {
+                emptied_at: None,
+                recovering: true
+            }
+        );
+        assert_eq!(
+            start(Recovery::Conservative, Marker::Since(now - 10 * second)),
+            full
+        );
+        // No marker: the loss is detected now.
+        let now_lost = Start {
+            emptied_at: Some(now),
+            recovering: true,
+        };
+        assert_eq!(start(Recovery::Conservative, Marker::Missing), now_lost);
+        assert_eq!(
+            emptied.state(&config, now).refilled(&config, now).balance(),
+            4 * config.capacity_units() / 10
+        );
+        assert_eq!(Marker::parse(Some("whole")), Marker::Whole);
+        assert_eq!(Marker::parse(Some("3:5")), Marker::Since(3 * second + 5));
+        assert_eq!(Marker::parse(Some("x")), Marker::Missing);
+        assert_eq!(Marker::parse(None), Marker::Missing);
     }
 }

@@ -2,20 +2,23 @@
 //!
 //! Owns: the read-only script ([`PEEK_SOURCE`]) and [`RedisLimiter::peek`].
 //!
-//! Promises: nothing is written, refilled or created; the time and the state are read in one atomic
-//! call; the view is computed by the core's `snapshot`, exactly.
+//! Promises: nothing is written, refilled or created; the time, the state and (for a key with no
+//! bucket) its slot's epoch marker are read in one atomic call; the view is computed by the core's
+//! `snapshot`, exactly, of the bucket an acquire would find or create, so a key with no bucket shows
+//! what the recovery policy would start it with.
 
 use bucketproof_limiter::internal::snapshot;
-use bucketproof_limiter::{BucketState, Nanos, Peek};
+use bucketproof_limiter::{Nanos, Peek};
 
 use super::acquire::is_unavailable;
 use super::error::RedisAcquireError;
 use super::stored::{parse_override, stored_int, stored_state};
 use super::{RedisLimiter, SetWire};
+use crate::epoch::Marker;
 use crate::script::{ReplyError, limbs};
 
-/// Read-only: the time to peek at (server `TIME` or injected limbs) and the stored state, in one atomic
-/// call so the two cannot straddle a write.
+/// Read-only: the time to peek at (server `TIME` or injected limbs), the stored state and, when there
+/// is none, the epoch marker (KEYS[2]), in one atomic call so they cannot straddle a write.
 pub(super) const PEEK_SOURCE: &str = r#"
 local s, n
 if ARGV[1] == 's' then
@@ -25,11 +28,14 @@ else
   s = ARGV[2]; n = ARGV[3]
 end
 local h = redis.call('HMGET', KEYS[1], 'b', 's', 'n', 'g', 'o')
-return {s, n, h[1], h[2], h[3], h[4], h[5]}
+local m = false
+if not h[2] then m = redis.call('GET', KEYS[2]) end
+return {s, n, h[1], h[2], h[3], h[4], h[5], m}
 "#;
 
-/// Read-only, for a key of several bandwidths: the time and the cursor, fingerprint, override field
-/// and every bandwidth's balance (`b1` .. `bn`, n = ARGV[4]) in one atomic call.
+/// Read-only, for a key of several bandwidths: the time, the epoch marker (KEYS[2], only when the key
+/// has no bucket) and the cursor, fingerprint, override field and every bandwidth's balance (`b1` ..
+/// `bn`, n = ARGV[4]) in one atomic call.
 pub(super) const PEEK_SET_SOURCE: &str = r#"
 local s, n
 if ARGV[1] == 's' then
@@ -41,7 +47,9 @@ end
 local fields = {'s', 'n', 'g', 'o'}
 for i = 1, tonumber(ARGV[4]) do fields[#fields + 1] = 'b' .. i end
 local h = redis.call('HMGET', KEYS[1], unpack(fields))
-local reply = {s, n}
+local m = false
+if not h[1] then m = redis.call('GET', KEYS[2]) end
+local reply = {s, n, m}
 for i = 1, #fields do reply[#reply + 1] = h[i] or false end
 return reply
 "#;
@@ -49,7 +57,10 @@ return reply
 impl RedisLimiter {
     /// Read-only look at `user`'s bucket at `now` (`None`: the server's time): what an acquire would
     /// see after refilling, computed exactly in Rust by the core's `snapshot` from one atomic read.
-    /// Nothing is written, refilled or created. Not covered by the unavailability policy: an
+    /// Nothing is written, refilled or created. A key with no bucket shows the bucket an acquire
+    /// would create: full, or, under [`crate::Recovery::Conservative`] within one refill period of
+    /// a state loss (or when its slot's marker is missing, which the acquire would detect as a loss),
+    /// the recovering bucket. Not covered by the unavailability policy: an
     /// unreachable Redis is an error here.
     ///
     /// For a limiter of several bandwidths: the bandwidth with the fewest whole tokens (the first of
@@ -77,9 +88,11 @@ impl RedisLimiter {
             }
             None => ("s", 0, 0),
         };
+        let key = self.redis_key(user);
         let raw: Vec<Option<String>> = self
             .peek
-            .key(self.redis_key(user))
+            .key(&key)
+            .key(self.marker_key(&key))
             .arg(mode)
             .arg(s)
             .arg(n)
@@ -102,8 +115,8 @@ impl RedisLimiter {
         let int = |x: &Option<String>| -> Result<Option<u128>, ReplyError> {
             x.as_deref().map(stored_int).transpose().map_err(bad)
         };
-        let [now_s, now_n, b, ls, ln, g, o] = &raw[..] else {
-            return Err(bad("peek reply is not 7 values").into());
+        let [now_s, now_n, b, ls, ln, g, o, marker] = &raw[..] else {
+            return Err(bad("peek reply is not 8 values").into());
         };
         let config = match o {
             Some(o) => {
@@ -128,7 +141,11 @@ impl RedisLimiter {
                 }
                 (state, true)
             }
-            None => (BucketState::full(&config, now), false),
+            None => {
+                let marker = Marker::parse(marker.as_deref());
+                let start = self.settings.recovery.start([&config], marker, now);
+                (start.state(&config, now), false)
+            }
         };
         let view = snapshot(&config, state, now);
         Ok(Peek {
@@ -170,9 +187,11 @@ impl RedisLimiter {
             }
             None => ("s", 0, 0),
         };
+        let key = self.redis_key(user);
         let raw: Vec<Option<String>> = wire
             .peek
-            .key(self.redis_key(user))
+            .key(&key)
+            .key(self.marker_key(&key))
             .arg(mode)
             .arg(s)
             .arg(n)
@@ -196,7 +215,7 @@ impl RedisLimiter {
         let int = |x: &Option<String>| -> Result<Option<u128>, ReplyError> {
             x.as_deref().map(stored_int).transpose().map_err(bad)
         };
-        let [now_s, now_n, ls, ln, g, o, balances @ ..] = &raw[..] else {
+        let [now_s, now_n, marker, ls, ln, g, o, balances @ ..] = &raw[..] else {
             return Err(bad("peek reply too short").into());
         };
         if balances.len() != set.len() {
@@ -214,6 +233,8 @@ impl RedisLimiter {
                 wire.fingerprint
             )));
         }
+        let configs = set.as_slice().iter().map(|bandwidth| bandwidth.config());
+        let start = (self.settings.recovery).start(configs, Marker::parse(marker.as_deref()), now);
         set.as_slice()
             .iter()
             .zip(balances)
@@ -222,7 +243,7 @@ impl RedisLimiter {
                 let state = match stored_state(&config, b, ls, ln).map_err(bad)? {
                     Some(state) => state,
                     None if present => return Err(bad("stored key lacks a bandwidth").into()),
-                    None => BucketState::full(&config, now),
+                    None => start.state(&config, now),
                 };
                 let view = snapshot(&config, state, now);
                 Ok(Peek {

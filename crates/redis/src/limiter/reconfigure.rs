@@ -6,12 +6,14 @@
 //! Promises: a reconfigure is atomic and uses the core's exact `reconfigured`; on any error nothing
 //! was changed.
 
-use bucketproof_limiter::{BucketState, Config, NANOS_PER_SECOND, Nanos};
+use bucketproof_limiter::{Config, NANOS_PER_SECOND, Nanos};
 use redis::RedisError;
 
 use super::RedisLimiter;
 use super::error::ReconfigureError;
+use super::stats::bump;
 use super::stored::{StoredFields, parse_override, stored_state};
+use crate::epoch::Marker;
 use crate::range::check_exact;
 use crate::script::{fingerprint, limbs};
 
@@ -25,7 +27,9 @@ impl RedisLimiter {
     /// does not need a second Lua script with its own arithmetic. The override is stored with the
     /// bucket, every later acquire of the key uses it, and the key no longer expires until
     /// [`RedisLimiter::forget`] (as the in-memory limiter keeps overrides). `new` must be in the exact
-    /// range like every config.
+    /// range like every config. A key with no bucket starts as an acquire would create it, by the
+    /// recovery policy ([`crate::Recovery`]); a missing epoch marker is detected and written here too,
+    /// and counted in [`crate::RedisStats`] as the acquire would count it.
     ///
     /// A limiter of several bandwidths has no per-key override: its keys are refused with
     /// [`ReconfigureError::SeveralBandwidths`] before anything is sent (nothing changes).
@@ -48,8 +52,12 @@ impl RedisLimiter {
             .await
             .map_err(ReconfigureError::Redis)?;
         loop {
+            let marker_key = self.marker_key(&key);
+            // The marker too: a loss detected by another instance between this read and the write
+            // must not be overwritten by this one's view of it.
             let _: () = redis::cmd("WATCH")
                 .arg(&key)
+                .arg(&marker_key)
                 .query_async(&mut conn)
                 .await
                 .map_err(ReconfigureError::Redis)?;
@@ -79,9 +87,23 @@ impl RedisLimiter {
                     (0, self.settings.config)
                 }
             };
-            let state = stored_state(&old, &b, &s, &n)
-                .map_err(|_| ReconfigureError::Corrupt("bucket"))?
-                .unwrap_or_else(|| BucketState::full(&old, now));
+            let stored =
+                stored_state(&old, &b, &s, &n).map_err(|_| ReconfigureError::Corrupt("bucket"))?;
+            // A key with no bucket starts as an acquire would create it (the recovery policy), and
+            // a missing marker is detected here as it would be there.
+            let (state, marker, start) = match stored {
+                Some(state) => (state, None, None),
+                None => {
+                    let value: Option<String> = redis::cmd("GET")
+                        .arg(&marker_key)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(ReconfigureError::Redis)?;
+                    let marker = Marker::parse(value.as_deref());
+                    let start = self.settings.recovery.start([&old], marker, now);
+                    (start.state(&old, now), Some(marker), Some(start))
+                }
+            };
             let next = state.reconfigured(&old, &new, now);
             let version = version + 1;
             let (ls, ln) = limbs(next.last_refill());
@@ -91,8 +113,17 @@ impl RedisLimiter {
                 new.rate().numer(),
                 new.rate().denom()
             );
-            let written: Option<redis::Value> = redis::pipe()
-                .atomic()
+            let mut transaction = redis::pipe();
+            transaction.atomic();
+            if marker == Some(Marker::Missing) {
+                let (s, n) = limbs(now);
+                transaction
+                    .cmd("SET")
+                    .arg(&marker_key)
+                    .arg(format!("{s}:{n}"))
+                    .ignore();
+            }
+            let written: Option<redis::Value> = transaction
                 .cmd("HSET")
                 .arg(&key)
                 .arg("b")
@@ -113,6 +144,12 @@ impl RedisLimiter {
                 .await
                 .map_err(ReconfigureError::Redis)?;
             if written.is_some() {
+                if start.is_some_and(|start| start.recovering) {
+                    bump(&self.counters.recovering);
+                }
+                if marker == Some(Marker::Missing) {
+                    bump(&self.counters.losses_detected);
+                }
                 return Ok(version);
             }
             // EXEC returned nil: another instance wrote the key after our WATCH; read again.
