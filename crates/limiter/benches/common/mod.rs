@@ -1,8 +1,7 @@
-//! Prototypes used as evidence in reports/bench-limiter.md, not the product: what the exact
+//! Shared by the limiter benches: [`clock::BenchClock`], the one clock every subject reads, and a
+//! prototype used as evidence in reports/bench-limiter.md, not the product: what the exact
 //! [`transition`] costs behind other storage than [`bucketproof_limiter::Limiter`]'s.
 //!
-//! - [`DirectProto`]: one bucket behind one `Mutex`, the shape of governor's direct limiter (an
-//!   unkeyed front end the crate does not have).
 //! - [`FlatKeyedProto`]: `u64` keys in sharded `hashbrown::HashTable`s that hold the key and the
 //!   24-byte state inline (32-byte slots), instead of `IndexMap`'s index table plus a separate
 //!   48-byte entry vector. Same hasher (ahash), same shard count rule, same transition; no sweep, no
@@ -10,33 +9,14 @@
 //!   balance's two spare top bits).
 #![allow(dead_code)]
 
+pub mod cas_proto;
+pub mod clock;
+
 use std::sync::Mutex;
 
 use bucketproof_limiter::internal::{Attempt, state_from_parts, transition};
 use bucketproof_limiter::{AcquireError, BucketState, Config, Decision, Nanos};
 use hashbrown::HashTable;
-
-pub struct DirectProto {
-    config: Config,
-    state: Mutex<BucketState>,
-}
-
-impl DirectProto {
-    pub fn new(config: Config, now: Nanos) -> DirectProto {
-        DirectProto {
-            config,
-            state: Mutex::new(BucketState::full(&config, now)),
-        }
-    }
-
-    #[inline]
-    pub fn acquire_at(&self, cost: u64, now: Nanos) -> Result<Decision, AcquireError> {
-        let mut state = self.state.lock().unwrap();
-        let (next, decision) = transition(&self.config, *state, Attempt { cost, now })?;
-        *state = next;
-        Ok(decision)
-    }
-}
 
 /// Key, balance (low, high), last refill.
 type Slot = (u64, [u64; 2], Nanos);
