@@ -63,7 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // The loop and the clock alone: what every subject's count includes besides deciding.
         "clock" => {
             let clock = clock.clone();
-            Box::new(move || black_box(bucketproof_limiter::Clock::now(&clock)) % 2 == 0)
+            Box::new(move || black_box(bucketproof_limiter::Clock::now(&clock)).is_multiple_of(2))
         }
         _ => return Err(usage.into()),
     };
