@@ -52,6 +52,7 @@ mod set;
 mod sync;
 mod table;
 pub mod units;
+pub mod wait;
 
 pub use bandwidths::{
     Bandwidth, BandwidthName, Bandwidths, Identity, MAX_BANDWIDTHS, MAX_NAME_LEN,
@@ -67,6 +68,7 @@ pub use keyed::{
 pub use rate::{MAX_RATE_DENOMINATOR, Rate};
 pub use set::{Decisions, SetState};
 pub use units::{Tokens, Wait};
+pub use wait::{Pacing, WaitError};
 
 /// Time in nanoseconds since a clock's origin.
 pub type Nanos = u64;
