@@ -3,7 +3,7 @@
 //! **What it owns:** [`Pacing`] (how a waiting acquire behaves: an optional deadline and an optional
 //! seeded jitter), [`WaitError`], the [`Verdict`] trait every front end's decision implements, and
 //! the one retry rule ([`Waiter`]), which the blocking loop ([`blocking`]) and the async loop
-//! ([`until_ready`], feature `tokio`) both follow, whatever limiter they drive.
+//! (`until_ready`, feature `tokio`) both follow, whatever limiter they drive.
 //!
 //! **What it promises:**
 //! - an attempt is an ordinary acquire: a denial consumes nothing, so waiting holds no reservation and
