@@ -364,3 +364,49 @@ fn table_bytes_counts_every_allocated_slot() {
     assert!(slots >= 100);
     assert_eq!(limiter.table_bytes(), slots * 24);
 }
+
+/// The amortized sweep's budget counts the entries it keeps, not the ones it drops: from a cursor
+/// on a probe run of expired buckets it drops all of them, steps over the vacant slots after it and
+/// stops on the `budget`-th bucket it keeps, leaving the cursor on the slot after that one.
+#[test]
+fn the_amortized_sweep_drops_expired_buckets_for_free_and_stops_at_its_budget_of_kept_ones() {
+    const SECOND: Nanos = NANOS_PER_SECOND;
+    let config = Config::new(2, Rate::per_second(1)).unwrap();
+    let limiter: Limiter<u64> = Limiter::builder(config)
+        .shards(1)
+        .sweep_per_op(0)
+        .hasher_seed(19)
+        .build();
+    for key in 0..200u64 {
+        limiter.acquire_at(&key, 1, SECOND).unwrap();
+    }
+    let mut shard = lock(&limiter.shards[0].0);
+    let slots = shard.entries.slots();
+    let live = |shard: &Shard<u64>, pos: usize| shard.entries.get(pos).is_some();
+    // A probe run of at least three entries that starts after a vacant slot and is followed, after
+    // vacant slots, by another run of at least two: removals in the first move nothing out of it.
+    let (start, end, next) = (1..slots)
+        .filter(|&pos| !live(&shard, pos - 1) && live(&shard, pos))
+        .find_map(|start| {
+            let end = (start..slots).find(|&pos| !live(&shard, pos))?;
+            let next = (end..slots - 1).find(|&pos| live(&shard, pos))?;
+            (end - start >= 3 && live(&shard, next + 1)).then_some((start, end, next))
+        })
+        .unwrap();
+    for pos in start..end {
+        let key = *shard.entries.get(pos).unwrap().0;
+        shard.store(pos, &key, BucketState::full(&config, SECOND));
+    }
+    let settings = &limiter.settings;
+    shard.sweep_cursor = start;
+    let dropped = shard.sweep_some(SECOND, 2, slots, settings);
+    assert_eq!(dropped, end - start, "every expired bucket of the run");
+    assert_eq!(shard.entries.len(), 200 - dropped);
+    assert!((start..end).all(|pos| !live(&shard, pos)));
+    assert!(live(&shard, next) && live(&shard, next + 1));
+    assert_eq!(shard.sweep_cursor, next + 2);
+    // A budget of 0 sweeps nothing, not even an expired bucket.
+    shard.sweep_cursor = 0;
+    assert_eq!(shard.sweep_some(10 * SECOND, 0, slots, settings), 0);
+    assert_eq!(shard.entries.len(), 200 - dropped);
+}
