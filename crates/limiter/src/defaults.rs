@@ -8,7 +8,7 @@ use crate::{NANOS_PER_SECOND, Nanos};
 /// Bound on live keys: 2^20 (1,048,576).
 pub const MAX_KEYS: usize = 1 << 20;
 
-/// Entries the amortized sweep inspects each time a shard inserts a new key.
+/// Entries the amortized sweep keeps each time a shard inserts a new key (those it drops are free).
 pub const SWEEP_PER_OP: usize = 2;
 
 /// How long a request-id record is live: 60 s.

@@ -63,9 +63,10 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
         self
     }
 
-    /// Entries the amortized sweep inspects each time an acquire inserts a new key into a shard (the
-    /// only time the shard's memory grows), stepping over at most 8 table slots per entry; 0 disables
-    /// it. Default: [`defaults::SWEEP_PER_OP`].
+    /// Entries the amortized sweep keeps (inspects and finds not evictable) each time an acquire
+    /// inserts a new key into a shard (the only time the shard's memory grows), stepping over at
+    /// most 8 table slots per such entry; the evictable entries it meets on the way, which it drops,
+    /// do not count. 0 disables it. Default: [`defaults::SWEEP_PER_OP`].
     pub fn sweep_per_op(mut self, entries: usize) -> Self {
         self.sweep_per_op = entries;
         self

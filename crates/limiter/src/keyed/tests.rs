@@ -1,4 +1,4 @@
-//! White-box tests of the keyed limiter: the packing of balances across `2^62`, the spread of keys
+//! White-box tests of the keyed limiter: the packing of balances across `2^58`, the spread of keys
 //! over each shard's table, and the full sweep's walk over a wrapped probe run. Behaviour seen only
 //! through the public API is tested in `tests/keyed.rs`.
 
@@ -119,32 +119,32 @@ fn a_full_sweep_reaches_the_last_slot_after_looking_at_a_wrapped_entry_twice() {
     assert_eq!(limiter.len(), fillers + 2);
 }
 
-/// A balance that leaves the wide range (`>= 2^62` units) moves back into its bucket, and the
+/// A balance that leaves the wide range (`>= 2^58` units) moves back into its bucket, and the
 /// key's side-map entry goes with it when nothing else is in it; an override keeps the entry.
 #[test]
-fn a_balance_back_below_2_62_units_moves_into_its_bucket_and_frees_an_empty_side_entry() {
-    // 5e9 tokens x 10^9 units per token = 5e18 units >= 2^62 (about 4.61e18) when full.
-    let wide = Config::new(5_000_000_000, Rate::per_second(1)).unwrap();
+fn a_balance_back_below_2_58_units_moves_into_its_bucket_and_frees_an_empty_side_entry() {
+    // 3e8 tokens x 10^9 units per token = 3e17 units >= 2^58 (about 2.88e17) when full.
+    let wide = Config::new(300_000_000, Rate::per_second(1)).unwrap();
     let limiter: Limiter<u64> = Limiter::builder(wide).hasher_seed(1).build();
     limiter.acquire_at(&1, 1, 0).unwrap();
     assert_eq!(
         packing(&limiter, 1),
         (true, true, Some(wide.capacity_units() - 1_000_000_000))
     );
-    // One billion tokens more: 3.99e18 units, narrow again.
-    limiter.acquire_at(&1, 1_000_000_000, 0).unwrap();
+    // Twenty million tokens more: 2.8e17 units, narrow again.
+    limiter.acquire_at(&1, 20_000_000, 0).unwrap();
     assert_eq!(packing(&limiter, 1), (false, false, None));
     let (state, _) = limiter.inspect(&1).unwrap();
     assert_eq!(
         state.balance(),
-        wide.capacity_units() - 1_000_000_001 * 1_000_000_000
+        wide.capacity_units() - 20_000_001 * 1_000_000_000
     );
 
     // With an override the entry stays (it holds the override), only the wide balance leaves.
     limiter.reconfigure_at(&2, wide, 0).unwrap();
     limiter.acquire_at(&2, 1, 0).unwrap();
     assert!(packing(&limiter, 2).1, "the overridden key is wide first");
-    limiter.acquire_at(&2, 1_000_000_000, 0).unwrap();
+    limiter.acquire_at(&2, 20_000_000, 0).unwrap();
     assert_eq!(packing(&limiter, 2), (true, false, None));
 }
 
@@ -363,4 +363,96 @@ fn table_bytes_counts_every_allocated_slot() {
         .sum();
     assert!(slots >= 100);
     assert_eq!(limiter.table_bytes(), slots * 24);
+}
+
+/// The amortized sweep's budget counts the entries it keeps, not the ones it drops: from a cursor
+/// on a probe run of expired buckets it drops all of them, steps over the vacant slots after it and
+/// stops on the `budget`-th bucket it keeps, leaving the cursor on the slot after that one.
+#[test]
+fn the_amortized_sweep_drops_expired_buckets_for_free_and_stops_at_its_budget_of_kept_ones() {
+    const SECOND: Nanos = NANOS_PER_SECOND;
+    let config = Config::new(2, Rate::per_second(1)).unwrap();
+    let limiter: Limiter<u64> = Limiter::builder(config)
+        .shards(1)
+        .sweep_per_op(0)
+        .hasher_seed(19)
+        .build();
+    for key in 0..200u64 {
+        limiter.acquire_at(&key, 1, SECOND).unwrap();
+    }
+    let mut shard = lock(&limiter.shards[0].0);
+    let slots = shard.entries.slots();
+    let live = |shard: &Shard<u64>, pos: usize| shard.entries.get(pos).is_some();
+    // A probe run of at least three entries that starts after a vacant slot and is followed, after
+    // vacant slots, by another run of at least two: removals in the first move nothing out of it.
+    let (start, end, next) = (1..slots)
+        .filter(|&pos| !live(&shard, pos - 1) && live(&shard, pos))
+        .find_map(|start| {
+            let end = (start..slots).find(|&pos| !live(&shard, pos))?;
+            let next = (end..slots - 1).find(|&pos| live(&shard, pos))?;
+            (end - start >= 3 && live(&shard, next + 1)).then_some((start, end, next))
+        })
+        .unwrap();
+    for pos in start..end {
+        let key = *shard.entries.get(pos).unwrap().0;
+        shard.store(pos, &key, BucketState::full(&config, SECOND));
+    }
+    let settings = &limiter.settings;
+    shard.sweep_cursor = start;
+    let dropped = shard.sweep_some(SECOND, 2, slots, settings);
+    assert_eq!(dropped, end - start, "every expired bucket of the run");
+    assert_eq!(shard.entries.len(), 200 - dropped);
+    assert!((start..end).all(|pos| !live(&shard, pos)));
+    assert!(live(&shard, next) && live(&shard, next + 1));
+    assert_eq!(shard.sweep_cursor, next + 2);
+    // A budget of 0 sweeps nothing, not even an expired bucket.
+    shard.sweep_cursor = 0;
+    assert_eq!(shard.sweep_some(10 * SECOND, 0, slots, settings), 0);
+    assert_eq!(shard.entries.len(), 200 - dropped);
+}
+
+/// Every live bucket keeps its entry's probe distance (saturated at 15) through inserts, growth,
+/// the sweep's removals and the stores of every decision, and the flags and balance beside it are
+/// untouched by it: the table's removals rely on the distance, the decisions on the rest.
+#[test]
+fn every_packed_bucket_keeps_its_probe_distance_beside_its_balance() {
+    use crate::table::{PROBE_SATURATED, Vacancy};
+    const MS: Nanos = NANOS_PER_SECOND / 1_000;
+    let config = Config::new(3, Rate::per_second(10)).unwrap();
+    let limiter: Limiter<u64> = Limiter::builder(config).shards(2).hasher_seed(23).build();
+    let mut x = 7u64;
+    for i in 0..60_000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        limiter
+            .acquire_at(&(x % 20_000), 1 + x % 2, i * MS / 10)
+            .unwrap();
+    }
+    limiter
+        .reconfigure_at(&1, config, 6 * NANOS_PER_SECOND)
+        .unwrap();
+    let stats = limiter.stats();
+    assert!(stats.evicted_lossless > 1_000, "{stats:?}");
+    let mut distances = [0usize; 16];
+    for shard in limiter.shards.iter() {
+        let shard = lock(&shard.0);
+        let slots = shard.entries.slots();
+        for pos in 0..slots {
+            let Some((key, bucket)) = shard.entries.get(pos) else {
+                continue;
+            };
+            let home =
+                FlatMap::<u64, PackedBucket, KeyHasher>::home(limiter.hasher.hash_one(key), slots);
+            let distance = (pos + slots - home) % slots;
+            let kept = distance.min(usize::from(PROBE_SATURATED));
+            assert_eq!(usize::from(bucket.probe()), kept, "key {key} at {pos}");
+            distances[kept] += 1;
+            // The balance reads back as the decisions left it.
+            let state = shard.state_of(key, *bucket);
+            assert!(state.balance() <= config.capacity_units());
+            assert_eq!(bucket.has_extra(), *key == 1);
+        }
+    }
+    assert!(distances[1..].iter().sum::<usize>() > 0, "{distances:?}");
 }
