@@ -22,15 +22,8 @@
 //! An insert may grow the table (every position changes). A removal shifts later entries of its run
 //! back, possibly into the removed position itself, and moves nothing else: a cursor walking over
 //! `0..slots()` that looks at a position again after removing there visits every entry (`keyed/eviction.rs`,
-//! `walk_from_cursor`).
-//!
-//! Nothing stores a hash, but every live value keeps its entry's probe distance (how far past its
-//! home it sits) in four spare bits ([`Vacancy::probe`], saturated at [`PROBE_SATURATED`]): a
-//! removal decides from them which later entries of the run move back, and re-hashes only an entry
-//! 15 or more slots from home (a few percent at 70-85% full). Every write of a position keeps them
-//! exact: an insert and a resize write the distance they probed, a shift the distance minus the
-//! slots it moved. Before, a removal re-hashed every later entry of its run, which with a seeded
-//! SipHash was most of the cost of a key churning through the amortized sweep.
+//! `walk_from_cursor`). Nothing stores a hash: a resize or a shift re-hashes the keys it moves, which
+//! for the fixed-size keys a limiter sees is cheaper than the memory a stored hash would cost.
 //!
 //! A panic in the key's `Hash` or `Eq` (user code) can leak keys or leave an entry unreachable, never
 //! read an uninitialized key: every slot is marked vacant before its key is moved out.
@@ -42,19 +35,11 @@
 use std::hash::{BuildHasher, Hash};
 use std::mem::MaybeUninit;
 
-/// A value type with one value no live entry ever holds, which marks a vacant slot, and four spare
-/// bits in every live value that the table keeps for itself (the entry's probe distance).
+/// A value type with one value no live entry ever holds, which marks a vacant slot.
 pub(crate) trait Vacancy: Copy {
     const VACANT: Self;
     fn is_vacant(&self) -> bool;
-    /// The four bits `set_probe` wrote, `0..=PROBE_SATURATED`.
-    fn probe(&self) -> u8;
-    /// Keeps `probe` (`0..=PROBE_SATURATED`) in the value's spare bits, changing nothing else.
-    fn set_probe(&mut self, probe: u8);
 }
-
-/// The largest probe distance a value keeps: this one means "this or more", found by re-hashing.
-pub(crate) const PROBE_SATURATED: u8 = 15;
 
 struct Slot<K, V> {
     /// Initialized exactly when `value` is not vacant.
@@ -124,23 +109,6 @@ impl<K: Hash + Eq, V: Vacancy, S: BuildHasher> FlatMap<K, V, S> {
         if pos + 1 == slots { 0 } else { pos + 1 }
     }
 
-    /// How far `pos` is past `home`, cyclically.
-    #[inline(always)]
-    fn distance(home: usize, pos: usize, slots: usize) -> usize {
-        if pos >= home {
-            pos - home
-        } else {
-            pos + slots - home
-        }
-    }
-
-    /// `value` with the probe distance of an entry `distance` slots past its home.
-    #[inline(always)]
-    fn probed(mut value: V, distance: usize) -> V {
-        value.set_probe(distance.min(usize::from(PROBE_SATURATED)) as u8);
-        value
-    }
-
     /// The position of `key`, given `hash = hasher.hash_one(key)`.
     #[inline]
     pub(crate) fn find(&self, hash: u64, key: &K) -> Option<usize> {
@@ -193,11 +161,10 @@ impl<K: Hash + Eq, V: Vacancy, S: BuildHasher> FlatMap<K, V, S> {
             self.grow();
         }
         debug_assert!(self.find(hash, &key).is_none(), "insert_new of a held key");
-        let slots = self.slots.len();
         let pos = self.vacant_from(hash);
         self.slots[pos] = Slot {
             key: MaybeUninit::new(key),
-            value: Self::probed(value, Self::distance(Self::home(hash, slots), pos, slots)),
+            value,
         };
         self.len += 1;
         pos
@@ -228,12 +195,10 @@ impl<K: Hash + Eq, V: Vacancy, S: BuildHasher> FlatMap<K, V, S> {
             // SAFETY: not vacant, so initialized; `old` is consumed and `Slot` has no `Drop`, so the
             // key is moved exactly once.
             let key = unsafe { slot.key.assume_init() };
-            let hash = self.hasher.hash_one(&key);
-            let pos = self.vacant_from(hash);
-            let distance = Self::distance(Self::home(hash, wanted), pos, wanted);
+            let pos = self.vacant_from(self.hasher.hash_one(&key));
             self.slots[pos] = Slot {
                 key: MaybeUninit::new(key),
-                value: Self::probed(slot.value, distance),
+                value: slot.value,
             };
         }
     }
@@ -259,22 +224,18 @@ impl<K: Hash + Eq, V: Vacancy, S: BuildHasher> FlatMap<K, V, S> {
             if candidate.value.is_vacant() {
                 break;
             }
-            // The entry's distance from its home: kept in its value below the saturation mark, else
-            // re-hashed.
-            let kept = candidate.value.probe();
-            let from_home = if kept < PROBE_SATURATED {
-                usize::from(kept)
-            } else {
-                // SAFETY: not vacant, so initialized.
-                let key = unsafe { candidate.key.assume_init_ref() };
-                Self::distance(Self::home(self.hasher.hash_one(key), slots), probe, slots)
-            };
+            // SAFETY: not vacant, so initialized.
+            let home = Self::home(
+                self.hasher
+                    .hash_one(unsafe { candidate.key.assume_init_ref() }),
+                slots,
+            );
             // The entry at `probe` may move back into the hole if the hole lies on its probe path,
             // that is not after its home: distance(home, probe) >= distance(hole, probe).
-            let from_hole = Self::distance(hole, probe, slots);
+            let from_home = (probe + slots - home) % slots;
+            let from_hole = (probe + slots - hole) % slots;
             if from_home >= from_hole {
-                let mut moved = std::mem::replace(&mut self.slots[probe], Slot::EMPTY);
-                moved.value = Self::probed(moved.value, from_home - from_hole);
+                let moved = std::mem::replace(&mut self.slots[probe], Slot::EMPTY);
                 self.slots[hole] = moved;
                 hole = probe;
             }
@@ -326,28 +287,14 @@ mod tests {
 
     use super::*;
 
-    /// A value with `u64::MAX` as its vacant mark and the table's probe bits beside it (equality
-    /// ignores them: they are the table's, not the caller's).
-    #[derive(Clone, Copy, Debug)]
-    struct Value(u64, u8);
-
-    impl PartialEq for Value {
-        fn eq(&self, other: &Self) -> bool {
-            self.0 == other.0
-        }
-    }
+    /// A value with `u64::MAX` as its vacant mark.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    struct Value(u64);
 
     impl Vacancy for Value {
-        const VACANT: Self = Value(u64::MAX, 0);
+        const VACANT: Self = Value(u64::MAX);
         fn is_vacant(&self) -> bool {
             self.0 == u64::MAX
-        }
-        fn probe(&self) -> u8 {
-            self.1
-        }
-        fn set_probe(&mut self, probe: u8) {
-            assert!(probe <= PROBE_SATURATED);
-            self.1 = probe;
         }
     }
 
@@ -376,14 +323,14 @@ mod tests {
 
     /// Every model entry is found at a position holding it, nothing else is in the table, and every
     /// entry is reachable: no vacant slot lies between a key's home and its position.
-    fn check<S: BuildHasher>(map: &FlatMap<u64, Value, S>, model: &HashMap<u64, u64>) {
+    fn check(map: &Map, model: &HashMap<u64, u64>) {
         assert_eq!(map.len(), model.len());
         assert_eq!(map.is_empty(), model.is_empty());
         let slots = map.slots();
         for (key, value) in model {
             let hash = map.hasher.hash_one(key);
             let pos = map.find(hash, key).expect("model key present");
-            assert_eq!(map.get(pos), Some((key, &Value(*value, 0))));
+            assert_eq!(map.get(pos), Some((key, &Value(*value))));
             let mut walk = Map::home(hash, slots);
             while walk != pos {
                 assert!(
@@ -395,18 +342,6 @@ mod tests {
         }
         let occupied = (0..slots).filter(|&pos| map.get(pos).is_some()).count();
         assert_eq!(occupied, model.len());
-        // Every entry keeps its distance from home, saturated.
-        for pos in 0..slots {
-            if let Some((key, value)) = map.get(pos) {
-                let home = Map::home(map.hasher.hash_one(key), slots);
-                let distance = Map::distance(home, pos, slots).min(usize::from(PROBE_SATURATED));
-                assert_eq!(
-                    usize::from(value.1),
-                    distance,
-                    "probe bits of {key} at {pos}"
-                );
-            }
-        }
         assert_eq!(map.get(slots), None);
     }
 
@@ -437,8 +372,8 @@ mod tests {
                 match map.find(hash, &key) {
                     Some(pos) => map.get_mut(pos).expect("found").1.0 = step,
                     None => {
-                        let pos = map.insert_new(hash, key, Value(step, 0));
-                        assert_eq!(map.get(pos), Some((&key, &Value(step, 0))));
+                        let pos = map.insert_new(hash, key, Value(step));
+                        assert_eq!(map.get(pos), Some((&key, &Value(step))));
                     }
                 }
                 model.insert(key, step);
@@ -450,75 +385,6 @@ mod tests {
         check(&map, &model);
     }
 
-    /// A hasher that sends every key to one of four homes: probe runs of hundreds of entries, so
-    /// most probe distances are saturated and removals re-hash them.
-    #[derive(Clone, Default)]
-    struct Clumping;
-
-    impl BuildHasher for Clumping {
-        type Hasher = ClumpingHasher;
-        fn build_hasher(&self) -> ClumpingHasher {
-            ClumpingHasher(0)
-        }
-    }
-
-    struct ClumpingHasher(u64);
-
-    impl std::hash::Hasher for ClumpingHasher {
-        fn finish(&self) -> u64 {
-            (self.0 % 4) << 62
-        }
-        fn write(&mut self, bytes: &[u8]) {
-            for byte in bytes {
-                self.0 = self.0.wrapping_mul(31).wrapping_add(u64::from(*byte));
-            }
-        }
-    }
-
-    /// Random inserts and removals with saturated probe distances (a hasher of four homes) agree
-    /// with a `HashMap`, and every entry keeps its distance.
-    #[test]
-    fn saturated_probe_distances_are_re_hashed_and_kept_exact() {
-        let mut map: FlatMap<u64, Value, Clumping> = FlatMap::with_hasher(Clumping);
-        let mut model = HashMap::new();
-        let mut random = XorShift(0x9E37_79B9_7F4A_7C15);
-        for step in 0..scaled(6_000) {
-            let state = random.next();
-            if state % 100 < 45 && map.slots() > 0 {
-                let pos = (state >> 8) as usize % map.slots();
-                if let Some((key, value)) = map.get(pos).map(|(key, value)| (*key, *value)) {
-                    assert_eq!(map.remove(pos), Some((key, value)));
-                    assert_eq!(model.remove(&key), Some(value.0));
-                }
-            } else {
-                let key = state % 1_000;
-                let hash = map.hasher.hash_one(key);
-                match map.find(hash, &key) {
-                    Some(pos) => map.get_mut(pos).expect("found").1.0 = step,
-                    None => {
-                        map.insert_new(hash, key, Value(step, 0));
-                    }
-                }
-                model.insert(key, step);
-            }
-            if step % 101 == 0 {
-                check(&map, &model);
-            }
-        }
-        check(&map, &model);
-        let saturated = (0..map.slots())
-            .filter(|&pos| {
-                map.get(pos)
-                    .is_some_and(|(_, value)| value.1 == PROBE_SATURATED)
-            })
-            .count();
-        assert!(
-            saturated > map.len() / 2,
-            "{saturated} of {} saturated",
-            map.len()
-        );
-    }
-
     /// The memory promise: once past its first few sizes, the table is 70-85% full after every
     /// insert, so its bytes per key stay within `slot / 0.85 ..= slot / 0.70`.
     #[test]
@@ -527,7 +393,7 @@ mod tests {
         let mut grew = 0;
         for key in 0..scaled(300_000) {
             let slots_before = map.slots();
-            map.insert_new(map.hasher.hash_one(key), key, Value(key, 0));
+            map.insert_new(map.hasher.hash_one(key), key, Value(key));
             grew += usize::from(map.slots() != slots_before);
             let load = map.len() as f64 / map.slots() as f64;
             assert!(load <= 0.85, "{} keys in {} slots", map.len(), map.slots());
@@ -547,7 +413,7 @@ mod tests {
         // Short enough for Miri unscaled: the first exact fit is at 221 entries.
         for key in 0..300 {
             let (len, slots) = (map.len(), map.slots());
-            map.insert_new(map.hasher.hash_one(key), key, Value(key, 0));
+            map.insert_new(map.hasher.hash_one(key), key, Value(key));
             let over_the_bound = (len + 1) * MAX_LOAD_DEN > slots * MAX_LOAD_NUM;
             assert_eq!(
                 map.slots() != slots,
@@ -566,7 +432,7 @@ mod tests {
     fn a_walk_that_revisits_after_a_removal_sees_every_entry() {
         let mut map = Map::with_hasher(hasher());
         for key in 0..5_000u64 {
-            map.insert_new(map.hasher.hash_one(key), key, Value(key, 0));
+            map.insert_new(map.hasher.hash_one(key), key, Value(key));
         }
         let mut seen = std::collections::HashSet::new();
         let mut pos = 0;
@@ -619,7 +485,7 @@ mod tests {
         for key in 0..1_000u64 {
             let counted = Counted(key, Rc::clone(&drops));
             let hash = map.hasher.hash_one(&counted);
-            map.insert_new(hash, counted, Value(key, 0));
+            map.insert_new(hash, counted, Value(key));
         }
         assert_eq!(drops.get(), 0, "growing moves keys, it drops none");
         let mut removed = 0;

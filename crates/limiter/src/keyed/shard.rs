@@ -4,7 +4,7 @@
 //! (override configs, request-id records, wide balances), the eviction horizon, the sweep cursor and
 //! the shard's counters. What it promises:
 //! - `Shard::state_of` and `Shard::store` are the only readers and writers of a balance, and keep it
-//!   in exactly one place: the packed bucket below `2^58` units, else the key's extra (flag `WIDE`);
+//!   in exactly one place: the packed bucket below `2^62` units, else the key's extra (flag `WIDE`);
 //! - an entry in the side map exists exactly when its key is live and its bucket flags `HAS_EXTRA`;
 //! - `Shard::acquire` is the one decision of the keyed limiter: read, refill, decide, write, under
 //!   the caller's lock, and an invalid cost changes nothing (not even request ids or room-making).
@@ -12,10 +12,9 @@
 //! Storage (why it looks like this: reports/bench-limiter.md): each shard holds its keys in one
 //! open-addressing table of `(key, PackedBucket)` slots (24 bytes for a `u64` key) kept 70-85% full,
 //! nothing else per key, one dependent random access per lookup. A packed bucket holds the balance in
-//! 58 bits, the table's probe distance in 4 and the cursor; the rarely used per-key extras live in the
-//! side map, and spare top bits of the packed balance say whether a key has one and whether its
-//! balance is there, so the common path never touches it (a pattern of them no live bucket has marks
-//! a vacant slot).
+//! 62 bits and the cursor; the rarely used per-key extras live in the side map, and spare top bits of
+//! the packed balance say whether a key has one and whether its balance is there, so the common path
+//! never touches it (a pattern of them no live bucket has marks a vacant slot).
 
 use std::collections::HashMap;
 use std::hash::Hash;
@@ -49,24 +48,19 @@ pub(super) struct Shard<K> {
     pub(super) stats: Stats,
 }
 
-/// A [`BucketState`] in 16 bytes instead of 32 (`u128` is 16-byte aligned), plus two flags and the
-/// table's four probe bits.
+/// A [`BucketState`] in 16 bytes instead of 32 (`u128` is 16-byte aligned), plus two flags.
 ///
-/// The balance is kept here when it is below `2^58` (`NARROW_LIMIT`): every config with
-/// `capacity_units < 2^58` (capacity x q x 10^9, e.g. 288 million tokens at any rate with q = 1), so
-/// for most configs always. A larger balance is *wide*: the `WIDE` flag is set and the exact `u128`
-/// sits in the key's [`Extra::wide_balance`]. The two top bits carry the flags, so the arithmetic
-/// never sees them: `HAS_EXTRA` ("this key has an entry in the shard's `extras`") and `WIDE` (which
-/// implies it). The four bits below them (`PROBE`) are the table's: its entry's distance from its
-/// home slot ([`Vacancy::probe`]), which lets a removal skip re-hashing the entries after it; every
-/// write here keeps them.
+/// The balance is kept here when it is below `2^62` (`NARROW_LIMIT`): every config with
+/// `capacity_units < 2^62` (capacity x q x 10^9, e.g. a billion tokens at any rate with q = 1), so for
+/// most configs always. A larger balance is *wide*: the `WIDE` flag is set and the exact `u128` sits in
+/// the key's [`Extra::wide_balance`]. The two top bits carry the flags, so the arithmetic never sees
+/// them: `HAS_EXTRA` ("this key has an entry in the shard's `extras`") and `WIDE` (which implies it).
 /// Only [`Shard::state_of`] and [`Shard::store`] (with its cold half, `store_slow`) read or write the
 /// balance, and they keep the two places consistent: a wide bucket's `Extra` always holds its
 /// balance, and a narrow one's never does.
 #[derive(Clone, Copy)]
 pub(super) struct PackedBucket {
-    /// `HAS_EXTRA | WIDE | PROBE | balance` (the low 58 bits are the balance when `WIDE` is clear,
-    /// zero when set).
+    /// `HAS_EXTRA | WIDE | balance` (the low 62 bits are the balance when `WIDE` is clear, zero when set).
     pub(super) flagged_balance: u64,
     pub(super) last_refill: Nanos,
 }
@@ -77,18 +71,8 @@ const _: () = assert!(crate::table::slot_size::<u64, PackedBucket>() == 24);
 
 pub(super) const HAS_EXTRA: u64 = 1 << 63;
 pub(super) const WIDE: u64 = 1 << 62;
-/// The table's probe distance, `0..=15` (`table::PROBE_SATURATED`).
-const PROBE_SHIFT: u32 = 58;
-const PROBE: u64 = 0xF << PROBE_SHIFT;
-/// What `store` keeps of the old bits when it writes a narrow balance.
-const KEPT_BY_STORE: u64 = HAS_EXTRA | PROBE;
-/// The flags of a wide bucket.
-const WIDE_FLAGS: u64 = HAS_EXTRA | WIDE;
-/// Balances below this fit the packed bucket's 58 bits.
-pub(super) const NARROW_LIMIT: u128 = 1 << PROBE_SHIFT;
-/// The balance bits.
-const BALANCE: u64 = (1 << PROBE_SHIFT) - 1;
-const _: () = assert!(PROBE & (WIDE_FLAGS | BALANCE) == 0 && PROBE >> PROBE_SHIFT == 15);
+/// Balances below this fit the packed bucket's 62 bits.
+pub(super) const NARROW_LIMIT: u128 = 1 << 62;
 
 impl PackedBucket {
     #[inline]
@@ -117,18 +101,6 @@ impl Vacancy for PackedBucket {
     #[inline(always)]
     fn is_vacant(&self) -> bool {
         self.flagged_balance == WIDE
-    }
-
-    #[inline(always)]
-    fn probe(&self) -> u8 {
-        ((self.flagged_balance & PROBE) >> PROBE_SHIFT) as u8
-    }
-
-    /// Only the probe bits change (a masked merge: the bits of `PROBE` where old and new differ
-    /// flip).
-    #[inline(always)]
-    fn set_probe(&mut self, probe: u8) {
-        self.flagged_balance ^= (self.flagged_balance ^ (u64::from(probe) << PROBE_SHIFT)) & PROBE;
     }
 }
 
@@ -277,13 +249,13 @@ impl<K: Hash + Eq + Clone> Shard<K> {
                 .and_then(|extra| extra.wide_balance)
                 .expect("a wide bucket's balance is in its extras")
         } else {
-            (bucket.flagged_balance & BALANCE) as u128
+            (bucket.flagged_balance & !(HAS_EXTRA | WIDE)) as u128
         };
         BucketState::from_parts(balance, bucket.last_refill)
     }
 
-    /// Replaces the state of the live key at `pos`, keeping its `HAS_EXTRA` flag and probe bits: in
-    /// the bucket when the balance fits 58 bits (a wide balance it had is cleared from its extras), else in its extras
+    /// Replaces the state of the live key at `pos`, keeping its `HAS_EXTRA` flag: in the bucket when
+    /// the balance fits 62 bits (a wide balance it had is cleared from its extras), else in its extras
     /// with the bucket flagged `WIDE`. The narrow case is inline (it is every decision's write); the
     /// rest is out of line.
     #[inline(always)]
@@ -292,8 +264,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             && !bucket.is_wide()
             && state.balance() < NARROW_LIMIT
         {
-            bucket.flagged_balance =
-                (bucket.flagged_balance & KEPT_BY_STORE) | state.balance() as u64;
+            bucket.flagged_balance = (bucket.flagged_balance & HAS_EXTRA) | state.balance() as u64;
             bucket.last_refill = state.last_refill();
         } else {
             self.store_slow(pos, key, state);
@@ -310,8 +281,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         if state.balance() < NARROW_LIMIT {
             // It was wide: the balance moves back into the bucket, and out of the extras, which go
             // too when nothing else is in them (so the key's later calls skip the side map).
-            bucket.flagged_balance =
-                (bucket.flagged_balance & KEPT_BY_STORE) | state.balance() as u64;
+            bucket.flagged_balance = (bucket.flagged_balance & HAS_EXTRA) | state.balance() as u64;
             if let Some(extra) = self.extras.get_mut(key) {
                 extra.wide_balance = None;
                 if extra.config_override.is_none()
@@ -325,7 +295,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         } else {
             self.extra_mut(key, pos).wide_balance = Some(state.balance());
             if let Some((_, bucket)) = self.entries.get_mut(pos) {
-                bucket.flagged_balance = (bucket.flagged_balance & PROBE) | WIDE_FLAGS;
+                bucket.flagged_balance = HAS_EXTRA | WIDE;
             }
         }
     }
