@@ -3,8 +3,8 @@
 //!
 //! `governor_loop <keys>`: one million `check_key` calls at times 1 µs apart, on key 0 when `keys` is
 //! 1, else on keys drawn by the same xorshift from `0..keys`, with the quota of `decision_loop`'s one
-//! bandwidth (a burst of 10 refilling 5/s). Governor's clock here is a plain relaxed load of a shared
-//! `AtomicU64` that the loop stores each time into (ours takes `now` by argument, no load at all), and
+//! bandwidth (a burst of 10 refilling 5/s). Governor's clock here is the benches' `BenchClock`, a plain relaxed
+//! load of a shared `AtomicU64` that the loop stores into before each call (ours takes `now` by argument, no load at all), and
 //! its map hashes with the standard library's randomly keyed SipHash-1-3, as `decision_loop`'s seeded
 //! hasher does (SipHash-1-3 with fixed keys). Governor never evicts: its map keeps every key it saw.
 //!
@@ -15,29 +15,15 @@
 //!
 //! It prints the allowed count, which equals `decision_loop <keys> 1`'s (same decisions).
 
-use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicU64, Ordering};
+#[path = "../benches/common/clock.rs"]
+mod clock;
 
-use governor::clock::Clock;
-use governor::nanos::Nanos;
+use std::num::NonZeroU32;
+
+use clock::BenchClock;
 use governor::{Quota, RateLimiter};
 
 const DECISIONS: u64 = 1_000_000;
-
-static NOW: AtomicU64 = AtomicU64::new(0);
-
-/// Governor's clock as one relaxed load.
-#[derive(Clone, Copy, Debug, Default)]
-struct LoadClock;
-
-impl Clock for LoadClock {
-    type Instant = Nanos;
-
-    #[inline]
-    fn now(&self) -> Nanos {
-        Nanos::from(NOW.load(Ordering::Relaxed))
-    }
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
@@ -48,7 +34,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let quota = Quota::per_second(NonZeroU32::new(5).ok_or(usage)?)
         .allow_burst(NonZeroU32::new(10).ok_or(usage)?);
-    let limiter = RateLimiter::dashmap_with_clock(quota, LoadClock);
+    let clock = BenchClock::new(0);
+    let limiter = RateLimiter::dashmap_with_clock(quota, clock.clone());
     let mut x = 1u64;
     let mut allowed = 0u64;
     for i in 0..DECISIONS {
@@ -56,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         x ^= x >> 7;
         x ^= x << 17;
         let key = if keys == 1 { 0 } else { x % keys };
-        NOW.store(i * 1_000, Ordering::Relaxed);
+        clock.set(i * 1_000);
         allowed += u64::from(limiter.check_key(&key).is_ok());
     }
     println!("{allowed} of {DECISIONS} allowed");
