@@ -1,21 +1,18 @@
-//! Decisions per second through Redis, against the practical ceiling of one Redis: a trivial
-//! `EVALSHA` that returns a constant. Same connections, same concurrency, same server.
+//! What `RedisLimiter`'s own client adds to the transition script: `RedisLimiter::acquire` against
+//! the bare script called with the same arguments on plain connections, and a trivial `EVALSHA` that
+//! returns a constant (the ceiling of one Redis). Same connections, same concurrency, same server.
+//! (Ours against third parties' scripts, through one client loop: `bucketproof-harness`'s
+//! `redis_peers` bench.)
 //!
 //! - `one_conn`: one multiplexed connection, 256 calls in flight (the connection pipelines them);
 //! - `eight_conns`: 8 connections (8 limiters), 32 calls in flight on each.
-//!
-//! Besides the constant script and ours, two floor scripts bound what any atomic read-modify-write can
-//! reach: `floor_get_set_px` (`GET`, then `SET .. PX`, no arithmetic: the least a script that reads a
-//! state, writes it back and keeps a TTL does; injected time) and `floor_time_get_set_px` (the same
-//! after `TIME`, as in server-time mode). Their ratio to the constant script is the ceiling of any exact
-//! or inexact limiter script on this server, whatever its encoding.
 //!
 //! Needs `REDIS_URL`; prints a SKIP line and measures nothing without it. Run:
 //! `REDIS_URL=redis://127.0.0.1:6379/ cargo bench -p bucketproof-redis --bench redis`
 
 use std::time::{Duration, Instant};
 
-use bucketproof_limiter::{Config, Rate};
+use bucketproof_limiter::{Config, Rate, Request};
 use bucketproof_redis::RedisLimiter;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures_util::future::join_all;
@@ -31,10 +28,7 @@ struct Fixture {
     constant: Vec<MultiplexedConnection>,
     script: Script,
     transition: Script,
-    floor_get_set: Script,
-    floor_time_get_set: Script,
     prefix: String,
-    config: Config,
 }
 
 fn fixture(rt: &Runtime, url: &str) -> Fixture {
@@ -69,30 +63,12 @@ fn fixture(rt: &Runtime, url: &str) -> Fixture {
             .load_async(&mut constant[0])
             .await
             .unwrap();
-        let floor_get_set = Script::new(
-            "local state = redis.call('GET', KEYS[1]) \
-             redis.call('SET', KEYS[1], '1234567890123:1234567890123', 'PX', 60000) return 1",
-        );
-        let floor_time_get_set = Script::new(
-            "local now = redis.call('TIME') local state = redis.call('GET', KEYS[1]) \
-             redis.call('SET', KEYS[1], '1234567890123:1234567890123', 'PX', 60000) return 1",
-        );
-        for floor in [&floor_get_set, &floor_time_get_set] {
-            floor
-                .prepare_invoke()
-                .load_async(&mut constant[0])
-                .await
-                .unwrap();
-        }
         Fixture {
             limiters,
             constant,
             script,
             transition,
-            floor_get_set,
-            floor_time_get_set,
             prefix,
-            config,
         }
     })
 }
@@ -118,26 +94,15 @@ async fn limiter_round(f: &Fixture, conns: usize, per_conn: usize, round: u64) {
     join_all(calls).await;
 }
 
-/// One round of a script that takes no arguments and returns an integer: the constant one on one key
-/// (`spread: false`), a floor script on 1000 keys of its own (`spread: true`, as the limiter's calls).
-async fn bare_script_round(
-    f: &Fixture,
-    script: &Script,
-    spread: bool,
-    conns: usize,
-    per_conn: usize,
-    round: u64,
-) {
+/// One round of the constant script on one key.
+async fn constant_round(f: &Fixture, conns: usize, per_conn: usize) {
     let calls = (0..conns).flat_map(|c| {
-        (0..per_conn).map(move |i| {
-            let key = if spread {
-                format!("{}{{f{}}}", f.prefix, spread_index(round, c, per_conn, i))
-            } else {
-                format!("{}const", f.prefix)
-            };
+        (0..per_conn).map(move |_| {
+            let key = format!("{}const", f.prefix);
             let mut conn = f.constant[c].clone();
             async move {
-                let one: i64 = script
+                let one: i64 = f
+                    .script
                     .key(key)
                     .invoke_async(&mut conn)
                     .await
@@ -149,42 +114,26 @@ async fn bare_script_round(
     join_all(calls).await;
 }
 
-/// The transition script alone, called on a plain connection with the limiter's arguments: shows how
-/// much of the gap is the script in Redis and how much the client side of `RedisLimiter`.
+/// The transition script alone, called on a plain connection with the words the limiter would send
+/// (`RedisLimiter::script_call`, its own keys `s<i>`): shows how much of the gap is the script in
+/// Redis and how much the client side of `RedisLimiter`.
 async fn script_round(f: &Fixture, conns: usize, per_conn: usize, round: u64) {
-    let fp = bucketproof_redis::script::fingerprint(&f.config);
-    let cap = f.config.capacity_units().to_string();
-    let p = f.config.units_per_nanosecond();
-    let unit = f.config.units_per_token().to_string();
-    let capacity = f.config.capacity();
     let calls = (0..conns).flat_map(|c| {
-        let (fp, cap, unit) = (&fp, &cap, &unit);
         (0..per_conn).map(move |i| {
-            let key = format!("{}{{s{}}}", f.prefix, spread_index(round, c, per_conn, i));
+            let user = format!("s{}", spread_index(round, c, per_conn, i));
+            let call = f.limiters[c]
+                .script_call(&user, Request::cost(1))
+                .expect("one bandwidth");
             let mut conn = f.constant[c].clone();
             async move {
-                let marker = bucketproof_redis::epoch::marker_key(&f.prefix, &key);
-                let reply: Vec<i64> = f
-                    .transition
-                    .key(key)
-                    .key(marker)
-                    .arg("st")
-                    .arg(0)
-                    .arg(0)
-                    .arg(fp)
-                    .arg(cap)
-                    .arg(p)
-                    .arg(1)
-                    .arg("")
-                    .arg(60)
-                    .arg(0)
-                    .arg(8)
-                    .arg(0)
-                    .arg(unit)
-                    .arg(capacity)
-                    .invoke_async(&mut conn)
-                    .await
-                    .expect("evalsha");
+                let mut invocation = f.transition.prepare_invoke();
+                for key in &call.keys {
+                    invocation.key(key);
+                }
+                for arg in &call.args {
+                    invocation.arg(arg);
+                }
+                let reply: Vec<i64> = invocation.invoke_async(&mut conn).await.expect("evalsha");
                 std::hint::black_box(reply);
             }
         })
@@ -227,24 +176,8 @@ fn bench(c: &mut Criterion) {
         group.warm_up_time(Duration::from_secs(1));
         group.measurement_time(Duration::from_secs(4));
         group.bench_function("constant_evalsha", |b| {
-            b.iter_custom(|iters| {
-                timed(&rt, iters, |round| {
-                    bare_script_round(&f, &f.script, false, conns, per_conn, round)
-                })
-            })
+            b.iter_custom(|iters| timed(&rt, iters, |_| constant_round(&f, conns, per_conn)))
         });
-        for (floor_name, floor) in [
-            ("floor_get_set_px", &f.floor_get_set),
-            ("floor_time_get_set_px", &f.floor_time_get_set),
-        ] {
-            group.bench_function(floor_name, |b| {
-                b.iter_custom(|iters| {
-                    timed(&rt, iters, |round| {
-                        bare_script_round(&f, floor, true, conns, per_conn, round)
-                    })
-                })
-            });
-        }
         group.bench_function("transition_script_only", |b| {
             b.iter_custom(|iters| {
                 timed(&rt, iters, |round| script_round(&f, conns, per_conn, round))

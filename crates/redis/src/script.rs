@@ -46,6 +46,18 @@ pub fn fingerprint(config: &Config) -> String {
     )
 }
 
+/// One call of the transition script as plain words ([`crate::RedisLimiter::script_call`]): send it
+/// as `EVALSHA sha 2 keys... args...` after `SCRIPT LOAD` of [`SOURCE`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScriptCall {
+    /// SHA1 of [`SOURCE`].
+    pub sha: String,
+    /// The user's hash, then its slot's epoch marker.
+    pub keys: [String; 2],
+    /// `ARGV`, in the order `bucket.lua`'s header lists.
+    pub args: Vec<Vec<u8>>,
+}
+
 /// The script's reply, as numbers (all integers below 2^53, sent as Redis integers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reply {

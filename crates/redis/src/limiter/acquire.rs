@@ -16,7 +16,7 @@ use super::RedisLimiter;
 use super::error::RedisAcquireError;
 use super::policy::{Outcome, Source};
 use super::stats::bump;
-use crate::script::{Reply, ReplyError, limbs};
+use crate::script::{Reply, ReplyError, ScriptCall, limbs};
 use crate::set::SetReply;
 
 /// The longest pause between two attempts.
@@ -83,33 +83,61 @@ impl RedisLimiter {
         let config = self.settings.config;
         // Step 1 of the semantics (cost 0 or above the key's capacity) is checked inside the script,
         // against the key's effective config (its override, if reconfigured): nothing changes.
-        let key = self.redis_key(user);
-        let marker = self.marker_key(&key);
-        let mut invocation = self.script.key(&key);
-        invocation.key(&marker);
-        let (mode, now_s, now_n, ttl_floor_ms) = self.time_args(request.now);
-        let (win_s, win_n) = self.window_arg;
-        invocation
-            .arg(mode)
-            .arg(now_s)
-            .arg(now_n)
-            .arg(&self.fingerprint)
-            .arg(&self.capacity_arg)
-            .arg(config.units_per_nanosecond())
-            .arg(request.cost)
-            .arg(request.request_id.map(id_text).unwrap_or_default())
-            .arg(win_s)
-            .arg(win_n)
-            .arg(self.settings.dedupe_per_key)
-            .arg(ttl_floor_ms)
-            .arg(&self.unit_arg)
-            .arg(config.capacity());
+        let call = self.script_words(user, request);
+        let mut invocation = self.script.prepare_invoke();
+        for key in &call.keys {
+            invocation.key(key);
+        }
+        for arg in &call.args {
+            invocation.arg(arg);
+        }
         Ok(
             match self.invoke(&invocation, request, config.capacity()).await? {
                 Ok(raw) => Ok(self.decoded(Reply::parse(raw))?),
                 Err(unavailable) => Err(unavailable),
             },
         )
+    }
+
+    /// One call of the one-bandwidth transition script as plain words: exactly what
+    /// [`RedisLimiter::acquire_with`] sends for `request`, for tools that drive scripts through a
+    /// client of their own (the Redis peers benchmark sends every script, ours and third parties',
+    /// through one loop). `None` for a limiter of several bandwidths, which runs another script.
+    pub fn script_call(&self, user: &str, request: Request) -> Option<ScriptCall> {
+        self.set.is_none().then(|| self.script_words(user, request))
+    }
+
+    fn script_words(&self, user: &str, request: Request) -> ScriptCall {
+        let config = self.settings.config;
+        let key = self.redis_key(user);
+        let marker = self.marker_key(&key);
+        let (mode, now_s, now_n, ttl_floor_ms) = self.time_args(request.now);
+        let (win_s, win_n) = self.window_arg;
+        let number = |n: u64| n.to_string().into_bytes();
+        ScriptCall {
+            sha: self.script.get_hash().to_owned(),
+            keys: [key, marker],
+            args: vec![
+                mode.as_bytes().to_vec(),
+                number(now_s),
+                number(now_n),
+                self.fingerprint.as_bytes().to_vec(),
+                self.capacity_arg.as_bytes().to_vec(),
+                number(config.units_per_nanosecond()),
+                number(request.cost),
+                request
+                    .request_id
+                    .map(id_text)
+                    .unwrap_or_default()
+                    .into_bytes(),
+                number(win_s),
+                number(win_n),
+                self.settings.dedupe_per_key.to_string().into_bytes(),
+                number(ttl_floor_ms),
+                self.unit_arg.as_bytes().to_vec(),
+                number(config.capacity()),
+            ],
+        }
     }
 
     /// Takes `cost` tokens for `user` at the server's time, with every bandwidth's part.
