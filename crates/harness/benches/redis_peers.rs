@@ -14,10 +14,11 @@
 //! What is equalized: one connection and one client loop for all (a `redis::Pipeline` of `EVALSHA`
 //! commands, or one command per round trip); the same key sequence (one hot key, or a ChaCha8
 //! sequence over 10,000 keys, fixed seed); the same config, expressed in each script's own
-//! arguments, and cost 1; every key created before timing (its first call is untimed) and alive for
-//! the whole phase (TTLs of minutes), so every timed call decides on an existing key; the same decision
-//! mix, printed per phase: `allowed` (capacity 5,000,000 refilling 1,000/s: every call admitted) or
-//! `denied` (capacity 10 refilling 1 per day, emptied by the untimed first call: every call denied).
+//! arguments, and cost 1; every key created before timing by an untimed first call and alive for the
+//! whole phase (TTLs of minutes), so every timed call decides on an existing key; the same decision
+//! mix, printed per phase: `allowed` (capacity 5,000,000 refilling 1,000/s, the first call takes
+//! 1,000,000: every call admitted, the bucket never near full) or `denied` (capacity 10 refilling 1 per
+//! day, emptied by the first call: every call denied).
 //! Subjects take turns within each round, in a rotating order, so drift hits all alike; each ratio is
 //! ours / peer within one round, and the table gives the median round.
 //!
@@ -78,21 +79,25 @@ impl Mix {
         }
     }
 
-    /// The untimed first call on each key: a plain call, or one that empties the bucket.
+    /// The untimed first call on each key. It takes a fifth of the bucket (`allowed`), so the bucket
+    /// stays far from full and its TTL long (a bucket near full expires within milliseconds, and the
+    /// timed calls would measure key creation), or all of it (`denied`).
     fn first_cost(self) -> u64 {
         match self {
-            Mix::Allowed => 1,
+            Mix::Allowed => 1_000_000,
             Mix::Denied => 10,
         }
     }
 }
 
+/// KEYS and ARGV of one call, for (key, cost, now in ns since the Unix epoch).
+type Words = Box<dyn Fn(&str, u64, u64) -> (Vec<String>, Vec<Vec<u8>>)>;
+
 /// One script with its way of building a call and of reading the decision from the reply.
 struct Subject {
     name: &'static str,
     sha: String,
-    /// KEYS and ARGV for (key, cost, now in ns since the Unix epoch).
-    call: Box<dyn Fn(&str, u64, u64) -> (Vec<String>, Vec<Vec<u8>>)>,
+    call: Words,
     allowed: Box<dyn Fn(&Value) -> bool>,
 }
 
@@ -128,7 +133,7 @@ fn ours(connection: &mut Connection, url: &str, config: Config, prefix: &str) ->
             let call = limiter
                 .script_call(key, Request::cost(cost))
                 .expect("one bandwidth");
-            (call.keys.to_vec(), call.args)
+            (call.keys, call.args)
         }),
         allowed: Box::new(|value| {
             let raw: Vec<i64> = redis::from_redis_value_ref(value).expect("integers");

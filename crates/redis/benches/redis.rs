@@ -33,9 +33,10 @@ struct Fixture {
 
 fn fixture(rt: &Runtime, url: &str) -> Fixture {
     rt.block_on(async {
-        // Buckets that stay below capacity for the whole run (5M tokens, 1000/s, 1000 keys): every call
-        // is an ordinary allow on an existing key. A bucket that refills within a millisecond would
-        // expire between calls and measure key creation instead.
+        // Buckets that stay far below capacity for the whole run (5M tokens at 1000/s, 1000 keys, each
+        // drained by 1,000,000 tokens before timing, so its TTL is about 1000 s): every call is an
+        // ordinary allow on an existing key. A bucket near full would expire within milliseconds
+        // between calls and measure key creation instead.
         let config = Config::new(5_000_000, Rate::per_second(1000)).unwrap();
         let prefix = format!("bpbench:{}:", std::process::id());
         let mut limiters = Vec::new();
@@ -63,6 +64,9 @@ fn fixture(rt: &Runtime, url: &str) -> Fixture {
             .load_async(&mut constant[0])
             .await
             .unwrap();
+        for user in (0..1000).flat_map(|i| [format!("u{i}"), format!("s{i}")]) {
+            limiters[0].acquire(&user, 1_000_000).await.expect("drain");
+        }
         Fixture {
             limiters,
             constant,

@@ -1,100 +1,116 @@
 -- bucketproof: what both transition scripts (bucket.lua, one bandwidth; set.lua, several) share, put in
 -- front of each by the Rust side (`script.rs`, `set.rs`), so there is one copy of the exact integer
--- helpers and of reading the decision's instant. See bucket.lua's header for the number ranges.
+-- helpers. See bucket.lua's header for the number ranges.
+--
+-- Lua makes every `local function` anew on every call of a script, at about a microsecond's worth of
+-- server instructions each, so only what every decision needs is made here (refill); the rest
+-- (exact division, formatting, instants, the clock, recovery) is made by `helpers()`, which a script
+-- calls only on the paths that need them.
 
 local E9 = 1000000000
 
--- floor(a / b) for integers 0 <= a, 1 <= b with a + b <= 2^53. The double quotient rounds at most to the
--- next integer above the true floor, never below it; the exact products k*b <= a + b correct it.
-local function floordiv(a, b)
-  local k = math.floor(a / b)
-  if k * b > a then k = k - 1 end
-  if (k + 1) * b <= a then k = k + 1 end
-  return k
-end
-
-local function ceildiv(a, b)
-  local k = floordiv(a, b)
-  if k * b < a then k = k + 1 end
-  return k
-end
-
--- '%.0f' prints every integer below 2^53 exactly; tostring (and so table.concat) would use '%.14g' and
--- round. Only strings we build ourselves need it: numbers passed straight to redis.call are converted by
--- Redis itself with 17 significant digits (exact below 2^53), which is also cheaper.
-local function fmt(x)
-  return string.format('%.0f', x)
-end
-
--- (a_s, a_n) < (b_s, b_n) for two-limb instants.
-local function before(a_s, a_n, b_s, b_n)
-  return a_s < b_s or (a_s == b_s and a_n < b_n)
-end
-
--- ms from (from_s, from_n) until (to_s, to_n), rounded up; 0 if already reached.
-local function ms_until(from_s, from_n, to_s, to_n)
-  if not before(from_s, from_n, to_s, to_n) then return 0 end
-  local ds, dn = to_s - from_s, to_n - from_n
-  if dn < 0 then ds = ds - 1; dn = dn + E9 end
-  return ds * 1000 + ceildiv(dn, 1000000)
-end
-
 local key = KEYS[1]
+-- The decision's instant as two limbs; each script sets it first (from `TIME`, or its injected
+-- arguments), before any helper below that reads it.
 local now_s, now_n
-if string.sub(ARGV[1], 1, 1) == 's' then
-  local tm = redis.call('TIME')
-  now_s = tonumber(tm[1])
-  now_n = tonumber(tm[2]) * 1000
-else
-  now_s = tonumber(ARGV[2])
-  now_n = tonumber(ARGV[3])
-end
 
 -- The balance b (capacity cap, p units per ns) refilled from the cursor (ls, ln) to (ts, tn), not before
--- it. Elapsed time becomes one number only below the time-to-full plus 3 s, where it is exact.
+-- it. Exact without a division. The missing m = cap - b is at most 2^53 - 3e9 (range.rs). Below
+-- 9,007,198 s of elapsed time, dt = ds * 1e9 + dn < 2^53 is an exact double, and so is the product
+-- dt * p whenever it is below 2^53 (the correctly rounded product of two integers); a product at or
+-- above 2^53 rounds to at least 2^53 > m, so the bucket is full either way. At 9,007,198 s or more,
+-- dt > 9,007,197e9 > 2^53 - 3e9 >= m: full for any p >= 1.
 local function refill(b, cap, p, ls, ln, ts, tn)
   if p == 0 or b >= cap then return b end
-  local ttf = ceildiv(cap - b, p)
   local ds = ts - ls
-  -- ds >= floor(ttf/1e9) + 2 means dt > ttf for sure; below that, dt < ttf + 3e9 is exact as a double.
-  if ds >= math.floor(ttf / E9) + 2 then return cap end
-  local dt = ds * E9 + (tn - ln)
-  if dt >= ttf then return cap end
-  return b + dt * p
+  if ds >= 9007198 then return cap end
+  local add = (ds * E9 + (tn - ln)) * p
+  if add >= cap - b then return cap end
+  return b + add
 end
 
--- Whether a bucket created at now is recovering from its slot's loss at (rs, rn): the bucket emptied at
--- the loss would not be full again yet.
-local function recovering(cap, p, rs, rn)
-  if not rs then return false end
-  local ts, tn = now_s, now_n
-  if before(ts, tn, rs, rn) then ts, tn = rs, rn end
-  return refill(0, cap, p, rs, rn, ts, tn) < cap
-end
-
--- State loss. KEYS[2] is the epoch marker of KEYS[1]'s Cluster slot: the instant, "s:n", from which this
--- slot's state is whole. It has no TTL, so it is gone only if the server lost its data (a restart without
--- persistence, a flush, a failover to a replica that never had it) or evicted it under memory pressure.
--- Only a bucket about to be created reads it, so an existing key's decision pays nothing for it.
--- ARGV[1]'s second character is the recovery policy: 'c' conservative, 't' trusting.
---
--- recovery_start() answers (loss_s, loss_n, detected): the marker's instant, written as now when it was
--- missing (detected = true: this call found the loss); no instant (nil) when no loss is known. A bucket created under the conservative policy is
--- then the bucket that was empty at the loss instant and has refilled since (cursor at the loss instant,
--- balance 0; the script's own refill step does the rest): whatever the lost bucket held, it held at least
--- that, so no window across the loss can admit more than it would have. Once one full refill period has
--- passed since the loss, that is a full bucket again, as for any new key.
-local recovery = string.sub(ARGV[1], 2, 2)
-local function recovery_start()
-  -- A caller that names no marker (a bench calling the script by hand) gets no loss detection.
-  if not KEYS[2] then return nil, nil, false end
-  local m = redis.call('GET', KEYS[2])
-  -- 'whole': marked by RedisLimiter::provision, whole since before any instant (no loss yet).
-  if m == 'whole' then return nil, nil, false end
-  if m then
-    local a, b = string.match(m, '^(%d+):(%d+)$')
-    if a then return tonumber(a), tonumber(b), false end
+-- The helpers of the less travelled paths: floordiv, ceildiv, fmt, before, ms_until, server_time,
+-- recovering, recovery_start, recovery_policy (in that order).
+local function helpers()
+  -- floor(a / b) for integers 0 <= a, 1 <= b with a + b <= 2^53. The double quotient rounds at most to the
+  -- next integer above the true floor, never below it; the exact products k*b <= a + b correct it.
+  local function floordiv(a, b)
+    local k = math.floor(a / b)
+    if k * b > a then k = k - 1 end
+    if (k + 1) * b <= a then k = k + 1 end
+    return k
   end
-  redis.call('SET', KEYS[2], fmt(now_s) .. ':' .. fmt(now_n))
-  return now_s, now_n, true
+
+  local function ceildiv(a, b)
+    local k = floordiv(a, b)
+    if k * b < a then k = k + 1 end
+    return k
+  end
+
+  -- '%.0f' prints every integer below 2^53 exactly; tostring (and so table.concat) would use '%.14g' and
+  -- round. Only strings we build ourselves need it: numbers passed straight to redis.call are converted by
+  -- Redis itself with 17 significant digits (exact below 2^53), which is also cheaper.
+  local function fmt(x)
+    return string.format('%.0f', x)
+  end
+
+  -- (a_s, a_n) < (b_s, b_n) for two-limb instants.
+  local function before(a_s, a_n, b_s, b_n)
+    return a_s < b_s or (a_s == b_s and a_n < b_n)
+  end
+
+  -- ms from (from_s, from_n) until (to_s, to_n), rounded up; 0 if already reached.
+  local function ms_until(from_s, from_n, to_s, to_n)
+    if not before(from_s, from_n, to_s, to_n) then return 0 end
+    local ds, dn = to_s - from_s, to_n - from_n
+    if dn < 0 then ds = ds - 1; dn = dn + E9 end
+    return ds * 1000 + ceildiv(dn, 1000000)
+  end
+
+  local function server_time()
+    local tm = redis.call('TIME')
+    return tonumber(tm[1]), tonumber(tm[2]) * 1000
+  end
+
+  -- Whether a bucket created at now is recovering from its slot's loss at (rs, rn): the bucket emptied at
+  -- the loss would not be full again yet.
+  local function recovering(cap, p, rs, rn)
+    if not rs then return false end
+    local ts, tn = now_s, now_n
+    if before(ts, tn, rs, rn) then ts, tn = rs, rn end
+    return refill(0, cap, p, rs, rn, ts, tn) < cap
+  end
+
+  -- State loss. KEYS[2] is the epoch marker of KEYS[1]'s Cluster slot: the instant, "s:n", from which this
+  -- slot's state is whole. It has no TTL, so it is gone only if the server lost its data (a restart without
+  -- persistence, a flush, a failover to a replica that never had it) or evicted it under memory pressure.
+  -- Only a bucket about to be created reads it, so an existing key's decision pays nothing for it.
+  -- ARGV[1]'s second character is the recovery policy: 'c' conservative, 't' trusting (read only when a
+  -- bucket is created).
+  --
+  -- recovery_start() answers (loss_s, loss_n, detected): the marker's instant, written as now when it was
+  -- missing (detected = true: this call found the loss); no instant (nil) when no loss is known. A bucket created under the conservative policy is
+  -- then the bucket that was empty at the loss instant and has refilled since (cursor at the loss instant,
+  -- balance 0; the script's own refill step does the rest): whatever the lost bucket held, it held at least
+  -- that, so no window across the loss can admit more than it would have. Once one full refill period has
+  -- passed since the loss, that is a full bucket again, as for any new key.
+  local function recovery_policy()
+    return string.sub(ARGV[1], 2, 2)
+  end
+  local function recovery_start()
+    -- A caller that names no marker (a bench calling the script by hand) gets no loss detection.
+    if not KEYS[2] then return nil, nil, false end
+    local m = redis.call('GET', KEYS[2])
+    -- 'whole': marked by RedisLimiter::provision, whole since before any instant (no loss yet).
+    if m == 'whole' then return nil, nil, false end
+    if m then
+      local a, b = string.match(m, '^(%d+):(%d+)$')
+      if a then return tonumber(a), tonumber(b), false end
+    end
+    redis.call('SET', KEYS[2], fmt(now_s) .. ':' .. fmt(now_n))
+    return now_s, now_n, true
+  end
+
+  return floordiv, ceildiv, fmt, before, ms_until, server_time, recovering, recovery_start,
+    recovery_policy
 end

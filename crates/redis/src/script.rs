@@ -1,11 +1,15 @@
-//! The wire side of the Lua script: its source, the arguments it takes and the reply it gives.
+//! The wire side of the Lua script: its source, the arguments it takes, the bucket it stores and the
+//! reply it gives.
 //!
 //! The script (`bucket.lua`) does the whole transition; this module only splits instants into limbs,
-//! and turns the reply back into the limiter's own [`Decision`]. The limiter's `Decision` has no public
-//! constructor, so the reply is replayed through [`transition`] on a state that needs no refill (cursor
-//! at the script's `t`, balance before the charge): that reproduces the script's decision field for field
-//! without duplicating any arithmetic. The script's own `reset`/`retry` quotients are then compared with
-//! the rebuilt decision, so a disagreement between Lua and Rust is an error, never a silent rounding.
+//! packs the config the script takes ([`packed_config`]), decodes the stored bucket ([`Packed`], the one
+//! Rust reader of that string, for peek, reconfigure and tests) and turns the reply back into the
+//! limiter's own [`Decision`]. The limiter's `Decision` has no public constructor, so the reply is
+//! replayed through [`transition`] on a state that needs no refill (cursor at the script's `t`, balance
+//! before the charge): that reproduces the script's decision without duplicating any arithmetic, and a
+//! reply whose verdict disagrees with its own balance is an error, never a silent rounding. The waits
+//! are the core's, computed from that state (the script sends none: every integer of a reply costs
+//! the server instructions).
 
 use bucketproof_limiter::internal::{Attempt, transition, transition_set};
 use bucketproof_limiter::{
@@ -36,7 +40,8 @@ pub fn join(seconds: i64, nanos: i64) -> Option<Nanos> {
         .checked_add(nanos as u64)
 }
 
-/// The fingerprint stored with a bucket: a stored bucket is never read on another unit grid.
+/// One bandwidth's fingerprint in text (units per token / capacity units / p), as a key of several
+/// bandwidths stores it (`set.rs`); a key of one bandwidth stores [`packed_config`] instead.
 pub fn fingerprint(config: &Config) -> String {
     format!(
         "{}/{}/{}",
@@ -46,14 +51,124 @@ pub fn fingerprint(config: &Config) -> String {
     )
 }
 
+/// The config as `bucket.lua` takes and stores it: units per token, capacity in units and p (units per
+/// ns), each a little-endian double (exact: the range check keeps them below 2^53). Stored beside a
+/// bucket, so a bucket is never read on another unit grid.
+pub fn packed_config(config: &Config) -> Vec<u8> {
+    [
+        config.units_per_token(),
+        config.capacity_units(),
+        u128::from(config.units_per_nanosecond()),
+    ]
+    .iter()
+    .flat_map(|&x| (x as f64).to_le_bytes())
+    .collect()
+}
+
+/// A stored one-bandwidth bucket, decoded from `bucket.lua`'s packed string.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Packed {
+    /// Balance in units.
+    pub balance: u128,
+    /// The refill cursor.
+    pub last_refill: Nanos,
+    /// The key's transition counter.
+    pub seq: u64,
+    /// The expiry of the key's newest request-id record, as stored (`xs = -1`: none).
+    pub records_until: (i64, i64),
+    /// The config bytes the bucket is on ([`packed_config`]).
+    pub config: Vec<u8>,
+    /// The per-key override's version, when the key has one (then `config` is the override's).
+    pub override_version: Option<u64>,
+}
+
+impl Packed {
+    /// Decodes a stored value; `Err` names what is unreadable.
+    pub fn decode(bytes: &[u8]) -> Result<Packed, &'static str> {
+        if bytes.len() != 72 && bytes.len() != 80 {
+            return Err("stored bucket of another layout");
+        }
+        let number = |i: usize| f64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap());
+        let whole = |i: usize| -> Result<i64, &'static str> {
+            let v = number(i);
+            if v.fract() != 0.0 || v.abs() > crate::EXACT_LIMIT as f64 {
+                return Err("stored number not an exact integer");
+            }
+            Ok(v as i64)
+        };
+        let unsigned = |i: usize| whole(i).and_then(|v| u64::try_from(v).map_err(|_| "negative"));
+        Ok(Packed {
+            balance: u128::from(unsigned(0)?),
+            last_refill: join(whole(1)?, whole(2)?).ok_or("cursor outside u64 ns")?,
+            seq: unsigned(3)?,
+            records_until: (whole(4)?, whole(5)?),
+            config: bytes[48..72].to_vec(),
+            override_version: if bytes.len() == 80 {
+                Some(unsigned(9)?)
+            } else {
+                None
+            },
+        })
+    }
+
+    /// The packed string for this bucket.
+    pub fn encode(&self) -> Vec<u8> {
+        let (s, n) = limbs(self.last_refill);
+        let mut out: Vec<u8> = [
+            self.balance as f64,
+            s as f64,
+            n as f64,
+            self.seq as f64,
+            self.records_until.0 as f64,
+            self.records_until.1 as f64,
+        ]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+        out.extend_from_slice(&self.config);
+        if let Some(version) = self.override_version {
+            out.extend_from_slice(&(version as f64).to_le_bytes());
+        }
+        out
+    }
+
+    /// The override's config, read back from its packed bytes: `Err` when they are no valid config.
+    pub fn override_config(&self) -> Result<Option<(u64, Config)>, &'static str> {
+        let Some(version) = self.override_version else {
+            return Ok(None);
+        };
+        let number =
+            |i: usize| f64::from_le_bytes(self.config[8 * i..8 * i + 8].try_into().unwrap());
+        let (unit, capacity_units, p) = (number(0), number(1), number(2));
+        let whole = |v: f64| {
+            (v.fract() == 0.0 && v >= 0.0 && v <= crate::EXACT_LIMIT as f64).then_some(v as u64)
+        };
+        let (Some(unit), Some(capacity_units), Some(p)) =
+            (whole(unit), whole(capacity_units), whole(p))
+        else {
+            return Err("stored override unreadable");
+        };
+        if unit == 0 || unit % NANOS_PER_SECOND != 0 || capacity_units % unit != 0 {
+            return Err("stored override unreadable");
+        }
+        let config = Rate::new(p, unit / NANOS_PER_SECOND)
+            .and_then(|rate| Config::new(capacity_units / unit, rate))
+            .map_err(|_| "stored override unreadable")?;
+        if packed_config(&config) != self.config {
+            return Err("stored override unreadable");
+        }
+        Ok(Some((version, config)))
+    }
+}
+
 /// One call of the transition script as plain words ([`crate::RedisLimiter::script_call`]): send it
 /// as `EVALSHA sha 2 keys... args...` after `SCRIPT LOAD` of [`SOURCE`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScriptCall {
     /// SHA1 of [`SOURCE`].
     pub sha: String,
-    /// The user's hash, then its slot's epoch marker.
-    pub keys: [String; 2],
+    /// The user's bucket, its slot's epoch marker and, with a request id, its request-id records.
+    pub keys: Vec<String>,
     /// `ARGV`, in the order `bucket.lua`'s header lists.
     pub args: Vec<Vec<u8>>,
 }
@@ -74,18 +189,15 @@ pub struct Reply {
     pub allowed: bool,
     /// Balance in units after the decision.
     pub balance: u64,
-    /// `ceil(missing / p)` ns from `t` until full; 0 = full; -1 = never.
-    pub reset: i64,
-    /// Denied only: `ceil(short / p)` ns from `t` until the cost is covered; -1 = never.
-    pub retry: i64,
     /// The refill cursor `max(now, last)` after the transition.
     pub t: Nanos,
     /// The `now` the decision was made at (server time or injected).
     pub now: Nanos,
     /// The key's transition counter after this transition (the recorded one for a replay).
     pub seq: u64,
-    /// The cost in units this decision was made for (for a replay: the recorded request's cost).
-    pub cost_units: u64,
+    /// A replay's cost in units (the recorded request's); `None`: the caller's cost, on the decision's
+    /// config.
+    pub cost_units: Option<u64>,
     /// The key's override config `(version, capacity, p, q)` the decision was made under, if any.
     pub override_config: Option<(u64, u64, u64, u64)>,
 }
@@ -100,62 +212,69 @@ pub struct ReplyError {
     pub reason: &'static str,
 }
 
+/// The reply's code bits (`bucket.lua`'s header).
+const ALLOWED: i64 = 1;
+const CREATED_SHIFT: i64 = 1;
+const REPLAYED: i64 = 8;
+const HAS_NOW: i64 = 16;
+const HAS_COST: i64 = 32;
+const HAS_OVERRIDE: i64 = 64;
+
 impl Reply {
-    /// Parses the script's 16-element array.
+    /// Parses the script's reply: `{code, balance, t_s, t_n, seq}` and what the code says follows.
     pub fn parse(raw: Vec<i64>) -> Result<Reply, ReplyError> {
         let bad = |reason| ReplyError {
             reply: raw.clone(),
             reason,
         };
-        let [
-            replayed,
-            created,
-            allowed,
-            balance,
-            reset,
-            retry,
-            t_s,
-            t_n,
-            now_s,
-            now_n,
-            seq,
-            cost_units,
-            o_version,
-            o_capacity,
-            o_p,
-            o_q,
-        ] = raw[..]
-        else {
-            return Err(bad("expected 16 integers"));
+        let [code, balance, t_s, t_n, seq, ref rest @ ..] = raw[..] else {
+            return Err(bad("expected at least 5 integers"));
         };
-        let flag = |x: i64| match x {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(bad("flag not 0 or 1")),
-        };
-        if !(0..=3).contains(&created) {
-            return Err(bad("created not 0 to 3"));
+        if !(0..128).contains(&code) {
+            return Err(bad("unknown code bits"));
         }
+        let mut rest = rest.iter().copied();
+        let mut next = || {
+            rest.next()
+                .ok_or_else(|| bad("reply shorter than its code says"))
+        };
+        let t = join(t_s, t_n).ok_or_else(|| bad("cursor outside u64 ns"))?;
+        let now = if code & HAS_NOW != 0 {
+            let (s, n) = (next()?, next()?);
+            join(s, n).ok_or_else(|| bad("now outside u64 ns"))?
+        } else {
+            t
+        };
+        let cost_units = if code & HAS_COST != 0 {
+            Some(u64::try_from(next()?).map_err(|_| bad("negative cost"))?)
+        } else {
+            None
+        };
+        let override_config = if code & HAS_OVERRIDE != 0 {
+            let (v, c, p, q) = (next()?, next()?, next()?, next()?);
+            if !(v > 0 && c > 0 && p >= 0 && q > 0) {
+                return Err(bad("malformed override config"));
+            }
+            Some((v as u64, c as u64, p as u64, q as u64))
+        } else {
+            None
+        };
+        if next().is_ok() {
+            return Err(bad("reply longer than its code says"));
+        }
+        let created = (code >> CREATED_SHIFT) & 3;
         Ok(Reply {
-            replayed: flag(replayed)?,
+            replayed: code & REPLAYED != 0,
             created: created != 0,
             recovering: created >= 2,
             loss_detected: created == 3,
-            allowed: flag(allowed)?,
+            allowed: code & ALLOWED != 0,
             balance: u64::try_from(balance).map_err(|_| bad("negative balance"))?,
-            reset,
-            retry,
-            t: join(t_s, t_n).ok_or_else(|| bad("cursor outside u64 ns"))?,
-            now: join(now_s, now_n).ok_or_else(|| bad("now outside u64 ns"))?,
+            t,
+            now,
             seq: u64::try_from(seq).map_err(|_| bad("negative seq"))?,
-            cost_units: u64::try_from(cost_units).map_err(|_| bad("negative cost"))?,
-            override_config: match (o_version, o_capacity, o_p, o_q) {
-                (0, _, _, _) => None,
-                (v, c, p, q) if v > 0 && c > 0 && p >= 0 && q > 0 => {
-                    Some((v as u64, c as u64, p as u64, q as u64))
-                }
-                _ => return Err(bad("malformed override config")),
-            },
+            cost_units,
+            override_config,
         })
     }
 
@@ -172,21 +291,34 @@ impl Reply {
         }
     }
 
-    /// The limiter's [`Decision`] for this reply (under the key's override config if it has one, else
-    /// `default`), checked against the script's own quotients.
-    pub fn decision(&self, default: &Config) -> Result<Decision, ReplyError> {
-        let config = &self.config(default)?;
+    /// The cost in units the decision was made for: a replay's recorded one, else the caller's `cost`
+    /// (whole tokens) on `config`.
+    fn cost_on(&self, config: &Config, cost: u64) -> Result<u128, ReplyError> {
+        match self.cost_units {
+            Some(units) => Ok(u128::from(units)),
+            None if cost != 0 && cost <= config.capacity() => {
+                Ok(u128::from(cost) * config.units_per_token())
+            }
+            None => Err(ReplyError {
+                reply: self.raw(),
+                reason: "cost invalid for the decision's config",
+            }),
+        }
+    }
+
+    /// The balance before the charge and the cost in whole tokens, checked against `config`.
+    fn before_charge(&self, config: &Config, cost: u64) -> Result<(u128, u64), ReplyError> {
         let bad = |reason| ReplyError {
             reply: self.raw(),
             reason,
         };
-        let cost_units = self.cost_units as u128;
+        let cost_units = self.cost_on(config, cost)?;
         let unit = config.units_per_token();
         if cost_units == 0 || !cost_units.is_multiple_of(unit) {
             return Err(bad("cost not a whole number of tokens"));
         }
         let cost = u64::try_from(cost_units / unit).map_err(|_| bad("cost above u64"))?;
-        let balance = self.balance as u128;
+        let balance = u128::from(self.balance);
         if balance > config.capacity_units() || self.t < self.now {
             return Err(bad("balance above capacity or cursor behind now"));
         }
@@ -195,6 +327,19 @@ impl Reply {
         } else {
             balance
         };
+        Ok((before, cost))
+    }
+
+    /// The limiter's [`Decision`] for this reply to a request of `cost` whole tokens (under the key's
+    /// override config if it has one, else `default`), rebuilt by the core's transition from the
+    /// script's balance and cursor: waits and remaining tokens are the core's, exactly.
+    pub fn decision(&self, default: &Config, cost: u64) -> Result<Decision, ReplyError> {
+        let config = &self.config(default)?;
+        let bad = |reason| ReplyError {
+            reply: self.raw(),
+            reason,
+        };
+        let (before, cost) = self.before_charge(config, cost)?;
         // Cursor at t >= now: the transition refills nothing and decides on `before` exactly.
         let state = BucketState::new(config, before, self.t)
             .ok_or_else(|| bad("balance plus cost above capacity"))?;
@@ -207,17 +352,10 @@ impl Reply {
             },
         )
         .map_err(|_| bad("cost invalid for config"))?;
-        if decision.is_allowed() != self.allowed || decision.remaining().units() != balance {
-            return Err(bad("script decision inconsistent with its balance"));
-        }
-        let lag = self.t - self.now;
-        if !wait_matches(decision.reset_after(), self.reset, lag, self.now) {
-            return Err(bad("script reset_after differs from the exact one"));
-        }
-        if let Some(retry) = decision.retry_after()
-            && !wait_matches(retry, self.retry, lag, self.now)
+        if decision.is_allowed() != self.allowed
+            || decision.remaining().units() != u128::from(self.balance)
         {
-            return Err(bad("script retry_after differs from the exact one"));
+            return Err(bad("script decision inconsistent with its balance"));
         }
         Ok(decision)
     }
@@ -225,22 +363,14 @@ impl Reply {
     /// The same decision as a set's (one part): what `acquire_set_with` answers for a key of one
     /// bandwidth. Built by the core's set transition from the same state and checked equal to
     /// [`Reply::decision`].
-    pub fn decisions(&self, default: &Config) -> Result<Decisions, ReplyError> {
-        let decision = self.decision(default)?;
+    pub fn decisions(&self, default: &Config, cost: u64) -> Result<Decisions, ReplyError> {
+        let decision = self.decision(default, cost)?;
         let set = Bandwidths::from(decision.config());
         let bad = |reason| ReplyError {
             reply: self.raw(),
             reason,
         };
-        // `decision` checked that the cost is a whole number of tokens.
-        let before = self.balance as u128
-            + if self.allowed {
-                self.cost_units as u128
-            } else {
-                0
-            };
-        let cost = u64::try_from(self.cost_units as u128 / set.first().units_per_token())
-            .map_err(|_| bad("cost above u64"))?;
+        let (before, cost) = self.before_charge(set.first(), cost)?;
         let state = crate::set::set_state(&set, &[before], self.t)
             .ok_or_else(|| bad("not a state at this cursor"))?;
         let (_, decisions) = transition_set(
@@ -258,34 +388,41 @@ impl Reply {
         Ok(decisions)
     }
 
+    /// The reply as the script sent it (for error messages).
     fn raw(&self) -> Vec<i64> {
         let (t_s, t_n) = limbs(self.t);
-        let (n_s, n_n) = limbs(self.now);
-        [
-            self.replayed as i64,
-            match (self.created, self.recovering, self.loss_detected) {
-                (false, _, _) => 0,
-                (true, false, _) => 1,
-                (true, true, false) => 2,
-                (true, true, true) => 3,
-            },
-            self.allowed as i64,
+        let created = match (self.created, self.recovering, self.loss_detected) {
+            (false, _, _) => 0,
+            (true, false, _) => 1,
+            (true, true, false) => 2,
+            (true, true, true) => 3,
+        };
+        let mut code = i64::from(self.allowed) + (created << CREATED_SHIFT);
+        if self.replayed {
+            code += REPLAYED;
+        }
+        let mut raw = vec![
+            0,
             self.balance as i64,
-            self.reset,
-            self.retry,
             t_s as i64,
             t_n as i64,
-            n_s as i64,
-            n_n as i64,
             self.seq as i64,
-            self.cost_units as i64,
-        ]
-        .into_iter()
-        .chain(match self.override_config {
-            None => [0; 4],
-            Some((v, c, p, q)) => [v as i64, c as i64, p as i64, q as i64],
-        })
-        .collect()
+        ];
+        if self.now != self.t {
+            code += HAS_NOW;
+            let (n_s, n_n) = limbs(self.now);
+            raw.extend([n_s as i64, n_n as i64]);
+        }
+        if let Some(cost) = self.cost_units {
+            code += HAS_COST;
+            raw.push(cost as i64);
+        }
+        if let Some((v, c, p, q)) = self.override_config {
+            code += HAS_OVERRIDE;
+            raw.extend([v as i64, c as i64, p as i64, q as i64]);
+        }
+        raw[0] = code;
+        raw
     }
 }
 
@@ -333,49 +470,70 @@ mod tests {
 
     #[test]
     fn a_malformed_reply_is_an_error_not_a_decision() {
-        assert!(Reply::parse(vec![0; 15]).is_err());
-        assert!(Reply::parse(vec![2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]).is_err());
-        assert!(Reply::parse(vec![0, 0, 0, -5, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0]).is_err());
-        assert!(Reply::parse(vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 1]).is_err());
+        assert!(Reply::parse(vec![0; 4]).is_err(), "too short");
+        assert!(
+            Reply::parse(vec![128, 0, 0, 0, 0]).is_err(),
+            "unknown code bit"
+        );
+        assert!(
+            Reply::parse(vec![0, -5, 0, 0, 0]).is_err(),
+            "negative balance"
+        );
+        assert!(
+            Reply::parse(vec![16, 0, 0, 0, 0, 1]).is_err(),
+            "now announced, half sent"
+        );
+        assert!(
+            Reply::parse(vec![0, 0, 0, 0, 0, 1]).is_err(),
+            "longer than announced"
+        );
+        assert!(
+            Reply::parse(vec![64, 0, 0, 0, 0, 1, 0, 1, 1]).is_err(),
+            "override of capacity 0"
+        );
         let config = Config::new(2, bucketproof_limiter::Rate::per_second(1)).unwrap();
-        let ok = Reply::parse(vec![
-            0,
-            1,
-            1,
-            1_000_000_000,
-            1_000_000_000,
-            0,
-            5,
-            0,
-            5,
-            0,
-            1,
-            1_000_000_000,
-            0,
-            0,
-            0,
-            0,
-        ]);
-        assert!(ok.unwrap().decision(&config).unwrap().is_allowed());
-        // Claims "allowed" with a quotient that is off by one: refused, not rounded over.
-        let off = Reply::parse(vec![
-            0,
-            1,
-            1,
-            1_000_000_000,
-            999_999_999,
-            0,
-            5,
-            0,
-            5,
-            0,
-            1,
-            1_000_000_000,
-            0,
-            0,
-            0,
-            0,
-        ]);
-        assert!(off.unwrap().decision(&config).is_err());
+        // Allowed, fresh, balance 1 token left at t = 5 s.
+        let ok = Reply::parse(vec![1 + 2, 1_000_000_000, 5, 0, 1]).unwrap();
+        assert!(ok.created && ok.allowed && !ok.replayed && ok.now == ok.t);
+        assert!(ok.decision(&config, 1).unwrap().is_allowed());
+        // The same balance claimed after a cost of 2 would need 3 tokens before: above capacity.
+        assert!(ok.decision(&config, 2).is_err());
+        // A replay carries now and its recorded cost.
+        let replay = Reply::parse(vec![1 + 8 + 16 + 32, 0, 5, 0, 4, 4, 0, 2_000_000_000]).unwrap();
+        assert!(replay.replayed && replay.now + NANOS_PER_SECOND == replay.t);
+        assert_eq!(replay.cost_units, Some(2_000_000_000));
+        assert!(replay.decision(&config, 1).unwrap().is_allowed());
+        // Denied, yet the balance covers the cost: refused, never trusted.
+        let off = Reply::parse(vec![0, 1_000_000_000, 5, 0, 1]).unwrap();
+        assert!(off.decision(&config, 1).is_err());
+    }
+
+    #[test]
+    fn a_packed_bucket_round_trips_and_refuses_other_layouts() {
+        let config = Config::new(5, bucketproof_limiter::Rate::new(2, 3).unwrap()).unwrap();
+        let bucket = Packed {
+            balance: config.capacity_units() - 7,
+            last_refill: 3 * NANOS_PER_SECOND + 9,
+            seq: 12,
+            records_until: (-1, 0),
+            config: packed_config(&config),
+            override_version: None,
+        };
+        assert_eq!(Packed::decode(&bucket.encode()), Ok(bucket.clone()));
+        assert_eq!(bucket.override_config(), Ok(None));
+        let overridden = Packed {
+            override_version: Some(4),
+            ..bucket.clone()
+        };
+        assert_eq!(
+            Packed::decode(&overridden.encode())
+                .unwrap()
+                .override_config(),
+            Ok(Some((4, config)))
+        );
+        assert!(Packed::decode(&bucket.encode()[..71]).is_err());
+        let mut fractional = bucket.encode();
+        fractional[..8].copy_from_slice(&0.5f64.to_le_bytes());
+        assert!(Packed::decode(&fractional).is_err());
     }
 }

@@ -21,7 +21,7 @@
 -- ARGV[12] n, the number of bandwidths (2..8)
 -- ARGV[13 + 3(i-1) .. 15 + 3(i-1)]  bandwidth i (1..n): capacity in units, p (units per ns), units per token
 --
--- Stored fields: 's', 'n' the one cursor shared by every bandwidth; 'b1' .. 'bn' each bandwidth's balance in
+-- The key is a hash (a key of one bandwidth is bucket.lua's packed string). Stored fields: 's', 'n' the one cursor shared by every bandwidth; 'b1' .. 'bn' each bandwidth's balance in
 -- units of its own grid; 'g' the fingerprint; 'k' the transition counter; request-id records and their FIFO
 -- as in bucket.lua ('r<id>', 'q<slot>', 'qh', 'qt', 'qc', 'xs', 'xn'). No override field: a key of several
 -- bandwidths is not reconfigured per key (RedisLimiter::reconfigure refuses it); a hash that holds one ('o')
@@ -35,9 +35,18 @@
 --   retry_i: denied only (0 when allowed): 0 if bandwidth i covers the cost, else ceil(short_i / p_i) ns
 --            from t, -1 = never. The whole decision's wait is the largest (the client's Decisions).
 
--- The helpers (floordiv, ceildiv, fmt, before, ms_until), `key` and the instant `now_s`, `now_n` come
--- from prelude.lua, which the Rust side puts in front of this script.
+-- `key`, the instant's locals `now_s`, `now_n`, `refill` and `helpers()` (the rest: exact division,
+-- formatting, instants, recovery) come from prelude.lua, which the Rust side puts in front of this
+-- script.
 
+local floordiv, ceildiv, fmt, before, ms_until, server_time, recovering, recovery_start,
+  recovery_policy = helpers()
+if string.sub(ARGV[1], 1, 1) == 's' then
+  now_s, now_n = server_time()
+else
+  now_s = tonumber(ARGV[2])
+  now_n = tonumber(ARGV[3])
+end
 local fp = ARGV[4]
 local cost_tokens = tonumber(ARGV[5])
 local rid = ARGV[6]
@@ -62,7 +71,11 @@ if cost_tokens < 1 or cost_tokens > bound then
   return redis.error_reply('BPCOST ' .. fmt(bound))
 end
 
-local h = redis.call('HMGET', key, 's', 'n', 'g', 'k', 'xs', 'xn', 'o', unpack(fields))
+-- A key of one bandwidth is a string (bucket.lua): refused, as any other stored config.
+local h = redis.pcall('HMGET', key, 's', 'n', 'g', 'k', 'xs', 'xn', 'o', unpack(fields))
+if h.err then
+  return redis.error_reply('BPCONFIG the stored key is not a key of several bandwidths')
+end
 
 -- Step 2: a live record for this request id answers with the recorded decision, every bandwidth's part.
 -- Record: slot,exp_s,exp_n,allowed,t_s,t_n,now_s,now_n,seq,cost,n,b_1,reset_1,retry_1,...
@@ -110,7 +123,7 @@ else
   for i = 1, nb do
     if created == 1 and recovering(caps[i], ps[i], rs, rn) then created = 2 end
   end
-  if created == 2 and recovery == 'c' then
+  if created == 2 and recovery_policy() == 'c' then
     ls = rs; ln = rn
     for i = 1, nb do bal[i] = 0 end
   end

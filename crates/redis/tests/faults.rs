@@ -183,14 +183,10 @@ async fn lost_replies_and_dropped_connections_never_double_charge() {
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let stats = limiter.stats();
     for (k, user) in ["a", "b"].iter().enumerate() {
-        let b: String = redis::cmd("HGET")
-            .arg(limiter.redis_key(user))
-            .arg("b")
-            .query_async(&mut conn)
+        let b = common::stored_bucket(&mut conn, &limiter.redis_key(user))
             .await
-            .unwrap();
-        // An exact integer below 2^53, possibly in exponent form depending on the Redis version.
-        let b = b.parse::<f64>().unwrap() as u128;
+            .expect("a stored bucket")
+            .balance;
         let charged = (config.capacity_units() - b) / config.units_per_token();
         let charged = charged as u64;
         // Every success was charged once; a call that gave up may or may not have run, once at most.

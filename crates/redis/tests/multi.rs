@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use bucketproof_limiter::internal::{Attempt, state_from_parts, transition};
 use bucketproof_limiter::{BucketState, Config, NANOS_PER_SECOND, Nanos, Rate};
+use bucketproof_redis::script::{Packed, packed_config};
 use bucketproof_redis::{RedisLimiter, Source};
 use common::{below, cleanup, heavy, redis_url, unique_prefix};
 use rand::SeedableRng;
@@ -56,28 +57,30 @@ impl NonAtomic {
         let key = format!("{}{{{user}}}", self.prefix);
         let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut self.conn).await?;
         let now = secs * NANOS_PER_SECOND + micros * 1000;
-        let (b, last, k): (Option<String>, Option<u64>, Option<u64>) = redis::cmd("HMGET")
+        let stored: Option<Vec<u8>> = redis::cmd("GET")
             .arg(&key)
-            .arg("b")
-            .arg("t")
-            .arg("k")
             .query_async(&mut self.conn)
             .await?;
-        let state = match (b, last) {
-            (Some(b), Some(last)) => state_from_parts(b.parse().unwrap_or(0), last),
-            _ => BucketState::full(&self.config, now),
+        let stored = stored.map(|b| Packed::decode(&b).expect("a packed bucket"));
+        let state = match &stored {
+            Some(p) => state_from_parts(p.balance, p.last_refill),
+            None => BucketState::full(&self.config, now),
         };
         let (next, decision) =
             transition(&self.config, state, Attempt { cost, now }).expect("valid cost");
+        let k = stored.as_ref().map(|p| p.seq);
         let seq = k.unwrap_or(0) + 1;
-        let _: () = redis::cmd("HSET")
+        let bucket = Packed {
+            balance: next.balance(),
+            last_refill: next.last_refill(),
+            seq,
+            records_until: (-1, 0),
+            config: packed_config(&self.config),
+            override_version: None,
+        };
+        let _: () = redis::cmd("SET")
             .arg(&key)
-            .arg("b")
-            .arg(next.balance().to_string())
-            .arg("t")
-            .arg(next.last_refill())
-            .arg("k")
-            .arg(seq)
+            .arg(bucket.encode())
             .query_async(&mut self.conn)
             .await?;
         Ok(Seen {
@@ -220,14 +223,8 @@ async fn stored_balances(url: &str, prefix: &str) -> Vec<Option<u128>> {
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let mut out = Vec::new();
     for key in KEYS {
-        let b: Option<String> = redis::cmd("HGET")
-            .arg(format!("{prefix}{{{key}}}"))
-            .arg("b")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        // Exact integers below 2^53, possibly in exponent form depending on the Redis version.
-        out.push(b.and_then(|b| b.parse::<f64>().ok()).map(|b| b as u128));
+        let stored = common::stored_bucket(&mut conn, &format!("{prefix}{{{key}}}")).await;
+        out.push(stored.map(|p| p.balance));
     }
     out
 }

@@ -166,28 +166,11 @@ async fn decisions_equal_the_exact_core_on_random_traces() {
         let client = redis::Client::open(url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         for (key, state) in &model {
-            let (b, s, n): (String, String, String) = redis::cmd("HMGET")
-                .arg(limiter.redis_key(key))
-                .arg("b")
-                .arg("s")
-                .arg("n")
-                .query_async(&mut conn)
+            let stored = common::stored_bucket(&mut conn, &limiter.redis_key(key))
                 .await
-                .unwrap();
-            // Stored by Redis's own number formatting: exact below 2^53, maybe in exponent form.
-            let exact = |x: &str| {
-                let v: f64 = x.parse().unwrap();
-                assert!(
-                    v.fract() == 0.0 && v <= (1u64 << 53) as f64,
-                    "{x} not an exact integer"
-                );
-                v as u128
-            };
-            assert_eq!(exact(&b), state.balance(), "stored balance of {key}");
-            assert_eq!(
-                exact(&s) * NANOS_PER_SECOND as u128 + exact(&n),
-                state.last_refill() as u128
-            );
+                .expect("a stored bucket");
+            assert_eq!(stored.balance, state.balance(), "stored balance of {key}");
+            assert_eq!(stored.last_refill, state.last_refill());
         }
         cleanup(&url, &prefix).await;
     }

@@ -492,24 +492,15 @@ async fn a_set_of_one_is_todays_bucket() {
             (b.acquired.replayed, b.acquired.created, b.seq)
         );
     }
-    // Same stored fields, and the same values: the one-bandwidth script ran for both.
+    // The same stored bucket, byte for byte: the one-bandwidth script ran for both.
     let client = redis::Client::open(url.as_str()).unwrap();
-    let conn = client.get_multiplexed_async_connection().await.unwrap();
-    let read = |key: String| {
-        let mut conn = conn.clone();
-        async move {
-            let mut all: Vec<(String, String)> = redis::cmd("HGETALL")
-                .arg(key)
-                .query_async(&mut conn)
-                .await
-                .unwrap();
-            all.sort();
-            all
-        }
-    };
-    let plain_fields = read(plain.redis_key("k")).await;
-    assert!(plain_fields.iter().any(|(f, _)| f == "b"));
-    assert_eq!(plain_fields, read(named.redis_key("k")).await);
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let plain_bucket = common::stored_bucket(&mut conn, &plain.redis_key("k")).await;
+    assert!(plain_bucket.is_some());
+    assert_eq!(
+        plain_bucket,
+        common::stored_bucket(&mut conn, &named.redis_key("k")).await
+    );
     cleanup(&url, &plain_prefix).await;
     cleanup(&url, &named_prefix).await;
 }
@@ -546,5 +537,53 @@ async fn server_time_and_replays_of_a_set() {
     assert_eq!(other.decisions().bandwidths()[2].remaining().whole(), 97);
     let peeks = limiter.peek_set("k", None).await.unwrap();
     assert!(peeks.iter().all(|p| p.present));
+    cleanup(&url, &prefix).await;
+}
+
+/// A limiter of one bandwidth and one of several on one prefix: each key's layout is its own (a packed
+/// string, a hash), and each limiter refuses the other's key with a typed error, changing nothing.
+#[tokio::test]
+async fn a_key_of_the_other_layout_is_refused_and_untouched() {
+    let Some(url) = redis_url("a_key_of_the_other_layout_is_refused_and_untouched") else {
+        return;
+    };
+    let prefix = unique_prefix("sets-layout");
+    let one = RedisLimiter::builder(*three().first())
+        .prefix(&prefix)
+        .connect(&url)
+        .await
+        .unwrap();
+    let set = RedisLimiter::builder(three())
+        .prefix(&prefix)
+        .connect(&url)
+        .await
+        .unwrap();
+    one.acquire_at("single", 1, SECOND).await.unwrap();
+    set.acquire_set_at("multi", 1, SECOND).await.unwrap();
+    let mismatch = |e: RedisAcquireError| matches!(e, RedisAcquireError::ConfigMismatch(_));
+    assert!(mismatch(
+        one.acquire_at("multi", 1, SECOND).await.unwrap_err()
+    ));
+    assert!(mismatch(one.peek("multi", Some(SECOND)).await.unwrap_err()));
+    assert!(mismatch(
+        set.acquire_set_at("single", 1, SECOND).await.unwrap_err()
+    ));
+    assert!(mismatch(
+        set.peek("single", Some(SECOND)).await.unwrap_err()
+    ));
+    assert!(matches!(
+        one.reconfigure("multi", *three().first(), Some(SECOND))
+            .await,
+        Err(ReconfigureError::ConfigMismatch(_))
+    ));
+    // Nothing changed: each key decides on as before (one token spent at 1 s, nothing refilled).
+    let single = one.acquire_at("single", 1, SECOND).await.unwrap();
+    let multi = set.acquire_set_at("multi", 1, SECOND).await.unwrap();
+    assert_eq!(single.seq, 2);
+    assert_eq!(multi.seq, 2);
+    assert_eq!(
+        single.decision().remaining().whole() + 2,
+        three().first().capacity()
+    );
     cleanup(&url, &prefix).await;
 }

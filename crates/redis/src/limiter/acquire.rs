@@ -56,7 +56,7 @@ impl RedisLimiter {
         let config = self.settings.config;
         match self.call_one(user, request).await? {
             Ok(reply) => {
-                let decision = self.decoded(reply.decision(&config))?;
+                let decision = self.decoded(reply.decision(&config, request.cost))?;
                 self.count(reply.replayed, reply.recovering, reply.loss_detected);
                 Ok(Outcome {
                     acquired: Acquired {
@@ -108,35 +108,33 @@ impl RedisLimiter {
     }
 
     fn script_words(&self, user: &str, request: Request) -> ScriptCall {
-        let config = self.settings.config;
         let key = self.redis_key(user);
         let marker = self.marker_key(&key);
         let (mode, now_s, now_n, ttl_floor_ms) = self.time_args(request.now);
-        let (win_s, win_n) = self.window_arg;
         let number = |n: u64| n.to_string().into_bytes();
-        ScriptCall {
-            sha: self.script.get_hash().to_owned(),
-            keys: [key, marker],
-            args: vec![
-                mode.as_bytes().to_vec(),
-                number(now_s),
-                number(now_n),
-                self.fingerprint.as_bytes().to_vec(),
-                self.capacity_arg.as_bytes().to_vec(),
-                number(config.units_per_nanosecond()),
-                number(request.cost),
-                request
-                    .request_id
-                    .map(id_text)
-                    .unwrap_or_default()
-                    .into_bytes(),
+        let mut args = vec![
+            mode.as_bytes().to_vec(),
+            self.conf.clone(),
+            number(request.cost),
+        ];
+        if request.now.is_some() {
+            args.extend([number(now_s), number(now_n), number(ttl_floor_ms)]);
+        }
+        let mut keys = vec![key, marker];
+        if let Some(id) = request.request_id {
+            keys.push(self.records_key(&keys[0]));
+            let (win_s, win_n) = self.window_arg;
+            args.extend([
+                id_text(id).into_bytes(),
                 number(win_s),
                 number(win_n),
                 self.settings.dedupe_per_key.to_string().into_bytes(),
-                number(ttl_floor_ms),
-                self.unit_arg.as_bytes().to_vec(),
-                number(config.capacity()),
-            ],
+            ]);
+        }
+        ScriptCall {
+            sha: self.script.get_hash().to_owned(),
+            keys,
+            args,
         }
     }
 
@@ -236,7 +234,8 @@ impl RedisLimiter {
     ) -> Result<Outcome<Decisions>, RedisAcquireError> {
         match self.call_one(user, request).await? {
             Ok(reply) => {
-                let decisions = self.decoded(reply.decisions(&self.settings.config))?;
+                let decisions =
+                    self.decoded(reply.decisions(&self.settings.config, request.cost))?;
                 self.count(reply.replayed, reply.recovering, reply.loss_detected);
                 Ok(Outcome {
                     acquired: Acquired {
@@ -330,7 +329,8 @@ impl RedisLimiter {
                     }
                     .into());
                 }
-                Err(e) if e.code() == Some("BPCONFIG") => {
+                // WRONGTYPE: the key holds another layout (bucket.lua's GET on a set's hash).
+                Err(e) if e.code() == Some("BPCONFIG") || e.code() == Some("WRONGTYPE") => {
                     bump(&self.counters.store_errors);
                     return Err(RedisAcquireError::ConfigMismatch(
                         e.detail().unwrap_or_default().to_string(),

@@ -21,7 +21,7 @@ use super::stats::Counters;
 use super::{RedisLimiter, SetWire};
 use crate::epoch::Recovery;
 use crate::range::check_exact;
-use crate::script::{fingerprint, limbs, script};
+use crate::script::{limbs, packed_config, script};
 use crate::set::{set_fingerprint, set_script};
 
 /// Upper bound on request-id records per key (each acquire may evict a few; keeps the script short).
@@ -175,9 +175,7 @@ impl RedisBuilder {
         };
         Ok(RedisLimiter {
             set,
-            fingerprint: fingerprint(&self.config),
-            capacity_arg: self.config.capacity_units().to_string(),
-            unit_arg: self.config.units_per_token().to_string(),
+            conf: packed_config(&self.config),
             client: client_for_admin,
             window_arg: limbs(self.dedupe_window),
             peek: Script::new(PEEK_SOURCE),

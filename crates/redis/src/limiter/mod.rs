@@ -65,10 +65,9 @@ pub struct RedisLimiter {
     settings: RedisBuilder,
     /// The set script and its pre-rendered arguments, for a limiter of several bandwidths.
     set: Option<SetWire>,
-    fingerprint: String,
+    /// The default config as `bucket.lua` takes and stores it (`script::packed_config`).
+    conf: Vec<u8>,
     /// Arguments that never change, rendered once.
-    capacity_arg: String,
-    unit_arg: String,
     window_arg: (u64, u64),
     /// For reconfigure, which needs a connection of its own (WATCH is per connection).
     client: Client,
@@ -116,6 +115,12 @@ impl RedisLimiter {
     /// one user hashes to one Redis Cluster slot.
     pub fn redis_key(&self, user: &str) -> String {
         format!("{}{{{}}}", self.settings.prefix, user)
+    }
+
+    /// The hash of `redis_key`'s request-id records (same hash tag, so the same Cluster slot; a
+    /// limiter of several bandwidths keeps them in the user's hash instead).
+    pub fn records_key(&self, redis_key: &str) -> String {
+        format!("{redis_key}:r")
     }
 
     /// The epoch marker of the slot of `redis_key` (a key from [`RedisLimiter::redis_key`]).

@@ -8,17 +8,18 @@
 //! what the recovery policy would start it with.
 
 use bucketproof_limiter::internal::snapshot;
-use bucketproof_limiter::{Nanos, Peek};
+use bucketproof_limiter::{BucketState, Nanos, Peek};
 
 use super::acquire::is_unavailable;
 use super::error::RedisAcquireError;
-use super::stored::{parse_override, stored_int, stored_state};
+use super::stored::{stored_int, stored_state};
 use super::{RedisLimiter, SetWire};
 use crate::epoch::Marker;
-use crate::script::{ReplyError, limbs};
+use crate::script::{Packed, ReplyError, limbs};
 
-/// Read-only: the time to peek at (server `TIME` or injected limbs), the stored state and, when there
-/// is none, the epoch marker (KEYS[2]), in one atomic call so they cannot straddle a write.
+/// Read-only: the time to peek at (server `TIME` or injected limbs), the stored bucket (`bucket.lua`'s
+/// packed string) and, when there is none, the epoch marker (KEYS[2]), in one atomic call so they
+/// cannot straddle a write.
 pub(super) const PEEK_SOURCE: &str = r#"
 local s, n
 if ARGV[1] == 's' then
@@ -27,10 +28,10 @@ if ARGV[1] == 's' then
 else
   s = ARGV[2]; n = ARGV[3]
 end
-local h = redis.call('HMGET', KEYS[1], 'b', 's', 'n', 'g', 'o')
+local v = redis.call('GET', KEYS[1])
 local m = false
-if not h[2] then m = redis.call('GET', KEYS[2]) end
-return {s, n, h[1], h[2], h[3], h[4], h[5], m}
+if not v then m = redis.call('GET', KEYS[2]) end
+return {s, n, v or false, m}
 "#;
 
 /// Read-only, for a key of several bandwidths: the time, the epoch marker (KEYS[2], only when the key
@@ -46,7 +47,10 @@ else
 end
 local fields = {'s', 'n', 'g', 'o'}
 for i = 1, tonumber(ARGV[4]) do fields[#fields + 1] = 'b' .. i end
-local h = redis.call('HMGET', KEYS[1], unpack(fields))
+local h = redis.pcall('HMGET', KEYS[1], unpack(fields))
+if h.err then
+  return redis.error_reply('BPCONFIG the stored key is not a key of several bandwidths')
+end
 local m = false
 if not h[1] then m = redis.call('GET', KEYS[2]) end
 local reply = {s, n, m}
@@ -89,7 +93,7 @@ impl RedisLimiter {
             None => ("s", 0, 0),
         };
         let key = self.redis_key(user);
-        let raw: Vec<Option<String>> = self
+        let raw: Vec<Option<Vec<u8>>> = self
             .peek
             .key(&key)
             .key(self.marker_key(&key))
@@ -98,53 +102,45 @@ impl RedisLimiter {
             .arg(n)
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| {
-                if is_unavailable(&e) {
-                    RedisAcquireError::Unavailable {
-                        attempts: 1,
-                        last: e,
-                    }
-                } else {
-                    RedisAcquireError::Script(e)
-                }
-            })?;
+            .map_err(peek_error)?;
         let bad = |reason| ReplyError {
             reply: Vec::new(),
             reason,
         };
-        let int = |x: &Option<String>| -> Result<Option<u128>, ReplyError> {
-            x.as_deref().map(stored_int).transpose().map_err(bad)
+        let [now_s, now_n, stored, marker] = &raw[..] else {
+            return Err(bad("peek reply is not 4 values").into());
         };
-        let [now_s, now_n, b, ls, ln, g, o, marker] = &raw[..] else {
-            return Err(bad("peek reply is not 8 values").into());
+        let int = |x: &Option<Vec<u8>>| -> Result<i64, ReplyError> {
+            x.as_deref()
+                .and_then(|x| std::str::from_utf8(x).ok()?.parse().ok())
+                .ok_or(bad("peek time unreadable"))
         };
-        let config = match o {
-            Some(o) => {
-                parse_override(o)
-                    .ok_or(bad("stored override unreadable"))?
-                    .1
-            }
-            None => config,
-        };
-        let now = crate::script::join(
-            int(now_s)?.unwrap_or(0) as i64,
-            int(now_n)?.unwrap_or(0) as i64,
-        )
-        .ok_or(bad("now outside u64 ns"))?;
-        let (state, present) = match stored_state(&config, b, ls, ln).map_err(bad)? {
-            Some(state) => {
-                if o.is_none() && g.as_deref() != Some(self.fingerprint.as_str()) {
-                    return Err(RedisAcquireError::ConfigMismatch(format!(
-                        "stored config {g:?} differs from {}",
-                        self.fingerprint
-                    )));
-                }
-                (state, true)
+        let now = crate::script::join(int(now_s)?, int(now_n)?).ok_or(bad("now outside u64 ns"))?;
+        let (config, state, present) = match stored {
+            Some(bytes) => {
+                let packed = Packed::decode(bytes).map_err(bad)?;
+                let config = match packed.override_config().map_err(bad)? {
+                    Some((_, config)) => config,
+                    None if packed.config == self.conf => config,
+                    None => {
+                        return Err(RedisAcquireError::ConfigMismatch(
+                            "the stored bucket is on another config".into(),
+                        ));
+                    }
+                };
+                let state = BucketState::new(&config, packed.balance, packed.last_refill)
+                    .ok_or(bad("stored balance above capacity"))?;
+                (config, state, true)
             }
             None => {
-                let marker = Marker::parse(marker.as_deref());
-                let start = self.settings.recovery.start([&config], marker, now);
-                (start.state(&config, now), false)
+                let marker = marker
+                    .as_deref()
+                    .map(|m| std::str::from_utf8(m).unwrap_or("unreadable"));
+                let start = self
+                    .settings
+                    .recovery
+                    .start([&config], Marker::parse(marker), now);
+                (config, start.state(&config, now), false)
             }
         };
         let view = snapshot(&config, state, now);
@@ -198,16 +194,7 @@ impl RedisLimiter {
             .arg(set.len())
             .invoke_async(&mut conn)
             .await
-            .map_err(|e| {
-                if is_unavailable(&e) {
-                    RedisAcquireError::Unavailable {
-                        attempts: 1,
-                        last: e,
-                    }
-                } else {
-                    RedisAcquireError::Script(e)
-                }
-            })?;
+            .map_err(peek_error)?;
         let bad = |reason| ReplyError {
             reply: Vec::new(),
             reason,
@@ -254,5 +241,20 @@ impl RedisLimiter {
                 })
             })
             .collect()
+    }
+}
+
+/// A peek's Redis error as the acquire would classify it: unavailable, a stored key of another config
+/// or layout, or a script error.
+fn peek_error(e: redis::RedisError) -> RedisAcquireError {
+    if is_unavailable(&e) {
+        RedisAcquireError::Unavailable {
+            attempts: 1,
+            last: e,
+        }
+    } else if e.code() == Some("BPCONFIG") || e.code() == Some("WRONGTYPE") {
+        RedisAcquireError::ConfigMismatch(e.detail().unwrap_or_default().to_string())
+    } else {
+        RedisAcquireError::Script(e)
     }
 }

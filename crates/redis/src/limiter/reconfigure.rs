@@ -6,16 +6,15 @@
 //! Promises: a reconfigure is atomic and uses the core's exact `reconfigured`; on any error nothing
 //! was changed.
 
-use bucketproof_limiter::{Config, NANOS_PER_SECOND, Nanos};
+use bucketproof_limiter::{BucketState, Config, NANOS_PER_SECOND, Nanos};
 use redis::RedisError;
 
 use super::RedisLimiter;
 use super::error::ReconfigureError;
 use super::stats::bump;
-use super::stored::{StoredFields, parse_override, stored_state};
 use crate::epoch::Marker;
 use crate::range::check_exact;
-use crate::script::{fingerprint, limbs};
+use crate::script::{Packed, limbs, packed_config};
 
 impl RedisLimiter {
     /// Moves `user` to `new` at `now` (`None`: the server's time), as the in-memory limiter's
@@ -72,23 +71,46 @@ impl RedisLimiter {
                         .saturating_add(us.saturating_mul(1000))
                 }
             };
-            let (b, s, n, g, o): StoredFields = redis::cmd("HMGET")
+            let stored: Option<Vec<u8>> = redis::cmd("GET")
                 .arg(&key)
-                .arg(&["b", "s", "n", "g", "o"][..])
                 .query_async(&mut conn)
                 .await
-                .map_err(ReconfigureError::Redis)?;
-            let (version, old) = match &o {
-                Some(o) => parse_override(o).ok_or(ReconfigureError::Corrupt("override"))?,
-                None => {
-                    if g.as_ref().is_some_and(|g| *g != self.fingerprint) {
-                        return Err(ReconfigureError::ConfigMismatch(g.unwrap_or_default()));
+                .map_err(|e| {
+                    if e.code() == Some("WRONGTYPE") {
+                        ReconfigureError::ConfigMismatch(
+                            "the stored key is not a one-bandwidth bucket".into(),
+                        )
+                    } else {
+                        ReconfigureError::Redis(e)
                     }
-                    (0, self.settings.config)
-                }
+                })?;
+            let packed = stored
+                .as_deref()
+                .map(Packed::decode)
+                .transpose()
+                .map_err(|_| ReconfigureError::Corrupt("bucket"))?;
+            let (version, old) = match &packed {
+                Some(packed) => match packed
+                    .override_config()
+                    .map_err(|_| ReconfigureError::Corrupt("override"))?
+                {
+                    Some(found) => found,
+                    None if packed.config == self.conf => (0, self.settings.config),
+                    None => {
+                        return Err(ReconfigureError::ConfigMismatch(
+                            "the stored bucket is on another config".into(),
+                        ));
+                    }
+                },
+                None => (0, self.settings.config),
             };
-            let stored =
-                stored_state(&old, &b, &s, &n).map_err(|_| ReconfigureError::Corrupt("bucket"))?;
+            let stored = match &packed {
+                Some(packed) => Some(
+                    BucketState::new(&old, packed.balance, packed.last_refill)
+                        .ok_or(ReconfigureError::Corrupt("bucket"))?,
+                ),
+                None => None,
+            };
             // A key with no bucket starts as an acquire would create it (the recovery policy), and
             // a missing marker is detected here as it would be there.
             let (state, marker, start) = match stored {
@@ -106,13 +128,16 @@ impl RedisLimiter {
             };
             let next = state.reconfigured(&old, &new, now);
             let version = version + 1;
-            let (ls, ln) = limbs(next.last_refill());
-            let descriptor = format!(
-                "{version}:{}:{}:{}",
-                new.capacity(),
-                new.rate().numer(),
-                new.rate().denom()
-            );
+            // The key keeps its counter and its records' expiry; the override's config and version
+            // replace the default config's bytes.
+            let bucket = Packed {
+                balance: next.balance(),
+                last_refill: next.last_refill(),
+                seq: packed.as_ref().map_or(0, |p| p.seq),
+                records_until: packed.as_ref().map_or((-1, 0), |p| p.records_until),
+                config: packed_config(&new),
+                override_version: Some(version),
+            };
             let mut transaction = redis::pipe();
             transaction.atomic();
             if marker == Some(Marker::Missing) {
@@ -123,22 +148,11 @@ impl RedisLimiter {
                     .arg(format!("{s}:{n}"))
                     .ignore();
             }
+            // SET without PX: a key with an override never expires.
             let written: Option<redis::Value> = transaction
-                .cmd("HSET")
+                .cmd("SET")
                 .arg(&key)
-                .arg("b")
-                .arg(next.balance().to_string())
-                .arg("s")
-                .arg(ls)
-                .arg("n")
-                .arg(ln)
-                .arg("g")
-                .arg(fingerprint(&new))
-                .arg("o")
-                .arg(descriptor)
-                .ignore()
-                .cmd("PERSIST")
-                .arg(&key)
+                .arg(bucket.encode())
                 .ignore()
                 .query_async(&mut conn)
                 .await
@@ -159,8 +173,10 @@ impl RedisLimiter {
     /// Drops `user`'s bucket and request-id records; the next access is fresh.
     pub async fn forget(&self, user: &str) -> Result<bool, RedisError> {
         let mut conn = self.conn.clone();
+        let key = self.redis_key(user);
         let removed: u64 = redis::cmd("DEL")
-            .arg(self.redis_key(user))
+            .arg(&key)
+            .arg(self.records_key(&key))
             .query_async(&mut conn)
             .await?;
         Ok(removed > 0)

@@ -1,20 +1,11 @@
-//! The one decoder of the stored Redis hash, shared by peek and reconfigure.
+//! The one decoder of a stored hash field of a key of several bandwidths (`set.lua`), for its peek. (A
+//! key of one bandwidth is `bucket.lua`'s packed string, decoded by `script::Packed`.)
 //!
-//! Owns: reading the fields `b s n g o` of a key (numbers in Redis's own formatting, the cursor's two
-//! limbs, the override descriptor).
+//! Owns: reading a balance field and the cursor's two limbs (numbers in Redis's own formatting).
 //!
 //! Promises: a field is either decoded exactly or refused by name; nothing is rounded.
 
 use bucketproof_limiter::{BucketState, Config};
-
-/// `HMGET b s n g o` of a bucket.
-pub(super) type StoredFields = (
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-);
 
 /// A number as Redis stores it: an exact integer below 2^53, written by Redis's own number
 /// formatting (maybe "1e+15").
@@ -26,7 +17,7 @@ pub(super) fn stored_int(text: &str) -> Result<u128, &'static str> {
     Ok(v as u128)
 }
 
-/// The one decoder of a stored bucket: the hash fields `b` (balance in units), `s` and `n` (the
+/// The one decoder of a stored bandwidth: the hash fields `b<i>` (balance in units), `s` and `n` (the
 /// cursor's seconds and nanoseconds) under `config`. `Ok(None)` when the key holds no bucket; an
 /// error names what is unreadable (a number, the cursor, or a balance above the capacity).
 pub(super) fn stored_state(
@@ -45,22 +36,6 @@ pub(super) fn stored_state(
         .ok_or("stored balance above capacity")
 }
 
-/// The override descriptor `"version:capacity:p:q"` as (version, config).
-pub(super) fn parse_override(text: &str) -> Option<(u64, Config)> {
-    let mut parts = text.split(':').map(|x| x.parse::<u64>().ok());
-    let (Some(Some(version)), Some(Some(capacity)), Some(Some(p)), Some(Some(q)), None) = (
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-    ) else {
-        return None;
-    };
-    let config = Config::new(capacity, bucketproof_limiter::Rate::new(p, q).ok()?).ok()?;
-    Some((version, config))
-}
-
 #[cfg(test)]
 mod tests {
     use bucketproof_limiter::{NANOS_PER_SECOND, Rate};
@@ -71,7 +46,7 @@ mod tests {
         Some(text.to_string())
     }
 
-    /// The one decoder that peek and reconfigure share: no bucket, Redis's own number formatting,
+    /// No bucket, Redis's own number formatting,
     /// the cursor's two limbs, and every unreadable field refused by name.
     #[test]
     fn the_stored_bucket_decodes_once_for_peek_and_reconfigure() {

@@ -58,6 +58,16 @@ pub fn chance(rng: &mut ChaCha8Rng, num: u64, den: u64) -> bool {
     below(rng, den) < num
 }
 
+/// The one-bandwidth bucket stored at `key` (`bucket.lua`'s packed string), if any.
+#[allow(dead_code)]
+pub async fn stored_bucket(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) -> Option<bucketproof_redis::script::Packed> {
+    let bytes: Option<Vec<u8>> = redis::cmd("GET").arg(key).query_async(conn).await.unwrap();
+    bytes.map(|b| bucketproof_redis::script::Packed::decode(&b).expect("a packed bucket"))
+}
+
 /// Deletes every key under `prefix` (SCAN + DEL; only this test's keys).
 pub async fn cleanup(url: &str, prefix: &str) {
     let Ok(client) = redis::Client::open(url) else {
