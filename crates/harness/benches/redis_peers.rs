@@ -30,7 +30,8 @@
 //! (`peers/install`). Run from a clone:
 //! `REDIS_URL=redis://127.0.0.1:6379/ cargo bench -p bucketproof-harness --bench redis_peers`
 //! (`-- --quick` for a short run; `-- --only NAME` runs one subject and `-- --calls N` sets the timed
-//! calls per phase, for instruction counts of a Redis under callgrind: see reports/bench-redis.md).
+//! calls per phase, for instruction counts of a Redis under callgrind: see reports/bench-redis.md;
+//! `REDIS_PEERS_SCRIPT=FILE` runs an edited copy of our script, prelude included, in its place).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -122,10 +123,15 @@ fn ours(connection: &mut Connection, url: &str, config: Config, prefix: &str) ->
     let limiter = runtime
         .block_on(RedisLimiter::builder(config).prefix(prefix).connect(url))
         .expect("connect the RedisLimiter");
-    bucketproof_redis::script::script()
-        .load(connection)
-        .expect("load bucket.lua");
-    let sha = bucketproof_redis::script::script().get_hash().to_owned();
+    // `REDIS_PEERS_SCRIPT`: a variant of our script (prelude.lua and bucket.lua in one file, edited)
+    // run in its place with the same words, to measure what a change of the script would save.
+    let sha = match std::env::var_os("REDIS_PEERS_SCRIPT") {
+        Some(path) => load(
+            connection,
+            &std::fs::read_to_string(&path).expect("REDIS_PEERS_SCRIPT: a readable Lua file"),
+        ),
+        None => load(connection, bucketproof_redis::script::SOURCE),
+    };
     Subject {
         name: "bucketproof",
         sha,
