@@ -9,10 +9,12 @@
 //! - `upstash-token-bucket`: @upstash/ratelimit's token-bucket script, read from the npm package
 //!   (`peers/upstash-token-bucket.toml`; `peers/install` puts it there), time passed as an argument;
 //! - `floor-time-get-set`: `TIME`, `GET`, `SET .. PX`, `return 1`: what any script that reads the
-//!   server's clock and a state, and writes the state back with a TTL, costs before any arithmetic.
+//!   server's clock and a state, and writes the state back with a TTL, costs before any arithmetic;
+//! - `redis-cell`: the `CL.THROTTLE` command of the redis-cell module (GCRA in native code), when the
+//!   server has it loaded (`peers/build-redis-cell` builds it from its crates.io package).
 //!
 //! What is equalized: one connection and one client loop for all (a `redis::Pipeline` of `EVALSHA`
-//! commands, or one command per round trip); the same key sequence (one hot key, or a ChaCha8
+//! commands, `CL.THROTTLE` for the module, or one command per round trip); the same key sequence (one hot key, or a ChaCha8
 //! sequence over 10,000 keys, fixed seed); the same config, expressed in each script's own
 //! arguments, and cost 1; every key created before timing by an untimed first call and alive for the
 //! whole phase (TTLs of minutes), so every timed call decides on an existing key; the same decision
@@ -23,8 +25,8 @@
 //! ours / peer within one round, and the table gives the median round.
 //!
 //! Two figures per phase: the client's decisions per second (client and server share this machine's
-//! two cores), and the server's own time per call (`INFO commandstats`, `cmdstat_evalsha`
-//! `usec_per_call`, after `CONFIG RESETSTAT`): the server-bound figure, which no client cost moves.
+//! two cores), and the server's own time per call (`INFO commandstats`, `cmdstat_evalsha` or
+//! `cmdstat_cl.throttle` `usec_per_call`, after `CONFIG RESETSTAT`): the server-bound figure, which no client cost moves.
 //!
 //! Needs `REDIS_URL` (prints a SKIP line and measures nothing without it) and the peers installed
 //! (`peers/install`). Run from a clone:
@@ -94,10 +96,13 @@ impl Mix {
 /// KEYS and ARGV of one call, for (key, cost, now in ns since the Unix epoch).
 type Words = Box<dyn Fn(&str, u64, u64) -> (Vec<String>, Vec<Vec<u8>>)>;
 
-/// One script with its way of building a call and of reading the decision from the reply.
+/// One script (or module command) with its way of building a call and of reading the decision from
+/// the reply.
 struct Subject {
     name: &'static str,
-    sha: String,
+    /// The script's SHA1 (`EVALSHA`), or `None` for a module command whose name is `KEYS`' first word
+    /// (see `cell`).
+    sha: Option<String>,
     call: Words,
     allowed: Box<dyn Fn(&Value) -> bool>,
 }
@@ -134,7 +139,7 @@ fn ours(connection: &mut Connection, url: &str, config: Config, prefix: &str) ->
     };
     Subject {
         name: "bucketproof",
-        sha,
+        sha: Some(sha),
         call: Box::new(move |key, cost, _now| {
             let call = limiter
                 .script_call(key, Request::cost(cost))
@@ -178,7 +183,7 @@ fn peer(
     let prefix = prefix.to_owned();
     Subject {
         name,
-        sha,
+        sha: Some(sha),
         call: Box::new(move |key, cost, now| {
             let key = format!("{prefix}{{{key}}}");
             let op = OpValues {
@@ -217,17 +222,64 @@ fn floor(connection: &mut Connection, prefix: &str) -> Subject {
     let prefix = prefix.to_owned();
     Subject {
         name: "floor-time-get-set",
-        sha,
+        sha: Some(sha),
         call: Box::new(move |key, _cost, _now| (vec![format!("{prefix}{{{key}}}")], Vec::new())),
         allowed: Box::new(|value| matches!(value, Value::Int(1))),
     }
 }
 
-fn evalsha(subject: &Subject, key: &str, cost: u64, now: u64) -> redis::Cmd {
+/// The command `subject` sends for one call: `EVALSHA sha n keys... args...`, or a module command.
+/// redis-cell's `CL.THROTTLE key max_burst count period quantity` (a native module, GCRA in integer
+/// nanoseconds), when the server has the module loaded (`peers/build-redis-cell`): the same bucket as
+/// `max_burst = capacity - 1` (redis-cell admits `max_burst + 1` at once) and `count` per `period` s.
+fn cell(connection: &mut Connection, config: Config, prefix: &str) -> Option<Subject> {
+    let modules: Value = redis::cmd("MODULE").arg("LIST").query(connection).ok()?;
+    if !format!("{modules:?}").contains("redis-cell") {
+        return None;
+    }
+    let rate = config.rate();
+    let (capacity, count, period) = (config.capacity(), rate.numer(), rate.denom());
+    let prefix = prefix.to_owned();
+    Some(Subject {
+        name: "redis-cell",
+        sha: None,
+        call: Box::new(move |key, cost, _now| {
+            let words = [capacity - 1, count, period, cost];
+            (
+                vec!["CL.THROTTLE".to_owned(), format!("{prefix}{{{key}}}")],
+                words.iter().map(|w| w.to_string().into_bytes()).collect(),
+            )
+        }),
+        // [limited, limit, remaining, retry_after, reset_after]: 0 = allowed.
+        allowed: Box::new(|value| match value {
+            Value::Array(items) => matches!(items.first(), Some(Value::Int(0))),
+            _ => false,
+        }),
+    })
+}
+
+fn command(subject: &Subject, key: &str, cost: u64, now: u64) -> redis::Cmd {
     let (keys, args) = (subject.call)(key, cost, now);
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(&subject.sha).arg(keys.len()).arg(keys).arg(args);
-    cmd
+    match &subject.sha {
+        Some(sha) => {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(sha).arg(keys.len()).arg(keys).arg(args);
+            cmd
+        }
+        None => {
+            let mut cmd = redis::cmd(&keys[0]);
+            cmd.arg(&keys[1..]).arg(args);
+            cmd
+        }
+    }
+}
+
+/// The `INFO commandstats` name of what `subject` sends.
+fn stat_name(subject: &Subject) -> &'static str {
+    match subject.sha {
+        Some(_) => "evalsha",
+        None => "cl.throttle",
+    }
 }
 
 fn unix_ns() -> u64 {
@@ -299,13 +351,13 @@ impl Callgrind {
     }
 }
 
-fn server_usec_per_call(connection: &mut Connection) -> f64 {
+fn server_usec_per_call(connection: &mut Connection, stat: &str) -> f64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(connection)
         .unwrap();
     info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
+        .find_map(|line| line.strip_prefix(&format!("cmdstat_{stat}:")))
         .and_then(|stats| {
             stats
                 .split(',')
@@ -328,7 +380,7 @@ fn phase(
     // Every key exists before timing (and, for `denied`, is emptied).
     let mut pipe = redis::pipe();
     for key in distinct {
-        pipe.add_command(evalsha(subject, key, mix.first_cost(), unix_ns()));
+        pipe.add_command(command(subject, key, mix.first_cost(), unix_ns()));
     }
     pipe.query::<Vec<Value>>(connection).expect("first calls");
     let _: () = redis::cmd("CONFIG")
@@ -346,17 +398,17 @@ fn phase(
                 let now = unix_ns();
                 let mut pipe = redis::pipe();
                 for &i in chunk {
-                    pipe.add_command(evalsha(subject, &distinct[i], 1, now));
+                    pipe.add_command(command(subject, &distinct[i], 1, now));
                 }
-                let replies: Vec<Value> = pipe.query(connection).expect("evalsha");
+                let replies: Vec<Value> = pipe.query(connection).expect("a decision");
                 allowed += replies.iter().filter(|r| (subject.allowed)(r)).count();
             }
         }
         Mode::Single => {
             for &i in sequence {
-                let reply: Value = evalsha(subject, &distinct[i], 1, unix_ns())
+                let reply: Value = command(subject, &distinct[i], 1, unix_ns())
                     .query(connection)
-                    .expect("evalsha");
+                    .expect("a decision");
                 allowed += usize::from((subject.allowed)(&reply));
             }
         }
@@ -366,7 +418,7 @@ fn phase(
         callgrind.control("-d");
         callgrind.dumped() / sequence.len() as f64
     });
-    let server_us = server_usec_per_call(connection);
+    let server_us = server_usec_per_call(connection, stat_name(subject));
     Phase {
         per_second: sequence.len() as f64 / elapsed,
         server_us,
@@ -444,6 +496,13 @@ fn main() {
             ),
             floor(&mut connection, &format!("{base}floor:")),
         ];
+        match cell(&mut connection, config, &format!("{base}cell:")) {
+            Some(cell) => subjects.push(cell),
+            None => eprintln!(
+                "redis-cell is not loaded in this Redis: CL.THROTTLE not measured \
+                 (redis-server --loadmodule \"$(peers/build-redis-cell)\")"
+            ),
+        }
         if let Some(only) = &only {
             subjects.retain(|s| s.name == only.as_str());
             assert!(!subjects.is_empty(), "--only {only}: no such subject");
