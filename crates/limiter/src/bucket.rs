@@ -265,6 +265,57 @@ pub fn transition(
     Ok((next, Decision::made(config, &next, attempt, allowed)))
 }
 
+/// What a shared store (Redis, PostgreSQL) reports of one transition it ran: enough to rebuild the
+/// exact [`Decision`] with [`stored_decision`] (not public API: see [`crate::internal`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredDecision {
+    /// The store's verdict.
+    pub allowed: bool,
+    /// The balance after the decision, in units.
+    pub balance_after: u128,
+    /// The cursor after the decision: `max(now, last_refill)`.
+    pub cursor: Nanos,
+    /// The time the decision was made at.
+    pub now: Nanos,
+    /// The cost the decision was made for, in units.
+    pub cost_units: u128,
+}
+
+/// The decision a store made, rebuilt exactly: the core's [`transition`] on the state before the
+/// charge at the store's cursor (nothing to refill, since `cursor >= now`) gives the same verdict and
+/// every derived number (remaining, waits) without a second copy of the arithmetic. `None` when the
+/// report is no decision the transition could have made: a cost that is not a valid whole number of
+/// tokens, a balance above capacity, a cursor behind `now`, or a verdict its own balance contradicts.
+pub fn stored_decision(config: &Config, report: StoredDecision) -> Option<Decision> {
+    let unit = config.units_per_token();
+    if report.cost_units == 0
+        || !report.cost_units.is_multiple_of(unit)
+        || report.cursor < report.now
+        || report.balance_after > config.capacity_units()
+    {
+        return None;
+    }
+    let cost = u64::try_from(report.cost_units / unit).ok()?;
+    let before = if report.allowed {
+        report.balance_after.checked_add(report.cost_units)?
+    } else {
+        report.balance_after
+    };
+    let state = BucketState::new(config, before, report.cursor)?;
+    let (_, decision) = transition(
+        config,
+        state,
+        Attempt {
+            cost,
+            now: report.now,
+        },
+    )
+    .ok()?;
+    (decision.is_allowed() == report.allowed
+        && decision.remaining().units() == report.balance_after)
+        .then_some(decision)
+}
+
 impl Decision {
     /// The decision on `attempt` whose bucket (refilled, and charged if `allowed`) is now `next`.
     #[inline(always)]

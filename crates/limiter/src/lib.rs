@@ -86,7 +86,7 @@ pub const NANOS_PER_SECOND: Nanos = 1_000_000_000;
 /// no correct limiter produces.
 #[doc(hidden)]
 pub mod internal {
-    pub use crate::bucket::{Attempt, snapshot, transition};
+    pub use crate::bucket::{Attempt, StoredDecision, snapshot, stored_decision, transition};
     pub use crate::set::transition_set;
     use crate::{BucketState, Nanos};
 

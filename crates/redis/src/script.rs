@@ -11,9 +11,9 @@
 //! are the core's, computed from that state (the script sends none: every integer of a reply costs
 //! the server instructions).
 
-use bucketproof_limiter::internal::{Attempt, transition, transition_set};
+use bucketproof_limiter::internal::{Attempt, StoredDecision, stored_decision, transition_set};
 use bucketproof_limiter::{
-    Bandwidths, BucketState, Config, Decision, Decisions, NANOS_PER_SECOND, Nanos, Rate, Wait,
+    Bandwidths, Config, Decision, Decisions, NANOS_PER_SECOND, Nanos, Rate, Wait,
 };
 use redis::Script;
 
@@ -306,58 +306,25 @@ impl Reply {
         }
     }
 
-    /// The balance before the charge and the cost in whole tokens, checked against `config`.
-    fn before_charge(&self, config: &Config, cost: u64) -> Result<(u128, u64), ReplyError> {
-        let bad = |reason| ReplyError {
-            reply: self.raw(),
-            reason,
-        };
-        let cost_units = self.cost_on(config, cost)?;
-        let unit = config.units_per_token();
-        if cost_units == 0 || !cost_units.is_multiple_of(unit) {
-            return Err(bad("cost not a whole number of tokens"));
-        }
-        let cost = u64::try_from(cost_units / unit).map_err(|_| bad("cost above u64"))?;
-        let balance = u128::from(self.balance);
-        if balance > config.capacity_units() || self.t < self.now {
-            return Err(bad("balance above capacity or cursor behind now"));
-        }
-        let before = if self.allowed {
-            balance + cost_units
-        } else {
-            balance
-        };
-        Ok((before, cost))
-    }
-
     /// The limiter's [`Decision`] for this reply to a request of `cost` whole tokens (under the key's
-    /// override config if it has one, else `default`), rebuilt by the core's transition from the
-    /// script's balance and cursor: waits and remaining tokens are the core's, exactly.
+    /// override config if it has one, else `default`), rebuilt by the core (`stored_decision`) from
+    /// the script's verdict, balance and cursor: waits and remaining tokens are the core's, exactly.
     pub fn decision(&self, default: &Config, cost: u64) -> Result<Decision, ReplyError> {
         let config = &self.config(default)?;
-        let bad = |reason| ReplyError {
-            reply: self.raw(),
-            reason,
-        };
-        let (before, cost) = self.before_charge(config, cost)?;
-        // Cursor at t >= now: the transition refills nothing and decides on `before` exactly.
-        let state = BucketState::new(config, before, self.t)
-            .ok_or_else(|| bad("balance plus cost above capacity"))?;
-        let (_, decision) = transition(
+        stored_decision(
             config,
-            state,
-            Attempt {
-                cost,
+            StoredDecision {
+                allowed: self.allowed,
+                balance_after: u128::from(self.balance),
+                cursor: self.t,
                 now: self.now,
+                cost_units: self.cost_on(config, cost)?,
             },
         )
-        .map_err(|_| bad("cost invalid for config"))?;
-        if decision.is_allowed() != self.allowed
-            || decision.remaining().units() != u128::from(self.balance)
-        {
-            return Err(bad("script decision inconsistent with its balance"));
-        }
-        Ok(decision)
+        .ok_or_else(|| ReplyError {
+            reply: self.raw(),
+            reason: "no decision the transition could make",
+        })
     }
 
     /// The same decision as a set's (one part): what `acquire_set_with` answers for a key of one
@@ -370,7 +337,10 @@ impl Reply {
             reply: self.raw(),
             reason,
         };
-        let (before, cost) = self.before_charge(set.first(), cost)?;
+        let cost_units = self.cost_on(set.first(), cost)?;
+        let before = u128::from(self.balance) + if self.allowed { cost_units } else { 0 };
+        let cost = u64::try_from(cost_units / set.first().units_per_token())
+            .map_err(|_| bad("cost above u64"))?;
         let state = crate::set::set_state(&set, &[before], self.t)
             .ok_or_else(|| bad("not a state at this cursor"))?;
         let (_, decisions) = transition_set(
