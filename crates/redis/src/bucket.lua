@@ -150,50 +150,24 @@ if b >= cost then
 end
 seq = seq + 1
 
--- Step 6: record the decision under the request id; FIFO of at most `keep` records per key. A new
--- record of an id replaces its older (dead) one, slot included, so a dead record never holds a slot
--- that could push out another id's live record (docs/semantics.md, step 6).
+-- Step 6: record the decision under the request id (prelude.lua's store_record: a FIFO of at most
+-- `keep` records per key).
 local ocap, oq = 0, 0
 if ov > 0 then ocap = cap_tokens; oq = unit / E9 end
 if rid then
   local win_s, win_n, keep = tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
   if keep > 0 and (win_s > 0 or win_n > 0) then
-    local _, _, fmt, before, ms_until = helpers()
-    local rk = KEYS[3]
+    local _, _, fmt, before, ms_until, _, _, _, _, store_record = helpers()
     -- Stamped with the effective time t (ts, tn), not the caller's now.
     local ex_s, ex_n = ts + win_s, tn + win_n
     if ex_n >= E9 then ex_s = ex_s + 1; ex_n = ex_n - E9 end
-    local q = redis.call('HMGET', rk, 'qh', 'qt', 'qc', 'r' .. rid)
-    local qh, qt, qc = tonumber(q[1]) or 0, tonumber(q[2]) or 0, tonumber(q[3]) or 0
-    if q[4] then
-      redis.call('HDEL', rk, 'q' .. string.match(q[4], '^[^,]+'))
-      qc = qc - 1
-    end
-    local rec = table.concat({fmt(qt), fmt(ex_s), fmt(ex_n), allowed, fmt(b), fmt(ts), fmt(tn), fmt(seq),
-      fmt(now_s), fmt(now_n), fmt(cost), fmt(ov), fmt(ocap), fmt(p), fmt(oq)}, ',')
-    redis.call('HSET', rk, 'r' .. rid, rec, 'q' .. fmt(qt), rid)
-    qt = qt + 1
-    qc = qc + 1
-    while qc > keep and qh < qt do
-      local victim = redis.call('HGET', rk, 'q' .. fmt(qh))
-      if victim then
-        -- The id's record is dropped only if it is this slot's: a newer record of the same id (made after
-        -- this one went stale) keeps its own, later slot.
-        local vrec = redis.call('HGET', rk, 'r' .. victim)
-        if vrec and tonumber(string.match(vrec, '^[^,]+')) == qh then
-          redis.call('HDEL', rk, 'r' .. victim)
-        end
-        redis.call('HDEL', rk, 'q' .. fmt(qh))
-        qc = qc - 1
-      end
-      qh = qh + 1
-    end
-    redis.call('HSET', rk, 'qh', qh, 'qt', qt, 'qc', qc)
+    store_record(KEYS[3], rid, keep, table.concat({fmt(ex_s), fmt(ex_n), allowed, fmt(b), fmt(ts),
+      fmt(tn), fmt(seq), fmt(now_s), fmt(now_n), fmt(cost), fmt(ov), fmt(ocap), fmt(p), fmt(oq)}, ','))
     if xs < 0 or before(xs, xn, ex_s, ex_n) then xs, xn = ex_s, ex_n end
     -- The records are needed until the newest dies (with an injected clock, plus the floor).
     local rttl = ms_until(now_s, now_n, xs, xn) + ttl_floor
     if rttl < 1 then rttl = 1 end
-    redis.call('PEXPIRE', rk, rttl)
+    redis.call('PEXPIRE', KEYS[3], rttl)
   end
 end
 

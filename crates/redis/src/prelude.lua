@@ -30,7 +30,7 @@ local function refill(b, cap, p, ls, ln, ts, tn)
 end
 
 -- The helpers of the less travelled paths: floordiv, ceildiv, fmt, before, ms_until, server_time,
--- recovering, recovery_start, recovery_policy (in that order).
+-- recovering, recovery_start, recovery_policy, store_record (in that order).
 local function helpers()
   -- floor(a / b) for integers 0 <= a, 1 <= b with a + b <= 2^53. The double quotient rounds at most to the
   -- next integer above the true floor, never below it; the exact products k*b <= a + b correct it.
@@ -111,6 +111,37 @@ local function helpers()
     return now_s, now_n, true
   end
 
+  -- Records `rest` (a record's text after its slot) under request id `rid` in the hash `hash`: a FIFO
+  -- of at most `keep` records ('r<id>' -> record, 'q<slot>' -> id, 'qh', 'qt', 'qc'). A new record of
+  -- an id replaces its older (dead) one, slot included, so a dead record never holds a slot that could
+  -- push out another id's live record (docs/semantics.md, step 6).
+  local function store_record(hash, rid, keep, rest)
+    local q = redis.call('HMGET', hash, 'qh', 'qt', 'qc', 'r' .. rid)
+    local qh, qt, qc = tonumber(q[1]) or 0, tonumber(q[2]) or 0, tonumber(q[3]) or 0
+    if q[4] then
+      redis.call('HDEL', hash, 'q' .. string.match(q[4], '^[^,]+'))
+      qc = qc - 1
+    end
+    redis.call('HSET', hash, 'r' .. rid, fmt(qt) .. ',' .. rest, 'q' .. fmt(qt), rid)
+    qt = qt + 1
+    qc = qc + 1
+    while qc > keep and qh < qt do
+      local victim = redis.call('HGET', hash, 'q' .. fmt(qh))
+      if victim then
+        -- The id's record is dropped only if it is this slot's: a newer record of the same id (made
+        -- after this one went stale) keeps its own, later slot.
+        local vrec = redis.call('HGET', hash, 'r' .. victim)
+        if vrec and tonumber(string.match(vrec, '^[^,]+')) == qh then
+          redis.call('HDEL', hash, 'r' .. victim)
+        end
+        redis.call('HDEL', hash, 'q' .. fmt(qh))
+        qc = qc - 1
+      end
+      qh = qh + 1
+    end
+    redis.call('HSET', hash, 'qh', qh, 'qt', qt, 'qc', qc)
+  end
+
   return floordiv, ceildiv, fmt, before, ms_until, server_time, recovering, recovery_start,
-    recovery_policy
+    recovery_policy, store_record
 end

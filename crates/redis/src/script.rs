@@ -5,9 +5,10 @@
 //! packs the config the script takes ([`packed_config`]), decodes the stored bucket ([`Packed`], the one
 //! Rust reader of that string, for peek, reconfigure and tests) and turns the reply back into the
 //! limiter's own [`Decision`]. The limiter's `Decision` has no public constructor, so the reply is
-//! replayed through [`transition`] on a state that needs no refill (cursor at the script's `t`, balance
-//! before the charge): that reproduces the script's decision without duplicating any arithmetic, and a
-//! reply whose verdict disagrees with its own balance is an error, never a silent rounding. The waits
+//! replayed through the core's transition (`internal::stored_decision`) on a state that needs no
+//! refill (cursor at the script's `t`, balance before the charge): that reproduces the script's
+//! decision without duplicating any arithmetic, and a reply whose verdict disagrees with its own
+//! balance is an error, never a silent rounding. The waits
 //! are the core's, computed from that state (the script sends none: every integer of a reply costs
 //! the server instructions).
 

@@ -40,7 +40,7 @@
 -- script.
 
 local floordiv, ceildiv, fmt, before, ms_until, server_time, recovering, recovery_start,
-  recovery_policy = helpers()
+  recovery_policy, store_record = helpers()
 if string.sub(ARGV[1], 1, 1) == 's' then
   now_s, now_n = server_time()
 else
@@ -181,33 +181,12 @@ local xs, xn = tonumber(h[5]), tonumber(h[6])
 if recording then
   local ex_s, ex_n = ts + win_s, tn + win_n
   if ex_n >= E9 then ex_s = ex_s + 1; ex_n = ex_n - E9 end
-  local q = redis.call('HMGET', key, 'qh', 'qt', 'qc')
-  local qh, qt, qc = tonumber(q[1]) or 0, tonumber(q[2]) or 0, tonumber(q[3]) or 0
-  local old = redis.call('HGET', key, 'r' .. rid)
-  if old then
-    redis.call('HDEL', key, 'q' .. string.match(old, '^[^,]+'))
-    qc = qc - 1
-  end
-  local fields_rec = {fmt(qt), fmt(ex_s), fmt(ex_n), allowed, fmt(ts), fmt(tn), fmt(now_s), fmt(now_n),
-    fmt(seq), fmt(cost_tokens), fmt(nb)}
+  local fields_rec = {fmt(ex_s), fmt(ex_n), allowed, fmt(ts), fmt(tn), fmt(now_s), fmt(now_n), fmt(seq),
+    fmt(cost_tokens), fmt(nb)}
   for j = 1, #parts do fields_rec[#fields_rec + 1] = fmt(parts[j]) end
-  redis.call('HSET', key, 'r' .. rid, table.concat(fields_rec, ','), 'q' .. fmt(qt), rid)
-  qt = qt + 1
-  qc = qc + 1
-  while qc > keep and qh < qt do
-    local victim = redis.call('HGET', key, 'q' .. fmt(qh))
-    if victim then
-      local vrec = redis.call('HGET', key, 'r' .. victim)
-      if vrec and tonumber(string.match(vrec, '^[^,]+')) == qh then
-        redis.call('HDEL', key, 'r' .. victim)
-      end
-      redis.call('HDEL', key, 'q' .. fmt(qh))
-      qc = qc - 1
-    end
-    qh = qh + 1
-  end
+  store_record(key, rid, keep, table.concat(fields_rec, ','))
   if not xs or before(xs, xn, ex_s, ex_n) then xs, xn = ex_s, ex_n end
-  redis.call('HSET', key, 'qh', qh, 'qt', qt, 'qc', qc, 'xs', xs, 'xn', xn)
+  redis.call('HSET', key, 'xs', xs, 'xn', xn)
 end
 
 -- TTL: until every bandwidth is full as seen from now (the longest reset, lag included), and never before

@@ -1,0 +1,63 @@
+//! The crate's errors: why a limiter could not be built, and why an acquire has no decision.
+//!
+//! Promises: an invalid cost is [`PgAcquireError::Invalid`] (the core's own error), a row on another
+//! config [`PgAcquireError::ConfigMismatch`], a server that cannot be reached
+//! [`PgAcquireError::Unavailable`]: never a denial.
+
+use bucketproof_limiter::AcquireError;
+
+/// Why [`crate::PgLimiter::connect`] failed; nothing was created.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The namespace is not a plain lower-case identifier.
+    #[error(
+        "namespace {0:?} is not a plain lower-case identifier (a-z, 0-9 and _, not starting with a \
+         digit, 1 to 63 characters)"
+    )]
+    Namespace(String),
+    /// The namespace holds the crate's schema at another version (or an unreadable one).
+    #[error(
+        "namespace {namespace} holds bucketproof schema version {found:?}; this crate reads version \
+         {expected} and changes nothing else"
+    )]
+    SchemaVersion {
+        /// The namespace.
+        namespace: String,
+        /// The version found (`None`: the version table is empty).
+        found: Option<i32>,
+        /// The version this crate reads.
+        expected: i32,
+    },
+    /// The connection string is not one tokio-postgres accepts.
+    #[error("database URL: {0}")]
+    Url(String),
+    /// The pool could not give a connection.
+    #[error("cannot connect to PostgreSQL: {0}")]
+    Connect(#[from] deadpool_postgres::PoolError),
+    /// PostgreSQL refused a statement.
+    #[error("PostgreSQL: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+}
+
+/// Why an acquire has no decision.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PgAcquireError {
+    /// An invalid cost (`0`, or above the capacity): nothing changed.
+    #[error(transparent)]
+    Invalid(#[from] AcquireError),
+    /// The key's row is on another config (another limiter on the same namespace): nothing changed.
+    #[error("the stored bucket is on another config: {0}")]
+    ConfigMismatch(String),
+    /// PostgreSQL could not be reached, or the connection broke before an answer (the call may or may
+    /// not have run).
+    #[error("PostgreSQL unavailable: {0}")]
+    Unavailable(String),
+    /// PostgreSQL answered with an error of its own.
+    #[error("PostgreSQL: {0}")]
+    Postgres(tokio_postgres::Error),
+    /// The reply is no decision the transition could make (a bug, never rounded over).
+    #[error("malformed reply: {0}")]
+    Reply(&'static str),
+}
