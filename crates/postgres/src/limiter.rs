@@ -130,6 +130,28 @@ impl PgLimiter {
         self.call(user, cost, Some(now)).await
     }
 
+    /// Drops `user`'s bucket; its next acquire finds a fresh one. True if there was one.
+    pub async fn forget(&self, user: &str) -> Result<bool, PgAcquireError> {
+        let client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| PgAcquireError::Unavailable(e.to_string()))?;
+        let statement = client
+            .prepare_cached(
+                &self
+                    .namespace
+                    .fill("DELETE FROM __NS__.buckets WHERE key = $1"),
+            )
+            .await
+            .map_err(classify)?;
+        let removed = client
+            .execute(&statement, &[&user])
+            .await
+            .map_err(classify)?;
+        Ok(removed > 0)
+    }
+
     async fn call(
         &self,
         user: &str,

@@ -11,6 +11,8 @@ pub mod float;
 #[cfg(feature = "governor")]
 pub mod governor;
 pub mod model;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "redis")]
@@ -40,8 +42,8 @@ pub fn one_bandwidth(config: &ConfigSpec) -> Result<Config, SubjectError> {
 }
 
 /// Builds the subjects of this crate: `core`, `model`, `float-textbook`, `float-go`, `float-go-2019`
-/// (Go before the golang/go#34861 fix), `governor` (feature `governor`) and `redis` (feature `redis`,
-/// needs a Redis at `REDIS_URL`).
+/// (Go before the golang/go#34861 fix), `governor` (feature `governor`), `redis` (feature `redis`,
+/// needs a Redis at `REDIS_URL`) and `postgres` (feature `postgres`, needs `DATABASE_URL`).
 pub struct BuiltinSubjects;
 
 impl SubjectFactory for BuiltinSubjects {
@@ -58,6 +60,8 @@ impl SubjectFactory for BuiltinSubjects {
         names.push("governor");
         #[cfg(feature = "redis")]
         names.push("redis");
+        #[cfg(feature = "postgres")]
+        names.push("postgres");
         names.into_iter().map(String::from).collect()
     }
 
@@ -82,6 +86,8 @@ impl SubjectFactory for BuiltinSubjects {
             "governor" => boxed(GovernorSubject::new(setup)),
             #[cfg(feature = "redis")]
             "redis" => boxed(redis::RedisSubject::new(setup)),
+            #[cfg(feature = "postgres")]
+            "postgres" => boxed(postgres::PostgresSubject::new(setup)),
             _ => return None,
         })
     }

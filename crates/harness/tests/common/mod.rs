@@ -61,6 +61,30 @@ pub fn assert_agrees_on_mixed_traces(
     assert_agrees(seeds, &setup, |seed| mixed_trace(len, seed), &events, build);
 }
 
+/// The same mixed traces without reconfigurations and request ids, on one bandwidth: for a subject
+/// that supports neither yet.
+pub fn assert_agrees_on_plain_traces(
+    seeds: std::ops::Range<u64>,
+    len: usize,
+    build: impl Fn(&Setup) -> Box<dyn Subject>,
+) {
+    let setup = Setup::new(ConfigSpec::new(5, "3/2s"));
+    let ops = |seed| {
+        (mixed_trace(len, seed).into_iter())
+            .filter(|op| !matches!(op, Op::Reconfigure { .. }))
+            .map(|op| match op {
+                Op::Acquire(acquire) => Op::Acquire(Acquire {
+                    request_id: None,
+                    ..acquire
+                }),
+                other => other,
+            })
+            .collect()
+    };
+    let events = ["rollback", "denied", "invalid_cost", "saturated"];
+    assert_agrees(seeds, &setup, ops, &events, build);
+}
+
 /// The same mixed traces without reconfigurations on keys of three bandwidths (a burst, a sustained
 /// rate, a slow quota): every bandwidth's part judged, and denials where one bandwidth covered.
 pub fn assert_agrees_on_set_traces(
@@ -107,6 +131,22 @@ fn assert_agrees(
             );
         }
     }
+}
+
+/// True if `DATABASE_URL` is set. Otherwise a loud SKIP line and false, or, under
+/// `BUCKETPROOF_REQUIRE_POSTGRES=1` (CI), a failure.
+pub fn postgres_available(test: &str) -> bool {
+    if std::env::var("DATABASE_URL").is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var("BUCKETPROOF_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+        "{test}: DATABASE_URL is not set but BUCKETPROOF_REQUIRE_POSTGRES=1"
+    );
+    eprintln!(
+        "\n!!!!! SKIP {test}: DATABASE_URL is not set, this PostgreSQL test did NOT run !!!!!\n"
+    );
+    false
 }
 
 /// True if `REDIS_URL` is set. Otherwise a loud SKIP line and false, or, under

@@ -1,0 +1,259 @@
+//! Decisions per second and p99 latency on PostgreSQL: `PgLimiter` (one statement, the transition in
+//! the server under the row lock) against the common client-side pattern, written here as its
+//! baseline: `BEGIN`, `SELECT .. FOR UPDATE`, the arithmetic in the client (the core's own exact
+//! transition, so both decide alike), `UPDATE` (or `INSERT` on first sight), `COMMIT`: four round
+//! trips, the row locked across three of them.
+//!
+//! What is equalized: one deadpool pool of the same size for both, the same connection count (1 or 8
+//! tasks, each holding its own connection), the same keys (one hot key, or a ChaCha8 sequence over
+//! 10,000 keys, fixed seed), the same config and cost, every key created and drained by a fifth before
+//! timing so every timed call decides on an existing row, and the same decision mix (every call
+//! allowed; the allowed counts are printed). Subjects alternate within each of 3 rounds; each ratio
+//! is ours / baseline within a round, the median round is shown.
+//!
+//! Needs `DATABASE_URL` (prints a SKIP line without it). Run from a clone:
+//! `DATABASE_URL=postgres://postgres@127.0.0.1:5432/test cargo bench -p bucketproof-postgres --bench pg`
+//! (`-- --quick` for a short run). Figures: reports/bench-postgres.md.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bucketproof_limiter::internal::{Attempt, state_from_parts, transition};
+use bucketproof_limiter::{BucketState, Config, Nanos, Rate};
+use bucketproof_postgres::PgLimiter;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use tokio_postgres::NoTls;
+
+const KEYS: usize = 10_000;
+
+fn config() -> Config {
+    Config::new(5_000_000, Rate::per_second(1000)).unwrap()
+}
+
+fn unix_ns() -> Nanos {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as Nanos
+}
+
+/// The client-side pattern: four round trips, the arithmetic in the client.
+struct Baseline {
+    pool: Pool,
+    table: String,
+}
+
+impl Baseline {
+    async fn acquire(&self, key: &str, cost: u64) -> bool {
+        let config = config();
+        let mut client = self.pool.get().await.unwrap();
+        let tx = client.transaction().await.unwrap();
+        let select = tx
+            .prepare_cached(&format!(
+                "SELECT balance::text, last_refill::text FROM {} WHERE key = $1 FOR UPDATE",
+                self.table
+            ))
+            .await
+            .unwrap();
+        let now = unix_ns();
+        let row = tx.query_opt(&select, &[&key]).await.unwrap();
+        let state = match &row {
+            Some(row) => state_from_parts(
+                row.get::<_, &str>(0).parse().unwrap(),
+                row.get::<_, &str>(1).parse().unwrap(),
+            ),
+            None => BucketState::full(&config, now),
+        };
+        let (next, decision) = transition(&config, state, Attempt { cost, now }).unwrap();
+        let write = if row.is_some() {
+            format!(
+                "UPDATE {} SET balance = $2::text::numeric, last_refill = $3::text::numeric \
+                 WHERE key = $1",
+                self.table
+            )
+        } else {
+            format!(
+                "INSERT INTO {} VALUES ($1, $2::text::numeric, $3::text::numeric)",
+                self.table
+            )
+        };
+        let write = tx.prepare_cached(&write).await.unwrap();
+        tx.execute(
+            &write,
+            &[
+                &key,
+                &next.balance().to_string(),
+                &next.last_refill().to_string(),
+            ],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        decision.is_allowed()
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Who {
+    Ours,
+    Baseline,
+}
+
+/// What one timed phase measured.
+struct Phase {
+    per_second: f64,
+    p99: Duration,
+    allowed: usize,
+}
+
+async fn phase(
+    who: Who,
+    ours: &Arc<PgLimiter>,
+    baseline: &Arc<Baseline>,
+    tasks: usize,
+    keys: &Arc<Vec<String>>,
+    sequence: &Arc<Vec<usize>>,
+) -> Phase {
+    let per_task = sequence.len() / tasks;
+    let started = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let (ours, baseline, keys, sequence) = (
+                ours.clone(),
+                baseline.clone(),
+                keys.clone(),
+                sequence.clone(),
+            );
+            tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(per_task);
+                let mut allowed = 0;
+                for &i in &sequence[t * per_task..(t + 1) * per_task] {
+                    let call = Instant::now();
+                    let ok = match who {
+                        Who::Ours => ours
+                            .acquire(&keys[i], 1)
+                            .await
+                            .unwrap()
+                            .decision()
+                            .is_allowed(),
+                        Who::Baseline => baseline.acquire(&keys[i], 1).await,
+                    };
+                    latencies.push(call.elapsed());
+                    allowed += usize::from(ok);
+                }
+                (latencies, allowed)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    let mut allowed = 0;
+    for handle in handles {
+        let (l, a) = handle.await.unwrap();
+        latencies.extend(l);
+        allowed += a;
+    }
+    let elapsed = started.elapsed();
+    latencies.sort();
+    Phase {
+        per_second: latencies.len() as f64 / elapsed.as_secs_f64(),
+        p99: latencies[latencies.len() * 99 / 100],
+        allowed,
+    }
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let Ok(url) = std::env::var("DATABASE_URL") else {
+        eprintln!("!!!!! SKIP pg bench: DATABASE_URL is not set, nothing measured !!!!!");
+        return;
+    };
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (rounds, calls) = if quick { (1, 800) } else { (3, 4000) };
+    let ns = format!("bp_bench_{}", std::process::id());
+    let ours = Arc::new(PgLimiter::connect(&url, &ns, config()).await.unwrap());
+    let manager = Manager::from_config(
+        url.parse().unwrap(),
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    let pool = Pool::builder(manager).max_size(16).build().unwrap();
+    let table = format!("{ns}.baseline");
+    pool.get()
+        .await
+        .unwrap()
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (key text PRIMARY KEY, balance numeric NOT NULL, \
+             last_refill numeric NOT NULL)"
+        ))
+        .await
+        .unwrap();
+    let baseline = Arc::new(Baseline { pool, table });
+    let keys: Arc<Vec<String>> = Arc::new((0..KEYS).map(|k| format!("k{k}")).collect());
+    // Every key created and drained by a fifth: far from full, every timed call an allowed decision.
+    for key in keys.iter() {
+        ours.acquire(key, 1_000_000).await.unwrap();
+        baseline.acquire(key, 1_000_000).await;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(22);
+    let uniform: Vec<usize> = (0..calls)
+        .map(|_| (rng.next_u64() % KEYS as u64) as usize)
+        .collect();
+    println!("| keys | connections | subject | decisions/s | p99 | allowed | ours / baseline |");
+    println!("|---|---:|---|---:|---:|---|---:|");
+    for (keys_name, sequence) in [("hot key", vec![0; calls]), ("10,000 uniform", uniform)] {
+        let sequence = Arc::new(sequence);
+        for tasks in [1, 8] {
+            let mut results: [Vec<Phase>; 2] = [Vec::new(), Vec::new()];
+            for round in 0..rounds {
+                for turn in 0..2 {
+                    let index = (turn + round) % 2;
+                    let who = [Who::Ours, Who::Baseline][index];
+                    results[index]
+                        .push(phase(who, &ours, &baseline, tasks, &keys, &sequence).await);
+                }
+            }
+            let ratios: Vec<f64> = (0..rounds)
+                .map(|r| results[0][r].per_second / results[1][r].per_second)
+                .collect();
+            for (index, name) in [
+                "bucketproof-postgres",
+                "baseline (FOR UPDATE, client arithmetic)",
+            ]
+            .iter()
+            .enumerate()
+            {
+                let phases = &results[index];
+                let rate = median(phases.iter().map(|p| p.per_second).collect());
+                let p99 = median(phases.iter().map(|p| p.p99.as_secs_f64() * 1e6).collect());
+                let allowed: Vec<String> = phases.iter().map(|p| p.allowed.to_string()).collect();
+                let ratio = if index == 0 {
+                    format!("{:.2}x", median(ratios.clone()))
+                } else {
+                    String::new()
+                };
+                println!(
+                    "| {keys_name} | {tasks} | {name} | {rate:.0} | {p99:.0} us | {} of {} | {ratio} |",
+                    allowed.join("/"),
+                    sequence.len() / tasks * tasks
+                );
+            }
+        }
+    }
+    baseline
+        .pool
+        .get()
+        .await
+        .unwrap()
+        .batch_execute(&format!("DROP SCHEMA {ns} CASCADE"))
+        .await
+        .unwrap();
+}
