@@ -3,11 +3,11 @@
 //!
 //! Roles: [`PgLimiter`] (`limiter.rs`) is the front end: a pool, one prepared statement per acquire,
 //! and the answer rebuilt into the core's exact [`Decision`](bucketproof_limiter::Decision);
-//! `schema.sql` holds the tables and the transition function; [`schema`] the namespace and the
+//! `acquire.sql` is that statement, `schema.sql` the tables; [`schema`] the namespace and the
 //! versioned migration; [`error`] the typed errors.
 //!
-//! The transition runs in the server, in one call of a PL/pgSQL function, atomic by the key's row lock
-//! (`SELECT .. FOR UPDATE`): read, refill to `max(now, last)`, decide, write. Balances are integers in
+//! The transition runs in the server as one plain-SQL statement (`INSERT .. ON CONFLICT DO UPDATE ..
+//! RETURNING`), atomic by the key's row: create or read, refill to `max(now, last)`, decide, write. Balances are integers in
 //! units of `1/(q * 10^9)` token and instants integer nanoseconds, both `numeric`: exact and unbounded,
 //! so no config is refused for its size and nothing is ever rounded. Time is the server's
 //! `clock_timestamp()` (microseconds) or injected.

@@ -1,15 +1,14 @@
 //! `PgLimiter`: the keyed limiter's front end with its buckets in PostgreSQL, so many instances share
 //! one quota.
 //!
-//! Owns: the pool, the one prepared statement of an acquire (a call of the schema's `acquire`
-//! function: one round trip, atomic by the key's row lock) and the rebuilding of its answer into
-//! the core's exact [`Decision`](bucketproof_limiter::Decision).
+//! Owns: the pool, the one prepared statement of an acquire (`acquire.sql`: one round trip, atomic by
+//! the key's row) and the rebuilding of its answer into the core's exact
+//! [`Decision`](bucketproof_limiter::Decision).
 //!
 //! Promises: every decision equals the core's transition on the same state, unit for unit (the
 //! function computes in `numeric`, and the answer is rebuilt by the core and refused if it is no
-//! decision the core could make); an invalid cost is an error before anything is sent, and again in
-//! the function against the stored config; time is the server's `clock_timestamp()` or injected,
-//! and a key's cursor never moves back under either.
+//! decision the core could make); an invalid cost is an error before anything is sent; time is the
+//! server's `clock_timestamp()` or injected, and a key's cursor never moves back under either.
 
 use bucketproof_limiter::internal::{StoredDecision, stored_decision};
 use bucketproof_limiter::{AcquireError, Acquired, Config, Nanos};
@@ -85,11 +84,7 @@ impl PgLimiter {
             .map_err(|e| BuildError::Url(format!("{e}")))?;
         let mut client = pool.get().await?;
         migrate(&mut client, &namespace).await?;
-        let statement = namespace.fill(
-            "SELECT allowed, balance_after::text, refill_cursor::text, decided_at::text, seq_after, \
-             created FROM __NS__.acquire($1::text, $2::text::numeric, $3::text::numeric, \
-             $4::text::numeric, $5::text::numeric, $6::text::numeric, $7::text)",
-        );
+        let statement = namespace.fill(include_str!("acquire.sql"));
         let words = [
             config.capacity_units().to_string(),
             config.units_per_nanosecond().to_string(),
@@ -132,24 +127,29 @@ impl PgLimiter {
 
     /// Drops `user`'s bucket; its next acquire finds a fresh one. True if there was one.
     pub async fn forget(&self, user: &str) -> Result<bool, PgAcquireError> {
-        let client = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| PgAcquireError::Unavailable(e.to_string()))?;
-        let statement = client
-            .prepare_cached(
-                &self
-                    .namespace
-                    .fill("DELETE FROM __NS__.buckets WHERE key = $1"),
-            )
-            .await
-            .map_err(classify)?;
+        let forget = self
+            .namespace
+            .fill("DELETE FROM __NS__.buckets WHERE key = $1");
+        let (client, statement) = self.prepared(&forget).await?;
         let removed = client
             .execute(&statement, &[&user])
             .await
             .map_err(classify)?;
         Ok(removed > 0)
+    }
+
+    /// A pooled connection and `text` prepared on it (once per connection).
+    async fn prepared(
+        &self,
+        text: &str,
+    ) -> Result<(deadpool_postgres::Object, tokio_postgres::Statement), PgAcquireError> {
+        let client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| PgAcquireError::Unavailable(e.to_string()))?;
+        let statement = client.prepare_cached(text).await.map_err(classify)?;
+        Ok((client, statement))
     }
 
     async fn call(
@@ -158,27 +158,19 @@ impl PgLimiter {
         cost: u64,
         now: Option<Nanos>,
     ) -> Result<Outcome, PgAcquireError> {
-        let invalid = AcquireError::InvalidCost {
-            cost,
-            capacity: self.config.capacity(),
-        };
         if cost == 0 || cost > self.config.capacity() {
-            return Err(invalid.into());
+            return Err(AcquireError::InvalidCost {
+                cost,
+                capacity: self.config.capacity(),
+            }
+            .into());
         }
-        let client = self
-            .pool
-            .get()
-            .await
-            .map_err(|e| PgAcquireError::Unavailable(e.to_string()))?;
-        let statement = client
-            .prepare_cached(&self.statement)
-            .await
-            .map_err(classify)?;
+        let (client, statement) = self.prepared(&self.statement).await?;
         let [capacity_units, p, unit, fingerprint] = &self.words;
         let cost_text = cost.to_string();
         let now_text = now.map(|now| now.to_string());
         let row = client
-            .query_one(
+            .query_opt(
                 &statement,
                 &[
                     &user,
@@ -191,9 +183,12 @@ impl PgLimiter {
                 ],
             )
             .await
-            .map_err(|e| match classify(e) {
-                PgAcquireError::Reply("BPCST") => invalid.into(),
-                other => other,
+            .map_err(classify)?
+            // The row holds another config: the statement left it alone.
+            .ok_or_else(|| {
+                PgAcquireError::ConfigMismatch(format!(
+                    "the stored bucket of {user:?} is on another config than {fingerprint}"
+                ))
             })?;
         let number = |index: usize| -> Result<u128, PgAcquireError> {
             row.get::<_, &str>(index)
@@ -237,12 +232,9 @@ fn fingerprint(config: &Config) -> String {
     )
 }
 
-/// A statement's error as the caller should see it. `Reply("BPCST")` marks the function's
-/// invalid-cost error for the caller to turn into the core's own.
+/// A statement's error as the caller should see it: PostgreSQL's own answer, or no answer at all.
 fn classify(e: tokio_postgres::Error) -> PgAcquireError {
-    match e.as_db_error().map(|db| (db.code().code(), db.message())) {
-        Some(("BPCST", _)) => PgAcquireError::Reply("BPCST"),
-        Some(("BPCFG", message)) => PgAcquireError::ConfigMismatch(message.to_owned()),
+    match e.as_db_error() {
         Some(_) => PgAcquireError::Postgres(e),
         None => PgAcquireError::Unavailable(e.to_string()),
     }

@@ -1,6 +1,7 @@
 //! The namespace the crate's objects live in, and its versioned schema.
 //!
-//! Owns: [`Namespace`] (which names are accepted), [`SCHEMA_VERSION`], the DDL (`schema.sql`) and
+//! Owns: [`Namespace`] (which names are accepted), [`SCHEMA_VERSION`], the DDL (`schema.sql`; the
+//! statement it serves is `acquire.sql`) and
 //! `migrate`, which creates the schema in a namespace that has none and refuses one of another
 //! version.
 //!
@@ -13,7 +14,7 @@ use deadpool_postgres::Client;
 use crate::error::BuildError;
 
 /// The version of the tables and the function this crate reads and writes.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 const DDL: &str = include_str!("schema.sql");
 

@@ -5,8 +5,8 @@
 //! Each instance keys its rows under a prefix of its own and deletes them when dropped, so runs never
 //! see each other's buckets. Rows never expire (the crate has no expiry yet), so `sweep` is a no-op
 //! and the runner follows the creations the statement reports. What the crate does not do yet is
-//! unsupported, so a trace that needs it is skipped visibly: request ids, reconfigure, several
-//! bandwidths per key, a key bound.
+//! unsupported, so a trace that needs it is skipped visibly: request ids, reconfigure (the trait's
+//! default), several bandwidths per key, a key bound.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,7 +15,7 @@ use bucketproof_postgres::{PgAcquireError, PgLimiter};
 
 use crate::subject::{Observed, Subject, SubjectError};
 use crate::subjects::core::{observe_acquired, subject_error};
-use crate::trace::{Acquire, ConfigSpec, Setup};
+use crate::trace::{Acquire, Setup};
 
 /// Distinguishes subjects made by one process; the process id distinguishes processes.
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
@@ -91,15 +91,6 @@ impl Subject for PostgresSubject {
             .block_on(self.limiter.acquire_at(&key, acquire.cost, acquire.now))
             .map_err(store)?;
         Ok(observe_acquired(&outcome.acquired))
-    }
-
-    fn reconfigure(
-        &mut self,
-        _key: u64,
-        _config: &ConfigSpec,
-        _now: u64,
-    ) -> Result<(), SubjectError> {
-        Err(SubjectError::Unsupported("reconfigure on PostgreSQL"))
     }
 
     fn forget(&mut self, key: u64) -> Result<(), SubjectError> {
