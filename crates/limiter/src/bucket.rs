@@ -311,6 +311,8 @@ pub fn stored_decision(config: &Config, report: StoredDecision) -> Option<Decisi
         },
     )
     .ok()?;
+    // The verdict check is implied by the balance check (a denial whose balance covers the cost
+    // would be re-decided as an admission and leave less), kept as the contract in plain words.
     (decision.is_allowed() == report.allowed
         && decision.remaining().units() == report.balance_after)
         .then_some(decision)
@@ -386,6 +388,62 @@ mod tests {
         let (next, decision) = transition(config, *state, Attempt { cost, now }).unwrap();
         *state = next;
         decision
+    }
+
+    /// A store's report of a real transition rebuilds that very decision (waits included, under a
+    /// lag); a report the transition could not have made is refused, never rounded over.
+    #[test]
+    fn a_stored_decision_is_the_transitions_or_none() {
+        let config = config(3, "2/7s");
+        let unit = config.units_per_token();
+        let mut state = BucketState::full(&config, 10 * SECOND);
+        for (cost, now) in [
+            (2, 10 * SECOND),
+            (2, 11 * SECOND),
+            (1, 9 * SECOND),
+            (3, 40 * SECOND),
+        ] {
+            let (next, decision) = transition(&config, state, Attempt { cost, now }).unwrap();
+            let report = StoredDecision {
+                allowed: decision.is_allowed(),
+                balance_after: next.balance,
+                cursor: next.last_refill,
+                now,
+                cost_units: u128::from(cost) * unit,
+            };
+            assert_eq!(
+                stored_decision(&config, report),
+                Some(decision),
+                "{cost} at {now}"
+            );
+            for wrong in [
+                // Denied though the balance covers the cost.
+                StoredDecision {
+                    allowed: false,
+                    balance_after: report.cost_units,
+                    ..report
+                },
+                StoredDecision {
+                    cost_units: report.cost_units + 1,
+                    ..report
+                },
+                StoredDecision {
+                    cost_units: 0,
+                    ..report
+                },
+                StoredDecision {
+                    now: report.cursor + 1,
+                    ..report
+                },
+                StoredDecision {
+                    balance_after: config.capacity_units() + 1,
+                    ..report
+                },
+            ] {
+                assert_eq!(stored_decision(&config, wrong), None, "{wrong:?}");
+            }
+            state = next;
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! [`Decision`](bucketproof_limiter::Decision).
 //!
 //! Promises: every decision equals the core's transition on the same state, unit for unit (the
-//! function computes in `numeric`, and the answer is rebuilt by the core and refused if it is no
+//! statement computes in `numeric`, and the answer is rebuilt by the core and refused if it is no
 //! decision the core could make); an invalid cost is an error before anything is sent; time is the
 //! server's `clock_timestamp()` or injected, and a key's cursor never moves back under either.
 

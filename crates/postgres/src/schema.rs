@@ -13,12 +13,12 @@ use deadpool_postgres::Client;
 
 use crate::error::BuildError;
 
-/// The version of the tables and the function this crate reads and writes.
+/// The version of the tables this crate reads and writes (and of the statement that serves them).
 pub const SCHEMA_VERSION: i32 = 2;
 
 const DDL: &str = include_str!("schema.sql");
 
-/// A PostgreSQL schema name for the crate's tables and function: 1 to 63 characters of `a-z`, `0-9`
+/// A PostgreSQL schema name for the crate's tables: 1 to 63 characters of `a-z`, `0-9`
 /// and `_`, not starting with a digit (so it never needs quoting and never folds case).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Namespace(String);

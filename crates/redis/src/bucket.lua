@@ -17,7 +17,7 @@
 --   bytes  1-48  b (balance in units), s, n (the cursor's limbs), k (the key's transition counter),
 --                xs, xn (the expiry of its newest request-id record; xs = -1: none)
 --   bytes 49-72  the config the bucket is on: units per token, capacity in units, p (units per ns);
---                for a key without an override, byte-equal to ARGV[2] or refused (never read on
+--                for a key without an override, equal to ARGV[2]'s three numbers or refused (never read on
 --                another unit grid)
 --   bytes 73-80  present only on a key with a per-key override (RedisLimiter::reconfigure): its version;
 --                bytes 49-72 are then the override's config, and the key never expires (the override
