@@ -1,22 +1,22 @@
 //! The PostgreSQL subject (the one-statement transition, injected time) against the reference model
 //! with every oracle, on the traces it supports: rollbacks, frozen and exact-multiple steps, invalid
-//! costs, sweeps and forgets (no request ids or reconfigurations yet); and a trace that needs what it
-//! lacks is skipped, never judged. Needs `DATABASE_URL`; without it the test prints a loud SKIP line
+//! costs, request ids, sweeps (its cleanup) and forgets (no per-key reconfigure); and a trace that
+//! needs what it lacks is skipped, never judged. Needs `DATABASE_URL`; without it the test prints a loud SKIP line
 //! and passes, unless `BUCKETPROOF_REQUIRE_POSTGRES=1` (CI), which makes the skip a failure.
 
 mod common;
 
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_harness::subjects::postgres::PostgresSubject;
-use bucketproof_harness::{Acquire, ConfigSpec, Op, Setup, SubjectError};
+use bucketproof_harness::{ConfigSpec, Op, Setup, SubjectError};
 use common::{SECOND, postgres_available};
 
 #[test]
-fn the_postgres_statement_agrees_with_the_model_on_plain_traces() {
-    if !postgres_available("the_postgres_statement_agrees_with_the_model_on_plain_traces") {
+fn the_postgres_statement_agrees_with_the_model_on_mixed_traces() {
+    if !postgres_available("the_postgres_statement_agrees_with_the_model_on_mixed_traces") {
         return;
     }
-    common::assert_agrees_on_plain_traces(1..4, 400, |setup| {
+    common::assert_agrees_without_reconfigure(1..4, 400, |setup| {
         Box::new(PostgresSubject::new(setup).unwrap())
     });
 }
@@ -27,12 +27,11 @@ fn what_the_postgres_subject_lacks_is_unsupported_not_judged() {
         return;
     }
     let setup = Setup::new(ConfigSpec::new(5, "1/s"));
-    let ops = vec![Op::Acquire(Acquire {
+    let ops = vec![Op::Reconfigure {
         key: 1,
-        cost: 1,
         now: SECOND,
-        request_id: Some(7),
-    })];
+        config: ConfigSpec::new(3, "1/s"),
+    }];
     let mut subject = PostgresSubject::new(&setup).unwrap();
     let report = run_trace(&setup, ops, &mut subject, &RunOptions::default()).unwrap();
     assert!(

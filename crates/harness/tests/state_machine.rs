@@ -1,5 +1,6 @@
 //! The state machine (`bucketproof_harness::state_machine`) against the project's own subjects: the
-//! core limiter, the Redis script, and broken fixtures that must be caught and shrunk.
+//! core limiter, the Redis script, the PostgreSQL statement, and broken fixtures that must be caught
+//! and shrunk.
 //!
 //! Regressions persist in `tests/state_machine.proptest-regressions` (committed). `PROPTEST_CASES`
 //! raises the case count (default: the library's CI-sized default).
@@ -88,6 +89,34 @@ fn the_redis_script_matches_the_model_and_every_oracle_after_every_step() {
     options.setup.config = several();
     options.ops.reconfigure = false;
     let outcome = state_machine::run(&|setup| registry.build("redis", setup), &options).unwrap();
+    assert!(outcome.passed(), "{outcome}");
+}
+
+/// Property: the PostgreSQL statement's decisions equal the reference model's under the same
+/// generated op sequences, with its cleanup as the sweep (fewer cases: each op is a round trip; no
+/// reconfigure and no key bound, which it does not have). Runs only with `DATABASE_URL` (CI sets it,
+/// with `BUCKETPROOF_REQUIRE_POSTGRES=1` turning a skip into a failure).
+#[test]
+fn the_postgres_statement_matches_the_model_and_every_oracle_after_every_step() {
+    if std::env::var("DATABASE_URL").is_err() {
+        assert!(
+            std::env::var_os("BUCKETPROOF_REQUIRE_POSTGRES").is_none(),
+            "DATABASE_URL is not set but BUCKETPROOF_REQUIRE_POSTGRES is"
+        );
+        eprintln!(
+            "\n!!!!! SKIP the_postgres_statement_matches_the_model...: DATABASE_URL is not set !!!!!\n"
+        );
+        return;
+    }
+    let mut options = options();
+    options.setup.max_keys = bucketproof_limiter::defaults::MAX_KEYS;
+    options.setup.policy = PolicySpec::default();
+    options.ops.reconfigure = false;
+    // 200 cases: fewer missed a fresh bucket that ignored the cleanup's horizon (planted).
+    options.cases = state_machine::cases_from_env(200);
+    options.ops_per_case = 1..30;
+    let registry = Registry::default();
+    let outcome = state_machine::run(&|setup| registry.build("postgres", setup), &options).unwrap();
     assert!(outcome.passed(), "{outcome}");
 }
 

@@ -106,7 +106,7 @@ pub mod redis {
             Ok(Outcome::of(
                 outcome.decision(),
                 cost,
-                outcome.source != Source::Redis || outcome.recovering,
+                outcome.source != Source::Store || outcome.recovering,
             ))
         }
 
@@ -115,7 +115,7 @@ pub mod redis {
                 return self.decide(key, cost).await.map(SetOutcome::single);
             }
             let outcome = self.acquire_set(key, cost).await.map_err(source_error)?;
-            let degraded = outcome.source != Source::Redis || outcome.recovering;
+            let degraded = outcome.source != Source::Store || outcome.recovering;
             let decisions = outcome.decisions();
             Ok(
                 SetOutcome::of_set(self.bandwidths(), decisions, cost, degraded).unwrap_or_else(

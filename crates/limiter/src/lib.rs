@@ -30,6 +30,7 @@
 //! - [`keyed`]: the sharded keyed [`Limiter`] with its memory bound, expiry and request ids;
 //! - [`direct`]: [`DirectLimiter`], one bucket behind a spin lock (the one-key case, no map);
 //! - [`clock`]: [`Clock`], [`MonotonicClock`], [`ManualClock`];
+//! - [`outage`]: the shared-state front ends' outage policy ([`outage::Unavailable`]) and its fallback;
 //! - [`defaults`]: the default settings, named once;
 //! - `sync`: the std / loom / shuttle switch for every lock, atomic and cell;
 //! - `table`: a shard's storage, one open-addressing table (linear probing, backward-shift deletion)
@@ -47,6 +48,7 @@ pub mod direct;
 mod error;
 mod hashing;
 pub mod keyed;
+pub mod outage;
 pub mod rate;
 mod set;
 mod sync;

@@ -29,6 +29,9 @@ pub enum BuildError {
         /// The version this crate reads.
         expected: i32,
     },
+    /// A setting out of its range (named in the message).
+    #[error("settings: {0}")]
+    Settings(String),
     /// The connection string is not one tokio-postgres accepts.
     #[error("database URL: {0}")]
     Url(String),
@@ -51,7 +54,7 @@ pub enum PgAcquireError {
     #[error("the stored bucket is on another config: {0}")]
     ConfigMismatch(String),
     /// PostgreSQL could not be reached, or the connection broke before an answer (the call may or may
-    /// not have run).
+    /// not have run), and the outage policy is to fail closed. Not a denial.
     #[error("PostgreSQL unavailable: {0}")]
     Unavailable(String),
     /// PostgreSQL answered with an error of its own.

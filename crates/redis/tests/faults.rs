@@ -151,7 +151,7 @@ async fn lost_replies_and_dropped_connections_never_double_charge() {
                 let request = Request::cost(cost).id(id);
                 match limiter.acquire_with(["a", "b"][key], request).await {
                     Ok(outcome) => {
-                        assert_eq!(outcome.source, Source::Redis);
+                        assert_eq!(outcome.source, Source::Store);
                         assert!(outcome.decision().is_allowed(), "plenty of capacity");
                         allowed[key] += cost;
                         // The caller retries too, after success: must be a replay, no charge.
@@ -316,7 +316,7 @@ async fn redis_stopped_mid_run_each_policy_holds() {
     let open = build(Unavailable::FailOpen).await.unwrap();
     for limiter in [&closed, &local, &open] {
         let outcome = limiter.acquire("u", 1).await.unwrap();
-        assert_eq!(outcome.source, Source::Redis);
+        assert_eq!(outcome.source, Source::Store);
     }
 
     server.kill();
@@ -399,7 +399,7 @@ async fn a_set_under_each_policy_when_redis_stops() {
     let open = build(Unavailable::FailOpen).await.unwrap();
     for limiter in [&closed, &local, &open] {
         let outcome = limiter.acquire_set("u", 1).await.unwrap();
-        assert_eq!(outcome.source, Source::Redis);
+        assert_eq!(outcome.source, Source::Store);
         assert_eq!(outcome.decisions().bandwidths().len(), 3);
     }
 
@@ -508,7 +508,7 @@ async fn run_across_a_loss(
         // Once the server is back, the connection comes back within a few tries.
         let mut outcome = limiter.acquire_at("u", 1, now).await;
         for _ in 0..100 {
-            if !up || matches!(&outcome, Ok(o) if o.source == Source::Redis) {
+            if !up || matches!(&outcome, Ok(o) if o.source == Source::Store) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -517,7 +517,7 @@ async fn run_across_a_loss(
         match outcome {
             Ok(o) if o.decision().is_allowed() => {
                 admitted.push(now);
-                if o.source != Source::Redis {
+                if o.source != Source::Store {
                     fallback_admitted += 1;
                 }
             }

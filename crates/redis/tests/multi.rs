@@ -250,7 +250,7 @@ async fn run_real(url: &str, prefix: &str, ops: usize) -> Vec<Seen> {
                     let key = below(&mut rng, 3) as usize;
                     let cost = 1 + below(&mut rng, 3);
                     let outcome = limiter.acquire(KEYS[key], cost).await.expect("acquire");
-                    assert_eq!(outcome.source, Source::Redis);
+                    assert_eq!(outcome.source, Source::Store);
                     let d = outcome.decision();
                     seen.push(Seen {
                         key,

@@ -130,7 +130,7 @@ async fn decisions_equal_the_exact_core_on_random_traces() {
             match (expected, got) {
                 (Err(e), Err(RedisAcquireError::Invalid(g))) => assert_eq!(e, g, "{}", ctx()),
                 (Ok((next, decision)), Ok(outcome)) => {
-                    assert_eq!(outcome.source, Source::Redis);
+                    assert_eq!(outcome.source, Source::Store);
                     assert!(!outcome.acquired.replayed, "{}", ctx());
                     assert_eq!(
                         outcome.acquired.created,

@@ -176,7 +176,7 @@ async fn a_set_decides_as_the_model_decision_by_decision() {
                     assert!(cost == 0 || cost > 5, "{ctx}");
                 }
                 (Ok(want), Ok(Ok(set))) => {
-                    assert_eq!(set.source, Source::Redis);
+                    assert_eq!(set.source, Source::Store);
                     assert_eq!(set.acquired.replayed, want.replayed, "replayed: {ctx}");
                     assert_eq!(set.acquired.created, want.created, "created: {ctx}");
                     let decisions = set.decisions();
@@ -207,7 +207,7 @@ async fn a_set_decides_as_the_model_decision_by_decision() {
                     retry = decisions.retry_after().and_then(Wait::nanos);
                 }
                 (Ok(want), Ok(Err(one))) => {
-                    assert_eq!(one.source, Source::Redis);
+                    assert_eq!(one.source, Source::Store);
                     assert_eq!(one.acquired.replayed, want.replayed, "replayed: {ctx}");
                     assert_eq!(one.acquired.created, want.created, "created: {ctx}");
                     assert_same(&one.decision(), &want.decision, &format!("{ctx} binding"));

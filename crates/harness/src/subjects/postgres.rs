@@ -1,35 +1,33 @@
 //! The PostgreSQL subject: the harness against `bucketproof-postgres`'s one-statement transition, in
 //! injected-time mode, so every decision can be compared with the reference model.
 //!
-//! Needs a database at `DATABASE_URL` in which it may create the namespace `bucketproof_harness`.
-//! Each instance keys its rows under a prefix of its own and deletes them when dropped, so runs never
-//! see each other's buckets. Rows never expire (the crate has no expiry yet), so `sweep` is a no-op
-//! and the runner follows the creations the statement reports. What the crate does not do yet is
-//! unsupported, so a trace that needs it is skipped visibly: request ids, reconfigure (the trait's
-//! default), several bandwidths per key, a key bound.
+//! Needs a database at `DATABASE_URL` in which it may create namespaces: each instance makes one of
+//! its own (so its cleanup's horizon is its own, as a run's clock is) and drops it when dropped.
+//! `sweep` is the crate's cleanup over the whole table, judged at the sweep's `now`; the runner
+//! follows the creations the statement reports. What the crate does not do is unsupported, so a trace
+//! that needs it is skipped visibly: reconfigure (the trait's default), several bandwidths per key, a
+//! key bound.
 
-use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bucketproof_limiter::Request;
 use bucketproof_postgres::{PgAcquireError, PgLimiter};
 
-use crate::subject::{Observed, Subject, SubjectError};
+use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
 use crate::subjects::core::{observe_acquired, subject_error};
 use crate::trace::{Acquire, Setup};
 
 /// Distinguishes subjects made by one process; the process id distinguishes processes.
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
 
-/// The namespace of the harness's rows.
-const NAMESPACE: &str = "bucketproof_harness";
+/// Rows the cleanup examines per statement when the runner sweeps.
+const SWEEP_BATCH: u32 = 10_000;
 
 /// The PostgreSQL limiter behind the subject interface.
 pub struct PostgresSubject {
     runtime: tokio::runtime::Runtime,
-    limiter: PgLimiter,
-    prefix: String,
-    /// Keys acquired on, deleted on drop.
-    touched: BTreeSet<u64>,
+    /// `None` once dropped.
+    limiter: Option<PgLimiter>,
 }
 
 fn store(error: PgAcquireError) -> SubjectError {
@@ -55,23 +53,29 @@ impl PostgresSubject {
             .enable_all()
             .build()
             .map_err(|e| SubjectError::Build(e.to_string()))?;
+        let namespace = format!(
+            "bucketproof_harness_{}_{}",
+            std::process::id(),
+            INSTANCE.fetch_add(1, Ordering::Relaxed)
+        );
+        let window = std::time::Duration::from_nanos(setup.dedupe_window_ns);
         let limiter = runtime
-            .block_on(PgLimiter::connect(&url, NAMESPACE, config))
+            .block_on(
+                PgLimiter::builder(config)
+                    .namespace(namespace)
+                    .dedupe(window, setup.dedupe_per_key)
+                    .pool_size(1)
+                    .connect(&url),
+            )
             .map_err(|e| SubjectError::Build(format!("postgres subject at DATABASE_URL: {e}")))?;
         Ok(PostgresSubject {
             runtime,
-            limiter,
-            prefix: format!(
-                "{}-{}:",
-                std::process::id(),
-                INSTANCE.fetch_add(1, Ordering::Relaxed)
-            ),
-            touched: BTreeSet::new(),
+            limiter: Some(limiter),
         })
     }
 
-    fn key(&self, key: u64) -> String {
-        format!("{}{key}", self.prefix)
+    fn limiter(&self) -> &PgLimiter {
+        self.limiter.as_ref().expect("present until dropped")
     }
 }
 
@@ -81,28 +85,56 @@ impl Subject for PostgresSubject {
     }
 
     fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
-        if acquire.request_id.is_some() {
-            return Err(SubjectError::Unsupported("request ids on PostgreSQL"));
+        let mut request = Request::cost(acquire.cost).at(acquire.now);
+        if let Some(id) = acquire.request_id {
+            request = request.id(id);
         }
-        self.touched.insert(acquire.key);
-        let key = self.key(acquire.key);
+        let key = acquire.key.to_string();
         let outcome = self
             .runtime
-            .block_on(self.limiter.acquire_at(&key, acquire.cost, acquire.now))
+            .block_on(self.limiter().acquire_with(&key, request))
             .map_err(store)?;
         Ok(observe_acquired(&outcome.acquired))
     }
 
     fn forget(&mut self, key: u64) -> Result<(), SubjectError> {
-        let key = self.key(key);
         self.runtime
-            .block_on(self.limiter.forget(&key))
+            .block_on(self.limiter().forget(&key.to_string()))
             .map(drop)
             .map_err(store)
     }
 
-    fn sweep(&mut self, _now: u64) -> Result<(), SubjectError> {
-        Ok(())
+    fn sweep(&mut self, now: u64) -> Result<(), SubjectError> {
+        // Once round the whole table, from wherever the last sweep stopped.
+        loop {
+            let step = self
+                .runtime
+                .block_on(self.limiter().cleanup_at(SWEEP_BATCH, now))
+                .map_err(store)?;
+            if step.wrapped {
+                return Ok(());
+            }
+        }
+    }
+
+    fn inspect(&mut self, key: u64) -> Inspection {
+        let config = self.limiter().config();
+        match self
+            .runtime
+            .block_on(self.limiter().inspect(&key.to_string()))
+        {
+            Ok(held) => held
+                .map(|state| Inspected {
+                    tokens: Amount::Exact {
+                        numer: state.balance(),
+                        denom: config.units_per_token(),
+                    },
+                    last_refill: state.last_refill(),
+                    capacity: config.capacity(),
+                })
+                .into(),
+            Err(_) => Inspection::Unsupported,
+        }
     }
 
     fn may_evict(&self) -> bool {
@@ -112,10 +144,9 @@ impl Subject for PostgresSubject {
 
 impl Drop for PostgresSubject {
     fn drop(&mut self) {
-        for key in std::mem::take(&mut self.touched) {
-            let key = self.key(key);
-            // Best effort: a database gone by now leaves rows under this instance's prefix only.
-            let _ = self.runtime.block_on(self.limiter.forget(&key));
+        if let Some(limiter) = self.limiter.take() {
+            // Best effort: a database gone by now leaves this instance's namespace behind.
+            let _ = self.runtime.block_on(limiter.drop_namespace());
         }
     }
 }

@@ -61,9 +61,9 @@ pub fn assert_agrees_on_mixed_traces(
     assert_agrees(seeds, &setup, |seed| mixed_trace(len, seed), &events, build);
 }
 
-/// The same mixed traces without reconfigurations and request ids, on one bandwidth: for a subject
-/// that supports neither yet.
-pub fn assert_agrees_on_plain_traces(
+/// The same mixed traces without reconfigurations, on one bandwidth: for a subject that has no
+/// per-key reconfigure.
+pub fn assert_agrees_without_reconfigure(
     seeds: std::ops::Range<u64>,
     len: usize,
     build: impl Fn(&Setup) -> Box<dyn Subject>,
@@ -72,16 +72,15 @@ pub fn assert_agrees_on_plain_traces(
     let ops = |seed| {
         (mixed_trace(len, seed).into_iter())
             .filter(|op| !matches!(op, Op::Reconfigure { .. }))
-            .map(|op| match op {
-                Op::Acquire(acquire) => Op::Acquire(Acquire {
-                    request_id: None,
-                    ..acquire
-                }),
-                other => other,
-            })
             .collect()
     };
-    let events = ["rollback", "denied", "invalid_cost", "saturated"];
+    let events = [
+        "rollback",
+        "denied",
+        "invalid_cost",
+        "replayed",
+        "saturated",
+    ];
     assert_agrees(seeds, &setup, ops, &events, build);
 }
 

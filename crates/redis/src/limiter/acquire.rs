@@ -13,8 +13,9 @@ use bucketproof_limiter::{AcquireError, Acquired, Decisions, Nanos, Request, Req
 use redis::{RedisError, ScriptInvocation};
 
 use super::RedisLimiter;
+use super::Source;
 use super::error::RedisAcquireError;
-use super::policy::{Outcome, Source};
+use super::policy::Outcome;
 use super::stats::bump;
 use crate::script::{Reply, ReplyError, ScriptCall, limbs};
 use crate::set::SetReply;
@@ -64,7 +65,7 @@ impl RedisLimiter {
                         created: reply.created,
                         replayed: reply.replayed,
                     },
-                    source: Source::Redis,
+                    source: Source::Store,
                     recovering: reply.recovering,
                     seq: reply.seq,
                 })
@@ -216,7 +217,7 @@ impl RedisLimiter {
                         created: reply.created,
                         replayed: reply.replayed,
                     },
-                    source: Source::Redis,
+                    source: Source::Store,
                     recovering: reply.recovering,
                     seq: reply.seq,
                 })
@@ -243,7 +244,7 @@ impl RedisLimiter {
                         created: reply.created,
                         replayed: reply.replayed,
                     },
-                    source: Source::Redis,
+                    source: Source::Store,
                     recovering: reply.recovering,
                     seq: reply.seq,
                 })

@@ -7,8 +7,7 @@
 //! a prefix that keeps the hash tag, records within the script's bound, at least one attempt), with
 //! the script loaded and the connection up.
 
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bucketproof_limiter::{Bandwidths, Config, Nanos, defaults};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -16,13 +15,13 @@ use redis::{Client, Script};
 
 use super::error::BuildError;
 use super::peek::{PEEK_SET_SOURCE, PEEK_SOURCE};
-use super::policy::Unavailable;
 use super::stats::Counters;
 use super::{RedisLimiter, SetWire};
 use crate::epoch::Recovery;
 use crate::range::check_exact;
 use crate::script::{limbs, packed_config, script};
 use crate::set::{set_fingerprint, set_script};
+use bucketproof_limiter::outage::{Fallback, Unavailable};
 
 /// Upper bound on request-id records per key (each acquire may evict a few; keeps the script short).
 pub const MAX_RECORDS_PER_KEY: usize = 1024;
@@ -179,12 +178,11 @@ impl RedisBuilder {
             client: client_for_admin,
             window_arg: limbs(self.dedupe_window),
             peek: Script::new(PEEK_SOURCE),
+            fallback: Fallback::new(self.unavailable),
             settings: self,
             conn,
             script,
             counters: Counters::default(),
-            local: Mutex::new(None),
-            started: Instant::now(),
         })
     }
 }

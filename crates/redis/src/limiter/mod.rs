@@ -29,17 +29,15 @@
 //! the in-memory limiter). Size `dedupe_per_key` for the requests a key sees during the longest retry
 //! sequence (`attempts` x (`response_timeout` + backoff)); backoff doubles but is capped at 100 ms.
 //!
-//! Owns: the [`RedisLimiter`] type (its connection, its pre-rendered script arguments, the local
-//! budget's state) and its key naming. Each job on it has a file of its own: `builder` (settings and
+//! Owns: the [`RedisLimiter`] type (its connection, its pre-rendered script arguments, the outage
+//! fallback) and its key naming. Each job on it has a file of its own: `builder` (settings and
 //! connecting), `acquire` (the script call and retries), `policy` (the outage policy), `peek`,
 //! `reconfigure` (and forget), `stats`, `error`, and `stored` (the one decoder of the stored hash).
 //!
 //! Promises: the public paths are those of `bucketproof_redis` (re-exported from the crate root).
 
-use std::sync::Mutex;
-use std::time::Instant;
-
-use bucketproof_limiter::{Bandwidths, BucketState, Config};
+use bucketproof_limiter::outage::Fallback;
+use bucketproof_limiter::{Bandwidths, Config};
 use redis::aio::ConnectionManager;
 use redis::{Client, Script};
 
@@ -52,9 +50,10 @@ mod reconfigure;
 mod stats;
 mod stored;
 
+pub use bucketproof_limiter::outage::{Source, Unavailable};
 pub use builder::{MAX_RECORDS_PER_KEY, RedisBuilder};
 pub use error::{BuildError, ReconfigureError, RedisAcquireError};
-pub use policy::{Outcome, Source, Unavailable};
+pub use policy::Outcome;
 pub use stats::RedisStats;
 
 use stats::Counters;
@@ -76,10 +75,8 @@ pub struct RedisLimiter {
     conn: ConnectionManager,
     script: Script,
     counters: Counters,
-    /// The local-budget bucket (policy [`Unavailable::LocalBudget`]), created on first use.
-    local: Mutex<Option<BucketState>>,
-    /// Origin of the local clock used by fallback decisions that carry no injected `now`.
-    started: Instant,
+    /// The outage policy with its local budget (policy [`Unavailable::LocalBudget`]).
+    fallback: Fallback,
 }
 
 /// What a limiter of several bandwidths sends: its own scripts and arguments rendered once.

@@ -1,0 +1,222 @@
+//! The acquire path: the transition's one statement (`acquire.sql`), its answer, its retries and the
+//! outage policy.
+//!
+//! Owns: [`PgLimiter::acquire`], [`PgLimiter::acquire_at`], [`PgLimiter::acquire_with`], the
+//! statement's parameters, the reading of its answer and when to run it again.
+//!
+//! Promises: a decision from PostgreSQL equals the core's (rebuilt by `stored_decision`, refused if
+//! it is no decision the core could make); the statement runs again only when that cannot charge
+//! twice: when it answered nothing (it changed nothing: a race with a creation or the cleanup), when
+//! no connection could be had (nothing was sent), or when the call carries a request id (the statement
+//! answers a recorded id with its decision); every other failure goes to the outage policy or is a
+//! typed error, never a denial.
+
+use std::time::Duration;
+
+use bucketproof_limiter::internal::{StoredDecision, stored_decision};
+use bucketproof_limiter::outage::Source;
+use bucketproof_limiter::{AcquireError, Acquired, Decision, Nanos, Request};
+use tokio_postgres::Row;
+
+use crate::error::PgAcquireError;
+use crate::limiter::{Outcome, PgLimiter, classify};
+
+/// Runs of the statement that may answer nothing (each lost a race that changed something else) before
+/// the call gives up; a race needs a creation or a cleanup of the same key in between, so this is
+/// never reached in practice.
+const MAX_RACES: u32 = 64;
+
+/// The pause before the second attempt, doubled each time.
+const FIRST_BACKOFF: Duration = Duration::from_millis(10);
+
+/// The longest pause between two attempts.
+const MAX_BACKOFF: Duration = Duration::from_millis(100);
+
+/// What one run of the statement answered.
+enum Answer {
+    Decided(Outcome),
+    /// The key's row is on another config.
+    Mismatch,
+    /// Nothing: a race; run it again.
+    Raced,
+}
+
+impl PgLimiter {
+    /// Takes `cost` tokens for `user` at the server's time.
+    pub async fn acquire(&self, user: &str, cost: u64) -> Result<Outcome, PgAcquireError> {
+        self.acquire_with(user, Request::cost(cost)).await
+    }
+
+    /// Takes `cost` tokens for `user` at the injected time `now`.
+    pub async fn acquire_at(
+        &self,
+        user: &str,
+        cost: u64,
+        now: Nanos,
+    ) -> Result<Outcome, PgAcquireError> {
+        self.acquire_with(user, Request::cost(cost).at(now)).await
+    }
+
+    /// The full form, as the in-memory limiter's `acquire_with`: `request.now == None` uses the
+    /// server's `clock_timestamp()`; a request id makes retries (ours and the caller's) charge at most
+    /// once within the dedupe window.
+    pub async fn acquire_with(
+        &self,
+        user: &str,
+        request: Request,
+    ) -> Result<Outcome, PgAcquireError> {
+        let capacity = self.settings.config.capacity();
+        if request.cost == 0 || request.cost > capacity {
+            return Err(AcquireError::InvalidCost {
+                cost: request.cost,
+                capacity,
+            }
+            .into());
+        }
+        let mut backoff = FIRST_BACKOFF;
+        let mut attempt = 1;
+        let mut races = 0;
+        let last = loop {
+            let failure = match self.run(user, request).await {
+                Ok(Answer::Decided(outcome)) => return Ok(outcome),
+                Ok(Answer::Mismatch) => {
+                    return Err(PgAcquireError::ConfigMismatch(format!(
+                        "the stored bucket of {user:?} is on another config than {}",
+                        self.words.fingerprint
+                    )));
+                }
+                Ok(Answer::Raced) if races < MAX_RACES => {
+                    races += 1;
+                    continue;
+                }
+                Ok(Answer::Raced) => Failure::Broken(PgAcquireError::Unavailable(
+                    "the statement kept losing races".into(),
+                )),
+                Err(failure) => failure,
+            };
+            let retry_is_safe = match &failure {
+                // Nothing was sent.
+                Failure::NoConnection(_) => true,
+                // It may have run: only a request id makes running it again harmless.
+                Failure::Broken(_) => request.request_id.is_some(),
+                Failure::Refused(_) => false,
+            };
+            if !retry_is_safe || attempt >= self.settings.attempts {
+                break failure;
+            }
+            attempt += 1;
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        };
+        let last = match last {
+            Failure::Refused(error) => return Err(error),
+            Failure::NoConnection(error) | Failure::Broken(error) => error,
+        };
+        match self
+            .fallback
+            .decide(&self.settings.bandwidths(), request.cost, request.now)?
+        {
+            None => Err(last),
+            Some((decisions, source)) => Ok(Outcome {
+                acquired: Acquired {
+                    decision: *decisions.binding(),
+                    created: false,
+                    replayed: false,
+                },
+                source,
+                seq: 0,
+            }),
+        }
+    }
+
+    /// One run of the statement.
+    async fn run(&self, user: &str, request: Request) -> Result<Answer, Failure> {
+        let (client, statement) = self.prepared(&self.acquire).await.map_err(|e| match e {
+            PgAcquireError::Unavailable(_) => Failure::NoConnection(e),
+            other => Failure::Refused(other),
+        })?;
+        let w = &self.words;
+        let cost = request.cost.to_string();
+        let now = request.now.map(|now| now.to_string());
+        let id = request.request_id.map(|id| id.0.to_string());
+        let rows = client
+            .query(
+                &statement,
+                &[
+                    &user,
+                    &cost,
+                    &now,
+                    &w.capacity_units,
+                    &w.p,
+                    &w.unit,
+                    &w.fingerprint,
+                    &id,
+                    &w.window,
+                    &w.keep,
+                ],
+            )
+            .await
+            .map_err(|e| match classify(e) {
+                e @ PgAcquireError::Unavailable(_) => Failure::Broken(e),
+                e => Failure::Refused(e),
+            })?;
+        // A decision row, else the marker of a row on another config, else nothing.
+        let decided = rows
+            .iter()
+            .find(|row| row.get::<_, Option<bool>>(0).is_some());
+        match (decided, rows.is_empty()) {
+            (Some(row), _) => self
+                .outcome(row)
+                .map(Answer::Decided)
+                .map_err(Failure::Refused),
+            (None, false) => Ok(Answer::Mismatch),
+            (None, true) => Ok(Answer::Raced),
+        }
+    }
+
+    /// The statement's decision row as the core's decision.
+    fn outcome(&self, row: &Row) -> Result<Outcome, PgAcquireError> {
+        let config = &self.settings.config;
+        let number = |index: usize| -> Result<u128, PgAcquireError> {
+            row.get::<_, &str>(index)
+                .parse()
+                .map_err(|_| PgAcquireError::Reply("a number that is not a whole u128"))
+        };
+        let instant = |index: usize| -> Result<Nanos, PgAcquireError> {
+            Nanos::try_from(number(index)?)
+                .map_err(|_| PgAcquireError::Reply("an instant past u64"))
+        };
+        let report = StoredDecision {
+            allowed: row.get(0),
+            balance_after: number(1)?,
+            cursor: instant(2)?,
+            now: instant(3)?,
+            cost_units: number(4)?
+                .checked_mul(config.units_per_token())
+                .ok_or(PgAcquireError::Reply("a cost past u128 units"))?,
+        };
+        let decision: Decision = stored_decision(config, report).ok_or(PgAcquireError::Reply(
+            "no decision the transition could make",
+        ))?;
+        let seq: i64 = row.get(5);
+        Ok(Outcome {
+            acquired: Acquired {
+                decision,
+                created: row.get(6),
+                replayed: row.get(7),
+            },
+            source: Source::Store,
+            seq: u64::try_from(seq).map_err(|_| PgAcquireError::Reply("a negative counter"))?,
+        })
+    }
+}
+
+/// Why one run of the statement has no answer, by what running it again could do.
+enum Failure {
+    /// No connection could be had: nothing was sent.
+    NoConnection(PgAcquireError),
+    /// The connection broke or the server went away: it may or may not have run.
+    Broken(PgAcquireError),
+    /// PostgreSQL answered with an error, or the answer is malformed: running it again would not help.
+    Refused(PgAcquireError),
+}

@@ -1,0 +1,151 @@
+//! Building a [`PgLimiter`]: its settings, their defaults, and connecting.
+//!
+//! Owns: [`PgBuilder`] with every default (the dedupe defaults and the outage policy's are those of
+//! the in-memory and Redis limiters) and [`PgBuilder::connect`].
+//!
+//! Promises: a limiter exists only with its schema in place at this crate's version, and settings the
+//! statement runs as documented (records per key within [`MAX_RECORDS_PER_KEY`], at least one attempt).
+
+use std::time::Duration;
+
+use bucketproof_limiter::outage::{Fallback, Unavailable};
+use bucketproof_limiter::{Config, Nanos, defaults};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::NoTls;
+
+use crate::error::BuildError;
+use crate::limiter::{PgLimiter, Words};
+use crate::schema::{Namespace, migrate};
+
+/// Upper bound on request-id records per key (they live in the key's row).
+pub const MAX_RECORDS_PER_KEY: usize = 1024;
+
+/// Settings of a [`PgLimiter`]; build one with [`PgLimiter::builder`].
+#[derive(Clone, Debug)]
+pub struct PgBuilder {
+    pub(crate) config: Config,
+    pub(crate) namespace: String,
+    pub(crate) dedupe_window: Nanos,
+    pub(crate) dedupe_per_key: usize,
+    pub(crate) unavailable: Unavailable,
+    pub(crate) attempts: u32,
+    pub(crate) pool_size: usize,
+}
+
+impl PgBuilder {
+    /// The schema (a plain lower-case identifier) the limiter's tables live in; give each
+    /// application its own. Default `bucketproof`.
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
+        self
+    }
+
+    /// Request-id records: live `window` long, at most `per_key` per key. Default: the in-memory
+    /// limiter's, [`defaults::DEDUPE_WINDOW`] and [`defaults::DEDUPE_PER_KEY`]. A window of zero turns
+    /// request ids off (nothing is recorded).
+    pub fn dedupe(mut self, window: Duration, per_key: usize) -> Self {
+        self.dedupe_window = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+        self.dedupe_per_key = per_key;
+        self
+    }
+
+    /// The policy when PostgreSQL is unavailable: the same type and behaviour as the Redis limiter's.
+    /// Default [`Unavailable::FailClosed`].
+    pub fn on_unavailable(mut self, policy: Unavailable) -> Self {
+        self.unavailable = policy;
+        self
+    }
+
+    /// Attempts per acquire; a retry happens only when it cannot double-charge (see the crate docs).
+    /// Default 3.
+    pub fn attempts(mut self, attempts: u32) -> Self {
+        self.attempts = attempts;
+        self
+    }
+
+    /// Connections the pool keeps at most. Default 16.
+    pub fn pool_size(mut self, connections: usize) -> Self {
+        self.pool_size = connections;
+        self
+    }
+
+    /// Validates the settings, connects to `url` (a tokio-postgres connection string or URL), and
+    /// creates the schema in the namespace if it has none (refusing one of another version).
+    pub async fn connect(self, url: &str) -> Result<PgLimiter, BuildError> {
+        let namespace = Namespace::new(&self.namespace)?;
+        if self.dedupe_per_key == 0 || self.dedupe_per_key > MAX_RECORDS_PER_KEY {
+            return Err(BuildError::Settings(format!(
+                "dedupe_per_key is {}; it must be 1 to {MAX_RECORDS_PER_KEY}",
+                self.dedupe_per_key
+            )));
+        }
+        if self.attempts == 0 || self.pool_size == 0 {
+            return Err(BuildError::Settings(
+                "attempts and pool_size must be at least 1".into(),
+            ));
+        }
+        let pg: tokio_postgres::Config =
+            url.parse().map_err(|e| BuildError::Url(format!("{e}")))?;
+        let manager = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(self.pool_size)
+            .build()
+            .map_err(|e| BuildError::Url(format!("{e}")))?;
+        let mut client = pool.get().await?;
+        migrate(&mut client, &namespace).await?;
+        drop(client);
+        Ok(PgLimiter {
+            pool,
+            words: Words::new(&self),
+            acquire: namespace.fill(include_str!("acquire.sql")),
+            cleanup: namespace.fill(include_str!("cleanup.sql")),
+            peek: namespace.fill(include_str!("peek.sql")),
+            forget: namespace.fill("DELETE FROM __NS__.buckets WHERE key = $1"),
+            fallback: Fallback::new(self.unavailable),
+            cleaned_up_to: std::sync::Mutex::new(String::new()),
+            namespace,
+            settings: self,
+        })
+    }
+}
+
+impl PgLimiter {
+    /// Settings for a limiter with `config` for every key, to adjust and then
+    /// [`connect`](PgBuilder::connect).
+    pub fn builder(config: Config) -> PgBuilder {
+        PgBuilder {
+            config,
+            namespace: "bucketproof".into(),
+            dedupe_window: defaults::DEDUPE_WINDOW,
+            dedupe_per_key: defaults::DEDUPE_PER_KEY,
+            unavailable: Unavailable::FailClosed,
+            attempts: 3,
+            pool_size: 16,
+        }
+    }
+
+    /// Shorthand for `PgLimiter::builder(config).namespace(namespace).connect(url)`.
+    pub async fn connect(
+        url: &str,
+        namespace: &str,
+        config: Config,
+    ) -> Result<PgLimiter, BuildError> {
+        PgLimiter::builder(config)
+            .namespace(namespace)
+            .connect(url)
+            .await
+    }
+}
+
+impl PgBuilder {
+    /// The config as a set of one bandwidth (what the outage policy decides over).
+    pub(crate) fn bandwidths(&self) -> bucketproof_limiter::Bandwidths {
+        self.config.into()
+    }
+}

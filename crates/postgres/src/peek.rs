@@ -1,0 +1,84 @@
+//! Peek: a read-only look at a key's bucket.
+//!
+//! Owns: [`PgLimiter::peek`] and its statement (`peek.sql`).
+//!
+//! Promises: nothing is written, refilled or created; the time, the row and the horizon are read from
+//! one snapshot; the view is the core's `snapshot` of the bucket an acquire would find or create (a
+//! key with no row: full at `max(now, horizon)`), exactly. Not covered by the outage policy: an
+//! unreachable server is an error here.
+
+use bucketproof_limiter::internal::snapshot;
+use bucketproof_limiter::{BucketState, Nanos, Peek};
+
+use crate::error::PgAcquireError;
+use crate::limiter::{PgLimiter, classify};
+
+impl PgLimiter {
+    /// What an acquire on `user` at `now` (`None`: the server's clock) would see after refilling,
+    /// without writing anything.
+    pub async fn peek(&self, user: &str, now: Option<Nanos>) -> Result<Peek, PgAcquireError> {
+        let config = self.settings.config;
+        let read = self.read(user, now).await?;
+        let state = read
+            .stored
+            .unwrap_or_else(|| BucketState::full(&config, read.now.max(read.horizon)));
+        let view = snapshot(&config, state, read.now);
+        Ok(Peek {
+            remaining: view.remaining,
+            reset_after: view.reset_after,
+            present: read.stored.is_some(),
+            config,
+        })
+    }
+
+    /// `user`'s bucket as stored (not refilled), if it has a row: for tests and oracles that compare
+    /// states, as the in-memory limiter's `inspect`.
+    pub async fn inspect(&self, user: &str) -> Result<Option<BucketState>, PgAcquireError> {
+        Ok(self.read(user, Some(0)).await?.stored)
+    }
+
+    /// One read of `peek.sql`, checked.
+    async fn read(&self, user: &str, now: Option<Nanos>) -> Result<Read, PgAcquireError> {
+        let config = self.settings.config;
+        let (client, statement) = self.prepared(&self.peek).await?;
+        let now_text = now.map(|now| now.to_string());
+        let row = client
+            .query_one(&statement, &[&user, &now_text])
+            .await
+            .map_err(classify)?;
+        let number = |index: usize| -> Result<u128, PgAcquireError> {
+            row.get::<_, &str>(index)
+                .parse()
+                .map_err(|_| PgAcquireError::Reply("a number that is not a whole u128"))
+        };
+        let instant = |index: usize| -> Result<Nanos, PgAcquireError> {
+            Nanos::try_from(number(index)?)
+                .map_err(|_| PgAcquireError::Reply("an instant past u64"))
+        };
+        let stored = match row.get::<_, Option<&str>>(1) {
+            None => None,
+            Some(_) if row.get::<_, &str>(3) != self.words.fingerprint => {
+                return Err(PgAcquireError::ConfigMismatch(format!(
+                    "the stored bucket of {user:?} is on another config than {}",
+                    self.words.fingerprint
+                )));
+            }
+            Some(_) => Some(
+                BucketState::new(&config, number(1)?, instant(2)?)
+                    .ok_or(PgAcquireError::Reply("a balance above the capacity"))?,
+            ),
+        };
+        Ok(Read {
+            now: instant(0)?,
+            stored,
+            horizon: instant(4)?,
+        })
+    }
+}
+
+/// What `peek.sql` read, from one snapshot.
+struct Read {
+    now: Nanos,
+    stored: Option<BucketState>,
+    horizon: Nanos,
+}
