@@ -1,6 +1,7 @@
 //! Faults, and what a caller sees in each: a backend terminated mid-statement (while it waits for the
 //! key's row lock), under each outage policy, with and without a request id; retries of the same
-//! request ids from many connections at once; and the cleanup skipping a row a decision holds. In
+//! request ids from many connections at once; the cleanup skipping a row a decision holds; and a
+//! decision that saw a row the cleanup drops before the decision can lock it. In
 //! every case: no decision is charged twice, nothing is charged for a call that failed, and an outage
 //! is an error or a flagged fallback, never a denial.
 //!
@@ -245,5 +246,71 @@ async fn the_cleanup_skips_a_row_a_decision_holds_and_never_waits() {
     drop(holder);
     assert!(limiter.inspect("held").await.unwrap().is_some());
     assert!(limiter.inspect("free").await.unwrap().is_none());
+    drop_namespace(&url, &ns).await;
+}
+
+/// The race the cleanup's horizon exists for, made to happen: a decision's snapshot sees a row, the
+/// cleanup (holding the row) drops it and raises the horizon, and only then does the decision get the
+/// row lock. It must not create the key from its stale snapshot (where the horizon is older than the
+/// drop): it runs again and starts the fresh bucket at the drop's judgment time, not at its own
+/// rolled-back `now`, so the second decision credits nothing the first had seen.
+#[tokio::test]
+async fn a_decision_racing_the_cleanup_starts_fresh_at_the_horizon() {
+    let Some(url) = database_url("a_decision_racing_the_cleanup") else {
+        return;
+    };
+    let ns = namespace("race_cleanup");
+    let application = ns.clone();
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let named = format!("{url}{separator}application_name={application}");
+    let config = Config::new(5, Rate::per_second(1)).unwrap();
+    let limiter = Arc::new(PgLimiter::connect(&named, &ns, config).await.unwrap());
+    let second = 1_000_000_000u64;
+    // Charged at 1 s, full again at 2 s; the cleanup judges it at 10 s.
+    limiter.acquire_at("k", 1, second).await.unwrap();
+    let cleanup = client(&url).await;
+    cleanup.batch_execute("BEGIN").await.unwrap();
+    let statement = include_str!("../src/cleanup.sql").replace("__NS__", &ns);
+    let judged = (10 * second).to_string();
+    let step = cleanup
+        .query_one(&statement, &[&Some(judged), &"", &"100"])
+        .await
+        .unwrap();
+    assert_eq!(step.get::<_, i64>(2), 1, "the cleanup dropped the row");
+    // A decision at 3 s (a clock behind the cleanup's) sees the row and waits for its lock.
+    let call = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire_at("k", 1, 3 * second).await }
+    });
+    let admin = client(&url).await;
+    let mut waited = false;
+    for _ in 0..500 {
+        let rows = admin
+            .query(
+                "SELECT 1 FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND application_name = $1",
+                &[&application],
+            )
+            .await
+            .unwrap();
+        if !rows.is_empty() {
+            waited = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        waited,
+        "the decision never waited for the cleanup's row lock"
+    );
+    cleanup.batch_execute("COMMIT").await.unwrap();
+    let outcome = call.await.unwrap().unwrap();
+    assert!(outcome.decision().is_allowed() && outcome.acquired.created);
+    let fresh = limiter.inspect("k").await.unwrap().unwrap();
+    assert_eq!(
+        fresh.last_refill(),
+        10 * second,
+        "the fresh bucket starts at the horizon, not at the stale snapshot's"
+    );
     drop_namespace(&url, &ns).await;
 }
