@@ -1,6 +1,7 @@
 //! The PostgreSQL subject (the one-statement transition, injected time) against the reference model
 //! with every oracle, on the traces it supports: rollbacks, frozen and exact-multiple steps, invalid
-//! costs, request ids, sweeps (its cleanup) and forgets (no per-key reconfigure); and a trace that
+//! costs, request ids, sweeps (its cleanup) and forgets, on keys of one and of several bandwidths (no
+//! per-key reconfigure); and a trace that
 //! needs what it lacks is skipped, never judged. Needs `DATABASE_URL`; without it the test prints a loud SKIP line
 //! and passes, unless `BUCKETPROOF_REQUIRE_POSTGRES=1` (CI), which makes the skip a failure.
 
@@ -17,6 +18,16 @@ fn the_postgres_statement_agrees_with_the_model_on_mixed_traces() {
         return;
     }
     common::assert_agrees_without_reconfigure(1..4, 400, |setup| {
+        Box::new(PostgresSubject::new(setup).unwrap())
+    });
+}
+
+#[test]
+fn the_postgres_statement_agrees_with_the_model_on_keys_of_several_bandwidths() {
+    if !postgres_available("the_postgres_statement_agrees_with_the_model_on_keys_of_several") {
+        return;
+    }
+    common::assert_agrees_on_set_traces(1..4, 400, |setup| {
         Box::new(PostgresSubject::new(setup).unwrap())
     });
 }

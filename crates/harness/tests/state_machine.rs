@@ -118,6 +118,11 @@ fn the_postgres_statement_matches_the_model_and_every_oracle_after_every_step() 
     let registry = Registry::default();
     let outcome = state_machine::run(&|setup| registry.build("postgres", setup), &options).unwrap();
     assert!(outcome.passed(), "{outcome}");
+    // Keys of several bandwidths, in the same row.
+    options.setup.config = several();
+    options.cases = state_machine::cases_from_env(50);
+    let outcome = state_machine::run(&|setup| registry.build("postgres", setup), &options).unwrap();
+    assert!(outcome.passed(), "{outcome}");
 }
 
 /// Property: the state machine has teeth. Each classic bug of a hand-written bucket, and each

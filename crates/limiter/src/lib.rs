@@ -89,7 +89,7 @@ pub const NANOS_PER_SECOND: Nanos = 1_000_000_000;
 #[doc(hidden)]
 pub mod internal {
     pub use crate::bucket::{Attempt, StoredDecision, snapshot, stored_decision, transition};
-    pub use crate::set::transition_set;
+    pub use crate::set::{StoredDecisions, stored_decisions, transition_set};
     use crate::{BucketState, Nanos};
 
     /// A state with any `balance` and cursor, unchecked (see [`BucketState::new`] for the checked

@@ -32,6 +32,15 @@ impl SetState {
         }
     }
 
+    /// A stored state: one balance per bandwidth of `set` (each in its units, at most its capacity)
+    /// and the one cursor. `None` if a balance is missing, extra or above its capacity.
+    pub fn new(set: &Bandwidths, balances: &[u128], last_refill: Nanos) -> Option<SetState> {
+        let fits = balances.len() == set.len()
+            && (set.as_slice().iter().zip(balances))
+                .all(|(bandwidth, &balance)| balance <= bandwidth.config().capacity_units());
+        fits.then(|| SetState::from_balances(balances.iter().copied(), last_refill))
+    }
+
     /// The state of bandwidth `position` as a single bucket, if there is one.
     pub fn bandwidth(&self, position: usize) -> Option<BucketState> {
         let balance = *self.balances.get(position)?;
@@ -207,4 +216,102 @@ pub fn transition_set(
         parts.push(Decision::made(config, &part, attempt, allowed));
     }
     Ok((next, Decisions { parts }))
+}
+
+/// What a store reports of a decision it made on a key of a bandwidth set, rebuilt into the exact
+/// [`Decisions`] by [`stored_decisions`] (not public API: see [`crate::internal`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredDecisions<'a> {
+    /// The store's verdict (every bandwidth's).
+    pub allowed: bool,
+    /// Each bandwidth's balance after the decision, in its units, in the set's order.
+    pub balances_after: &'a [u128],
+    /// The cursor after the decision: `max(now, last_refill)`.
+    pub cursor: Nanos,
+    /// The time the decision was made at.
+    pub now: Nanos,
+    /// The cost, in whole tokens.
+    pub cost: u64,
+}
+
+/// The decision a store made on a key of `set`, rebuilt exactly: [`transition_set`] on the state
+/// before the charge at the store's cursor (nothing to refill, since `cursor >= now`) gives every
+/// part without a second copy of the arithmetic. `None` when the report is no decision the
+/// transition could have made (a balance per bandwidth missing or above its capacity, a cursor
+/// behind `now`, an invalid cost, or a verdict or balance the transition contradicts).
+pub fn stored_decisions(set: &Bandwidths, report: StoredDecisions<'_>) -> Option<Decisions> {
+    if report.balances_after.len() != set.len() || report.cursor < report.now {
+        return None;
+    }
+    let mut before = ArrayVec::<u128, MAX_BANDWIDTHS>::new();
+    for (bandwidth, &after) in set.as_slice().iter().zip(report.balances_after) {
+        let config = bandwidth.config();
+        let charged = if report.allowed {
+            u128::from(report.cost).checked_mul(config.units_per_token())?
+        } else {
+            0
+        };
+        let balance = after.checked_add(charged)?;
+        if balance > config.capacity_units() {
+            return None;
+        }
+        before.push(balance);
+    }
+    let state = SetState::from_balances(before, report.cursor);
+    let attempt = Attempt {
+        cost: report.cost,
+        now: report.now,
+    };
+    let (_, decisions) = transition_set(set, &state, attempt).ok()?;
+    let same_balances = (decisions.parts.iter().zip(report.balances_after))
+        .all(|(part, &after)| part.remaining().units() == after);
+    (decisions.is_allowed() == report.allowed && same_balances).then_some(decisions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Config, Rate};
+
+    fn two() -> Bandwidths {
+        Bandwidths::new([
+            Config::new(3, Rate::per_second(1)).unwrap().into(),
+            Config::new(5, Rate::new(2, 7).unwrap()).unwrap().into(),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn a_stored_decision_is_rebuilt_exactly_and_a_contradicting_one_refused() {
+        let set = two();
+        let state = SetState::from_balances([2_000_000_000, 7_000_000_001], 10);
+        for cost in [1, 2, 3] {
+            let attempt = Attempt { cost, now: 4 };
+            let (next, decisions) = transition_set(&set, &state, attempt).unwrap();
+            let report = StoredDecisions {
+                allowed: decisions.is_allowed(),
+                balances_after: next.balances(),
+                cursor: next.last_refill(),
+                now: 4,
+                cost,
+            };
+            assert_eq!(stored_decisions(&set, report), Some(decisions.clone()));
+            let short = StoredDecisions {
+                balances_after: &next.balances()[..1],
+                ..report
+            };
+            assert_eq!(stored_decisions(&set, short), None);
+            let behind = StoredDecisions { now: 11, ..report };
+            assert_eq!(stored_decisions(&set, behind), None);
+        }
+        // A denial whose every balance covers the cost: the transition would have allowed it.
+        let covered = StoredDecisions {
+            allowed: false,
+            balances_after: state.balances(),
+            cursor: 10,
+            now: 4,
+            cost: 1,
+        };
+        assert_eq!(stored_decisions(&set, covered), None);
+    }
 }

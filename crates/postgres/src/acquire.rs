@@ -1,8 +1,9 @@
 //! The acquire path: the transition's one statement (`acquire.sql`), its answer, its retries and the
 //! outage policy.
 //!
-//! Owns: [`PgLimiter::acquire`], [`PgLimiter::acquire_at`], [`PgLimiter::acquire_with`], the
-//! statement's parameters, the reading of its answer and when to run it again.
+//! Owns: [`PgLimiter::acquire`], [`PgLimiter::acquire_at`], [`PgLimiter::acquire_with`] and their
+//! `acquire_set*` forms (every bandwidth's part), the statement's parameters, the reading of its
+//! answer and when to run it again.
 //!
 //! Promises: a decision from PostgreSQL equals the core's (rebuilt by `stored_decision`, refused if
 //! it is no decision the core could make); the statement runs again only when that cannot charge
@@ -13,9 +14,9 @@
 
 use std::time::Duration;
 
-use bucketproof_limiter::internal::{StoredDecision, stored_decision};
+use bucketproof_limiter::internal::{StoredDecisions, stored_decisions};
 use bucketproof_limiter::outage::Source;
-use bucketproof_limiter::{AcquireError, Acquired, Decision, Nanos, Request};
+use bucketproof_limiter::{AcquireError, Acquired, Decisions, Nanos, Request};
 use tokio_postgres::Row;
 
 use crate::error::PgAcquireError;
@@ -34,7 +35,7 @@ const MAX_BACKOFF: Duration = Duration::from_millis(100);
 
 /// What one run of the statement answered.
 enum Answer {
-    Decided(Outcome),
+    Decided(Box<Outcome<Decisions>>),
     /// The key's row is on another config.
     Mismatch,
     /// Nothing: a race; run it again.
@@ -59,13 +60,43 @@ impl PgLimiter {
 
     /// The full form, as the in-memory limiter's `acquire_with`: `request.now == None` uses the
     /// server's `clock_timestamp()`; a request id makes retries (ours and the caller's) charge at most
-    /// once within the dedupe window.
+    /// once within the dedupe window. For a limiter of several bandwidths the decision is the binding
+    /// part ([`Decisions::binding`]) of [`PgLimiter::acquire_set_with`]'s.
     pub async fn acquire_with(
         &self,
         user: &str,
         request: Request,
     ) -> Result<Outcome, PgAcquireError> {
-        let capacity = self.settings.config.capacity();
+        Ok(self.acquire_set_with(user, request).await?.binding())
+    }
+
+    /// Takes `cost` tokens from every bandwidth of `user` at the server's time: every part.
+    pub async fn acquire_set(
+        &self,
+        user: &str,
+        cost: u64,
+    ) -> Result<Outcome<Decisions>, PgAcquireError> {
+        self.acquire_set_with(user, Request::cost(cost)).await
+    }
+
+    /// Takes `cost` tokens from every bandwidth of `user` at the injected time `now`: every part.
+    pub async fn acquire_set_at(
+        &self,
+        user: &str,
+        cost: u64,
+        now: Nanos,
+    ) -> Result<Outcome<Decisions>, PgAcquireError> {
+        self.acquire_set_with(user, Request::cost(cost).at(now))
+            .await
+    }
+
+    /// The full form with every bandwidth's part of the decision (for one bandwidth, one part).
+    pub async fn acquire_set_with(
+        &self,
+        user: &str,
+        request: Request,
+    ) -> Result<Outcome<Decisions>, PgAcquireError> {
+        let capacity = self.settings.bandwidths.cost_bound();
         if request.cost == 0 || request.cost > capacity {
             return Err(AcquireError::InvalidCost {
                 cost: request.cost,
@@ -78,7 +109,7 @@ impl PgLimiter {
         let mut races = 0;
         let last = loop {
             let failure = match self.run(user, request).await {
-                Ok(Answer::Decided(outcome)) => return Ok(outcome),
+                Ok(Answer::Decided(outcome)) => return Ok(*outcome),
                 Ok(Answer::Mismatch) => {
                     return Err(PgAcquireError::ConfigMismatch(format!(
                         "the stored bucket of {user:?} is on another config than {}",
@@ -114,12 +145,12 @@ impl PgLimiter {
         };
         match self
             .fallback
-            .decide(&self.settings.bandwidths(), request.cost, request.now)?
+            .decide(&self.settings.bandwidths, request.cost, request.now)?
         {
             None => Err(last),
             Some((decisions, source)) => Ok(Outcome {
                 acquired: Acquired {
-                    decision: *decisions.binding(),
+                    decision: decisions,
                     created: false,
                     replayed: false,
                 },
@@ -167,37 +198,37 @@ impl PgLimiter {
         match (decided, rows.is_empty()) {
             (Some(row), _) => self
                 .outcome(row)
-                .map(Answer::Decided)
+                .map(|outcome| Answer::Decided(Box::new(outcome)))
                 .map_err(Failure::Refused),
             (None, false) => Ok(Answer::Mismatch),
             (None, true) => Ok(Answer::Raced),
         }
     }
 
-    /// The statement's decision row as the core's decision.
-    fn outcome(&self, row: &Row) -> Result<Outcome, PgAcquireError> {
-        let config = &self.settings.config;
-        let number = |index: usize| -> Result<u128, PgAcquireError> {
-            row.get::<_, &str>(index)
-                .parse()
+    /// The statement's decision row as the core's decision, every bandwidth's part.
+    fn outcome(&self, row: &Row) -> Result<Outcome<Decisions>, PgAcquireError> {
+        let whole = |text: &str| -> Result<u128, PgAcquireError> {
+            text.parse()
                 .map_err(|_| PgAcquireError::Reply("a number that is not a whole u128"))
         };
         let instant = |index: usize| -> Result<Nanos, PgAcquireError> {
-            Nanos::try_from(number(index)?)
+            Nanos::try_from(whole(row.get(index))?)
                 .map_err(|_| PgAcquireError::Reply("an instant past u64"))
         };
-        let report = StoredDecision {
+        let balances = (row.get::<_, Vec<&str>>(1).into_iter())
+            .map(whole)
+            .collect::<Result<Vec<u128>, _>>()?;
+        let report = StoredDecisions {
             allowed: row.get(0),
-            balance_after: number(1)?,
+            balances_after: &balances,
             cursor: instant(2)?,
             now: instant(3)?,
-            cost_units: number(4)?
-                .checked_mul(config.units_per_token())
-                .ok_or(PgAcquireError::Reply("a cost past u128 units"))?,
+            cost: u64::try_from(whole(row.get(4))?)
+                .map_err(|_| PgAcquireError::Reply("a cost past u64"))?,
         };
-        let decision: Decision = stored_decision(config, report).ok_or(PgAcquireError::Reply(
-            "no decision the transition could make",
-        ))?;
+        let decision = stored_decisions(&self.settings.bandwidths, report).ok_or(
+            PgAcquireError::Reply("no decision the transition could make"),
+        )?;
         let seq: i64 = row.get(5);
         Ok(Outcome {
             acquired: Acquired {

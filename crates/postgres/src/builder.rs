@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use bucketproof_limiter::outage::{Fallback, Unavailable};
-use bucketproof_limiter::{Config, Nanos, defaults};
+use bucketproof_limiter::{Bandwidths, Nanos, defaults};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
@@ -23,7 +23,8 @@ pub const MAX_RECORDS_PER_KEY: usize = 1024;
 /// Settings of a [`PgLimiter`]; build one with [`PgLimiter::builder`].
 #[derive(Clone, Debug)]
 pub struct PgBuilder {
-    pub(crate) config: Config,
+    /// Every key's bandwidths (one, or several: all kept in the key's one row).
+    pub(crate) bandwidths: Bandwidths,
     pub(crate) namespace: String,
     pub(crate) dedupe_window: Nanos,
     pub(crate) dedupe_per_key: usize,
@@ -116,11 +117,12 @@ impl PgBuilder {
 }
 
 impl PgLimiter {
-    /// Settings for a limiter with `config` for every key, to adjust and then
+    /// Settings for a limiter with `config` for every key (a [`Config`](bucketproof_limiter::Config),
+    /// or a [`Bandwidths`] set of several, all of which must cover a cost), to adjust and then
     /// [`connect`](PgBuilder::connect).
-    pub fn builder(config: Config) -> PgBuilder {
+    pub fn builder(config: impl Into<Bandwidths>) -> PgBuilder {
         PgBuilder {
-            config,
+            bandwidths: config.into(),
             namespace: "bucketproof".into(),
             dedupe_window: defaults::DEDUPE_WINDOW,
             dedupe_per_key: defaults::DEDUPE_PER_KEY,
@@ -134,18 +136,11 @@ impl PgLimiter {
     pub async fn connect(
         url: &str,
         namespace: &str,
-        config: Config,
+        config: impl Into<Bandwidths>,
     ) -> Result<PgLimiter, BuildError> {
         PgLimiter::builder(config)
             .namespace(namespace)
             .connect(url)
             .await
-    }
-}
-
-impl PgBuilder {
-    /// The config as a set of one bandwidth (what the outage policy decides over).
-    pub(crate) fn bandwidths(&self) -> bucketproof_limiter::Bandwidths {
-        self.config.into()
     }
 }

@@ -14,7 +14,7 @@
 use std::sync::Mutex;
 
 use bucketproof_limiter::outage::{Fallback, Source};
-use bucketproof_limiter::{Acquired, Config, Decision};
+use bucketproof_limiter::{Acquired, Bandwidths, Config, Decision, Decisions};
 use deadpool_postgres::Pool;
 
 use crate::builder::PgBuilder;
@@ -22,11 +22,12 @@ use crate::error::PgAcquireError;
 use crate::schema::Namespace;
 
 /// What an acquire answers: the core's [`Acquired`], where the decision came from, and the key's
-/// transition counter, which orders concurrent decisions on one key.
+/// transition counter, which orders concurrent decisions on one key. `Outcome` carries one
+/// [`Decision`] (`acquire*`); `Outcome<Decisions>` every bandwidth's part (`acquire_set*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Outcome {
+pub struct Outcome<D = Decision> {
     /// The decision, whether the bucket was created by this call, whether it was a replay.
-    pub acquired: Acquired,
+    pub acquired: Acquired<D>,
     /// PostgreSQL ([`Source::Store`]), or which fallback of the outage policy.
     pub source: Source,
     /// The key's transition counter after this decision (1 for the first; a replay answers the
@@ -38,6 +39,27 @@ impl Outcome {
     /// The decision.
     pub fn decision(&self) -> &Decision {
         &self.acquired.decision
+    }
+}
+
+impl Outcome<Decisions> {
+    /// Every bandwidth's part of the decision.
+    pub fn decisions(&self) -> &Decisions {
+        &self.acquired.decision
+    }
+
+    /// The same outcome with the binding part ([`Decisions::binding`]) as its one decision: what
+    /// `acquire*` answers, as the in-memory limiter's `acquire_at` on a key of several bandwidths.
+    pub fn binding(&self) -> Outcome {
+        Outcome {
+            acquired: Acquired {
+                decision: *self.acquired.decision.binding(),
+                created: self.acquired.created,
+                replayed: self.acquired.replayed,
+            },
+            source: self.source,
+            seq: self.seq,
+        }
     }
 }
 
@@ -60,10 +82,12 @@ pub struct PgLimiter {
 
 /// The settings as the statements take them, rendered once.
 pub(crate) struct Words {
+    /// Per bandwidth, as `numeric[]` literals: capacity in units, p (units per ns), units per token.
     pub(crate) capacity_units: String,
     pub(crate) p: String,
     pub(crate) unit: String,
-    /// The config a row is stored under: units per token / capacity units / p.
+    /// The set a row is stored under: per bandwidth units per token / capacity units / p, joined
+    /// by `;`.
     pub(crate) fingerprint: String,
     pub(crate) window: String,
     pub(crate) keep: String,
@@ -71,17 +95,28 @@ pub(crate) struct Words {
 
 impl Words {
     pub(crate) fn new(settings: &PgBuilder) -> Words {
-        let config = &settings.config;
+        let configs: Vec<Config> = (settings.bandwidths.as_slice().iter())
+            .map(|bandwidth| *bandwidth.config())
+            .collect();
+        let array = |number: fn(&Config) -> u128| {
+            let numbers: Vec<String> = configs.iter().map(|c| number(c).to_string()).collect();
+            format!("{{{}}}", numbers.join(","))
+        };
+        let fingerprints: Vec<String> = (configs.iter())
+            .map(|c| {
+                format!(
+                    "{}/{}/{}",
+                    c.units_per_token(),
+                    c.capacity_units(),
+                    c.units_per_nanosecond()
+                )
+            })
+            .collect();
         Words {
-            capacity_units: config.capacity_units().to_string(),
-            p: config.units_per_nanosecond().to_string(),
-            unit: config.units_per_token().to_string(),
-            fingerprint: format!(
-                "{}/{}/{}",
-                config.units_per_token(),
-                config.capacity_units(),
-                config.units_per_nanosecond()
-            ),
+            capacity_units: array(Config::capacity_units),
+            p: array(|c| u128::from(c.units_per_nanosecond())),
+            unit: array(Config::units_per_token),
+            fingerprint: fingerprints.join(";"),
             window: settings.dedupe_window.to_string(),
             keep: settings.dedupe_per_key.to_string(),
         }
@@ -97,9 +132,15 @@ impl std::fmt::Debug for PgLimiter {
 }
 
 impl PgLimiter {
-    /// The config every key uses.
+    /// The config every key uses; for a limiter of several bandwidths, the first bandwidth's (see
+    /// [`PgLimiter::bandwidths`]).
     pub fn config(&self) -> Config {
-        self.settings.config
+        *self.settings.bandwidths.as_slice()[0].config()
+    }
+
+    /// Every key's bandwidths.
+    pub fn bandwidths(&self) -> &Bandwidths {
+        &self.settings.bandwidths
     }
 
     /// The namespace of the limiter's tables.

@@ -8,38 +8,45 @@
 //! unreachable server is an error here.
 
 use bucketproof_limiter::internal::snapshot;
-use bucketproof_limiter::{BucketState, Nanos, Peek};
+use bucketproof_limiter::{Nanos, Peek, SetState};
 
 use crate::error::PgAcquireError;
 use crate::limiter::{PgLimiter, classify};
 
 impl PgLimiter {
     /// What an acquire on `user` at `now` (`None`: the server's clock) would see after refilling,
-    /// without writing anything.
+    /// without writing anything. For a limiter of several bandwidths: the bandwidth with the fewest
+    /// whole tokens (the first of equals), as the Redis limiter's peek.
     pub async fn peek(&self, user: &str, now: Option<Nanos>) -> Result<Peek, PgAcquireError> {
-        let config = self.settings.config;
+        let set = &self.settings.bandwidths;
         let read = self.read(user, now).await?;
-        let state = read
-            .stored
-            .unwrap_or_else(|| BucketState::full(&config, read.now.max(read.horizon)));
-        let view = snapshot(&config, state, read.now);
-        Ok(Peek {
-            remaining: view.remaining,
-            reset_after: view.reset_after,
-            present: read.stored.is_some(),
-            config,
-        })
+        let present = read.stored.is_some();
+        let state =
+            (read.stored).unwrap_or_else(|| SetState::full(set, read.now.max(read.horizon)));
+        let views = (set.as_slice().iter().enumerate()).filter_map(|(position, bandwidth)| {
+            let config = *bandwidth.config();
+            let view = snapshot(&config, state.bandwidth(position)?, read.now);
+            Some(Peek {
+                remaining: view.remaining,
+                reset_after: view.reset_after,
+                present,
+                config,
+            })
+        });
+        // `min_by_key` keeps the first of equals.
+        views
+            .min_by_key(|view| view.remaining.whole())
+            .ok_or(PgAcquireError::Reply("a set with no bandwidth"))
     }
 
     /// `user`'s bucket as stored (not refilled), if it has a row: for tests and oracles that compare
     /// states, as the in-memory limiter's `inspect`.
-    pub async fn inspect(&self, user: &str) -> Result<Option<BucketState>, PgAcquireError> {
+    pub async fn inspect(&self, user: &str) -> Result<Option<SetState>, PgAcquireError> {
         Ok(self.read(user, Some(0)).await?.stored)
     }
 
     /// One read of `peek.sql`, checked.
     async fn read(&self, user: &str, now: Option<Nanos>) -> Result<Read, PgAcquireError> {
-        let config = self.settings.config;
         let (client, statement) = self.prepared(&self.peek).await?;
         let now_text = now.map(|now| now.to_string());
         let row = client
@@ -55,7 +62,7 @@ impl PgLimiter {
             Nanos::try_from(number(index)?)
                 .map_err(|_| PgAcquireError::Reply("an instant past u64"))
         };
-        let stored = match row.get::<_, Option<&str>>(1) {
+        let stored = match row.get::<_, Option<Vec<&str>>>(1) {
             None => None,
             Some(_) if row.get::<_, &str>(3) != self.words.fingerprint => {
                 return Err(PgAcquireError::ConfigMismatch(format!(
@@ -63,10 +70,16 @@ impl PgLimiter {
                     self.words.fingerprint
                 )));
             }
-            Some(_) => Some(
-                BucketState::new(&config, number(1)?, instant(2)?)
-                    .ok_or(PgAcquireError::Reply("a balance above the capacity"))?,
-            ),
+            Some(balances) => {
+                let balances = (balances.into_iter())
+                    .map(|text| text.parse())
+                    .collect::<Result<Vec<u128>, _>>()
+                    .map_err(|_| PgAcquireError::Reply("a balance that is not a whole u128"))?;
+                Some(
+                    SetState::new(&self.settings.bandwidths, &balances, instant(2)?)
+                        .ok_or(PgAcquireError::Reply("a balance above its capacity"))?,
+                )
+            }
         };
         Ok(Read {
             now: instant(0)?,
@@ -79,6 +92,6 @@ impl PgLimiter {
 /// What `peek.sql` read, from one snapshot.
 struct Read {
     now: Nanos,
-    stored: Option<BucketState>,
+    stored: Option<SetState>,
     horizon: Nanos,
 }

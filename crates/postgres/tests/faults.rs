@@ -27,7 +27,7 @@ async fn row(url: &str, ns: &str, key: &str, config: &Config) -> (i64, u128) {
     let row = client(url)
         .await
         .query_one(
-            &format!("SELECT seq, balance::text FROM {ns}.buckets WHERE key = $1"),
+            &format!("SELECT seq, balances[1]::text FROM {ns}.buckets WHERE key = $1"),
             &[&key],
         )
         .await

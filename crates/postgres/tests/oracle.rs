@@ -92,7 +92,7 @@ async fn decisions_equal_the_cores_decision_by_decision() {
             let row = db
                 .query_one(
                     &format!(
-                        "SELECT balance::text, last_refill::text FROM {ns}.buckets WHERE key = $1"
+                        "SELECT balances[1]::text, last_refill::text FROM {ns}.buckets WHERE key = $1"
                     ),
                     &[key],
                 )

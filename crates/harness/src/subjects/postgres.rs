@@ -5,8 +5,7 @@
 //! its own (so its cleanup's horizon is its own, as a run's clock is) and drops it when dropped.
 //! `sweep` is the crate's cleanup over the whole table, judged at the sweep's `now`; the runner
 //! follows the creations the statement reports. What the crate does not do is unsupported, so a trace
-//! that needs it is skipped visibly: reconfigure (the trait's default), several bandwidths per key, a
-//! key bound.
+//! that needs it is skipped visibly: reconfigure (the trait's default) and a key bound.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,7 +13,7 @@ use bucketproof_limiter::Request;
 use bucketproof_postgres::{PgAcquireError, PgLimiter};
 
 use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
-use crate::subjects::core::{observe_acquired, subject_error};
+use crate::subjects::core::{observe_acquired, observe_set, subject_error};
 use crate::trace::{Acquire, Setup};
 
 /// Distinguishes subjects made by one process; the process id distinguishes processes.
@@ -28,6 +27,8 @@ pub struct PostgresSubject {
     runtime: tokio::runtime::Runtime,
     /// `None` once dropped.
     limiter: Option<PgLimiter>,
+    /// A key has several bandwidths: every part is observed.
+    several: bool,
 }
 
 fn store(error: PgAcquireError) -> SubjectError {
@@ -45,7 +46,9 @@ impl PostgresSubject {
                 "a key bound below the default (a table on PostgreSQL has none)",
             ));
         }
-        let config = crate::subjects::one_bandwidth(&setup.config)?;
+        let config =
+            (setup.config.to_bandwidths()).map_err(|e| SubjectError::Build(e.to_string()))?;
+        let several = config.len() > 1;
         let url = std::env::var("DATABASE_URL").map_err(|_| {
             SubjectError::Build("the postgres subject needs DATABASE_URL (a database URL)".into())
         })?;
@@ -71,6 +74,7 @@ impl PostgresSubject {
         Ok(PostgresSubject {
             runtime,
             limiter: Some(limiter),
+            several,
         })
     }
 
@@ -92,9 +96,17 @@ impl Subject for PostgresSubject {
         let key = acquire.key.to_string();
         let outcome = self
             .runtime
-            .block_on(self.limiter().acquire_with(&key, request))
+            .block_on(self.limiter().acquire_set_with(&key, request))
             .map_err(store)?;
-        Ok(observe_acquired(&outcome.acquired))
+        let acquired = &outcome.acquired;
+        if self.several {
+            return Ok(observe_set(
+                &acquired.decision,
+                acquired.created,
+                acquired.replayed,
+            ));
+        }
+        Ok(observe_acquired(&outcome.binding().acquired))
     }
 
     fn forget(&mut self, key: u64) -> Result<(), SubjectError> {
@@ -124,6 +136,7 @@ impl Subject for PostgresSubject {
             .block_on(self.limiter().inspect(&key.to_string()))
         {
             Ok(held) => held
+                .and_then(|state| state.bandwidth(0))
                 .map(|state| Inspected {
                     tokens: Amount::Exact {
                         numer: state.balance(),
