@@ -13,8 +13,8 @@ use bucketproof_harness::{ConfigSpec, Op, Setup, SubjectError};
 use common::{SECOND, postgres_available};
 
 #[test]
-fn the_postgres_statement_agrees_with_the_model_on_mixed_traces() {
-    if !postgres_available("the_postgres_statement_agrees_with_the_model_on_mixed_traces") {
+fn the_postgres_limiter_agrees_with_the_model_on_mixed_traces() {
+    if !postgres_available("the_postgres_limiter_agrees_with_the_model_on_mixed_traces") {
         return;
     }
     common::assert_agrees_without_reconfigure(1..4, 400, |setup| {
@@ -23,8 +23,8 @@ fn the_postgres_statement_agrees_with_the_model_on_mixed_traces() {
 }
 
 #[test]
-fn the_postgres_statement_agrees_with_the_model_on_keys_of_several_bandwidths() {
-    if !postgres_available("the_postgres_statement_agrees_with_the_model_on_keys_of_several") {
+fn the_postgres_limiter_agrees_with_the_model_on_keys_of_several_bandwidths() {
+    if !postgres_available("the_postgres_limiter_agrees_with_the_model_on_keys_of_several") {
         return;
     }
     common::assert_agrees_on_set_traces(1..4, 400, |setup| {

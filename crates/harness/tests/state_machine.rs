@@ -1,5 +1,5 @@
 //! The state machine (`bucketproof_harness::state_machine`) against the project's own subjects: the
-//! core limiter, the Redis script, the PostgreSQL statement, and broken fixtures that must be caught
+//! core limiter, the Redis script, the PostgreSQL limiter, and broken fixtures that must be caught
 //! and shrunk.
 //!
 //! Regressions persist in `tests/state_machine.proptest-regressions` (committed). `PROPTEST_CASES`
@@ -92,19 +92,19 @@ fn the_redis_script_matches_the_model_and_every_oracle_after_every_step() {
     assert!(outcome.passed(), "{outcome}");
 }
 
-/// Property: the PostgreSQL statement's decisions equal the reference model's under the same
+/// Property: the PostgreSQL limiter's decisions equal the reference model's under the same
 /// generated op sequences, with its cleanup as the sweep (fewer cases: each op is a round trip; no
 /// reconfigure and no key bound, which it does not have). Runs only with `DATABASE_URL` (CI sets it,
 /// with `BUCKETPROOF_REQUIRE_POSTGRES=1` turning a skip into a failure).
 #[test]
-fn the_postgres_statement_matches_the_model_and_every_oracle_after_every_step() {
+fn the_postgres_limiter_matches_the_model_and_every_oracle_after_every_step() {
     if std::env::var("DATABASE_URL").is_err() {
         assert!(
             std::env::var_os("BUCKETPROOF_REQUIRE_POSTGRES").is_none(),
             "DATABASE_URL is not set but BUCKETPROOF_REQUIRE_POSTGRES is"
         );
         eprintln!(
-            "\n!!!!! SKIP the_postgres_statement_matches_the_model...: DATABASE_URL is not set !!!!!\n"
+            "\n!!!!! SKIP the_postgres_limiter_matches_the_model...: DATABASE_URL is not set !!!!!\n"
         );
         return;
     }

@@ -20,11 +20,25 @@
 //! RateLimit: "burst";r=4;t=1;pk=:...:, "daily";r=19;t=4320;pk=:...:
 //! ```
 //!
+//! With `DATABASE_URL=<postgres URL>` and the feature `postgres` of this crate, the buckets live in
+//! PostgreSQL (namespace `bucketproof_example`, created on first start), so every server started on
+//! the same database shares each key's quota (with `DAILY_QUOTA`, both bandwidths; every server
+//! must be started with the same limits, or a key's row is refused as on another config: 503).
+//! While PostgreSQL is unreachable the server fails closed: 503, never a made-up 429. Built without
+//! the feature, the server says that it ignores `DATABASE_URL` and limits in memory.
+//!
+//! ```text
+//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/app PORT=3000 cargo run -p bucketproof-headers --features postgres --example server
+//! DATABASE_URL=postgres://postgres@127.0.0.1:5432/app PORT=3001 cargo run -p bucketproof-headers --features postgres --example server
+//! curl -i -H 'x-api-key: alice' http://127.0.0.1:3000/       # both ports draw on alice's one bucket
+//! ```
+//!
 //! `GET /metrics` (not rate-limited) serves Prometheus text: the limiter's counters
 //! (`bucketproof_decisions_total{outcome}`, `bucketproof_live_keys`, evictions, state bytes, lock
 //! contention; `bucketproof-metrics`, read from the limiter's own snapshot just before rendering,
-//! labelled `limiter="api"`) and, with the feature `metrics` of this crate, the layer's own
-//! (`bucketproof_http_responses_total{status}`, the advertised next to the enforced limits):
+//! labelled `limiter="api"`; none on PostgreSQL, whose limiter publishes no counters) and, with the
+//! feature `metrics` of this crate, the layer's own (`bucketproof_http_responses_total{status}`, the
+//! advertised next to the enforced limits):
 //!
 //! ```text
 //! cargo run -p bucketproof-headers --features metrics --example server
@@ -43,12 +57,17 @@ use axum::routing::get;
 use bucketproof_headers::PolicyName;
 use bucketproof_headers::layer::RateLimitLayer;
 use bucketproof_headers::pk::PartitionKeyHasher;
+use bucketproof_headers::source::DecisionSource;
 use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Limiter, Rate};
 use bucketproof_metrics::{Publisher, keyed::WithFillLevels};
 use metrics_exporter_prometheus::PrometheusBuilder;
 
 /// Used only when `BUCKETPROOF_PK_SECRET` is unset; printed as a warning.
 const DEMO_SECRET: &[u8] = b"bucketproof demo secret: replace me";
+
+/// The PostgreSQL schema of the example's buckets (with `DATABASE_URL` and the feature `postgres`).
+#[cfg(feature = "postgres")]
+const NAMESPACE: &str = "bucketproof_example";
 
 /// The API key a request is limited under: `x-api-key`, or one shared anonymous bucket.
 fn api_key(parts: &http::request::Parts) -> String {
@@ -65,22 +84,33 @@ fn cost(parts: &http::request::Parts) -> u64 {
     if parts.uri.path() == "/report" { 3 } else { 1 }
 }
 
-/// The application: two routes behind the rate-limit layer, each key limited by `limit` (a
-/// [`Config`], or a [`Bandwidths`] set), and `/metrics` outside it.
-///
-/// Each app has its own Prometheus recorder (not the process's global one), so two apps in one
-/// process (the end-to-end tests) count apart.
+/// The application on the in-memory limiter: two routes behind the rate-limit layer, each key
+/// limited by `limit` (a [`Config`], or a [`Bandwidths`] set), and `/metrics` outside it, with the
+/// limiter's counters.
 pub fn app(
     limit: impl Into<Bandwidths>,
     secret: &[u8],
 ) -> Result<Router, Box<dyn std::error::Error>> {
     let limiter: Arc<Limiter<String>> = Arc::new(Limiter::new(limit));
-    let recorder = Arc::new(PrometheusBuilder::new().build_recorder());
-    let handle = recorder.handle();
     // With the token distribution: a scan of the keys per scrape, never per decision.
     let publisher = Publisher::new().add("api", Arc::new(WithFillLevels(Arc::clone(&limiter))));
+    routes(limiter, publisher, secret)
+}
+
+/// The routes behind the layer on `source`, and `/metrics` outside it, serving what `publisher`
+/// reads and the layer records.
+///
+/// Each app has its own Prometheus recorder (not the process's global one), so two apps in one
+/// process (the end-to-end tests) count apart.
+fn routes(
+    source: impl DecisionSource<String> + 'static,
+    publisher: Publisher,
+    secret: &[u8],
+) -> Result<Router, Box<dyn std::error::Error>> {
+    let recorder = Arc::new(PrometheusBuilder::new().build_recorder());
+    let handle = recorder.handle();
     metrics::with_local_recorder(recorder.as_ref(), || publisher.describe());
-    let layer = RateLimitLayer::new(limiter, PolicyName::versioned("api", 1)?, api_key)
+    let layer = RateLimitLayer::new(source, PolicyName::versioned("api", 1)?, api_key)
         .cost(cost)
         .partition_keys(PartitionKeyHasher::new(secret)?);
     #[cfg(feature = "metrics")]
@@ -96,6 +126,41 @@ pub fn app(
         // Routes added after `layer` are not limited: a scrape spends no one's quota.
         .layer(layer)
         .route("/metrics", get(scrape)))
+}
+
+/// The application on a `PgLimiter` at `url` (`DATABASE_URL`): the routes of [`app`], each key
+/// limited by `limit` in the one row every server on the namespace shares. `/metrics` has the
+/// layer's numbers only (feature `metrics`): the limiter publishes none.
+#[cfg(feature = "postgres")]
+async fn on_postgres(
+    url: &str,
+    limit: Bandwidths,
+    secret: &[u8],
+) -> Result<Router, Box<dyn std::error::Error>> {
+    let limiter = bucketproof_postgres::PgLimiter::builder(limit)
+        .namespace(NAMESPACE)
+        .connect(url)
+        .await?;
+    // Not the URL: it may hold a password.
+    println!(
+        "limits in PostgreSQL, namespace {NAMESPACE}: shared by every server on this database"
+    );
+    routes(limiter, Publisher::new(), secret)
+}
+
+/// Without the feature `postgres` there is no PostgreSQL source: say so, and limit in memory
+/// rather than refuse to start.
+#[cfg(not(feature = "postgres"))]
+async fn on_postgres(
+    _url: &str,
+    limit: Bandwidths,
+    secret: &[u8],
+) -> Result<Router, Box<dyn std::error::Error>> {
+    eprintln!(
+        "warning: DATABASE_URL is set but ignored: built without the feature postgres \
+         (cargo run -p bucketproof-headers --features postgres --example server); limits in memory"
+    );
+    app(limit, secret)
 }
 
 #[tokio::main]
@@ -122,8 +187,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Err(_) => burst.into(),
     };
+    let router = match std::env::var("DATABASE_URL") {
+        Ok(url) => on_postgres(&url, limit, &secret).await?,
+        Err(_) => app(limit, &secret)?,
+    };
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, app(limit, &secret)?).await?;
+    axum::serve(listener, router).await?;
     Ok(())
 }

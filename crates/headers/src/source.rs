@@ -1,17 +1,22 @@
-//! Where the layer gets its decisions: the in-memory limiter, or Redis shared by every instance.
+//! Where the layer gets its decisions: the in-memory limiter, or a store shared by every instance,
+//! Redis or PostgreSQL.
 //!
 //! [`DecisionSource`] is the seam. The in-memory [`Limiter`] implements it and never fails for a
-//! store reason; the `RedisLimiter` implements it too (feature `redis`, module `redis`) and reports
-//! an outage as [`SourceError::Unavailable`] (fail closed) or as an [`Outcome`] with
-//! `degraded = true` (a local fallback budget or fail-open decided it). The layer turns the first
-//! into a 503 and flags the second with a response header: an outage is never disguised as an
-//! ordinary denial or approval.
+//! store reason; the `RedisLimiter` (feature `redis`, module `redis`) and the `PgLimiter` (feature
+//! `postgres`, module `postgres`) implement it too, and report an outage as
+//! [`SourceError::Unavailable`] (fail closed) or as an [`Outcome`] with `degraded = true` (a local
+//! fallback budget or fail-open decided it). The layer turns the first into a 503 and flags the
+//! second with a response header: an outage is never disguised as an ordinary denial or approval.
+//! Both stores share one outage policy and the [`bucketproof_limiter::outage::Source`] of a
+//! decision, so what "degraded" means is stated once, here (`store_degraded`), and so is how a
+//! store's decision over a set becomes the advertised parts (`store_set_outcome`).
 //!
 //! A source answers with one [`Outcome`] ([`DecisionSource::decide`]) or with every bandwidth's
 //! part of the decision ([`DecisionSource::decide_set`], a [`SetOutcome`]); the layer asks for the
 //! latter. Its provided body wraps `decide`, so a source that knows one bandwidth per key implements
 //! `decide` alone. The in-memory [`Limiter`] answers `decide_set` with every bandwidth of a key of
-//! several ([`decide_set_at`]), and so does the `RedisLimiter` built with several (its set script).
+//! several ([`decide_set_at`]), and so do the `RedisLimiter` (its set script) and the `PgLimiter`
+//! (its function keeps every bandwidth in the key's row) built with several.
 //!
 //! This module also owns the glue from one limiter [`Decision`] to the advertised numbers
 //! ([`Outcome::advertised`], [`Outcome::retry_after_secs`]), using [`crate::mapping`]'s rounding;
@@ -21,6 +26,8 @@ use std::future::Future;
 use std::hash::Hash;
 use std::sync::Arc;
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
+use bucketproof_limiter::outage::Source;
 use bucketproof_limiter::{AcquireError, Clock, Config, Decision, Limiter, Nanos, Wait};
 
 use crate::mapping::{self, AdvertiseOptions, Advertised};
@@ -86,9 +93,11 @@ impl From<AcquireError> for SourceError {
 /// instance behind the layer.
 #[cfg(feature = "redis")]
 pub mod redis {
-    use bucketproof_redis::{RedisAcquireError, RedisLimiter, Source};
+    use bucketproof_redis::{RedisAcquireError, RedisLimiter};
 
-    use super::{DecisionSource, Outcome, SetOutcome, SourceError};
+    use super::{
+        DecisionSource, Outcome, SetOutcome, SourceError, store_degraded, store_set_outcome,
+    };
 
     /// Keys are the Redis user ids. A decision made by a fallback while Redis is unreachable (the
     /// limiter's `LocalBudget` or `FailOpen` policy) is flagged `degraded`, and so is one that created
@@ -97,16 +106,15 @@ pub mod redis {
     /// outage is [`SourceError::Unavailable`], which the layer answers with 503, never with 429.
     ///
     /// A limiter of several bandwidths answers [`DecisionSource::decide_set`] with every part, one
-    /// item per bandwidth; its set is fixed when it is built (Redis keys of several bandwidths are
-    /// not reconfigured), so the names always match the decision. A fallback decision of the local
-    /// budget, which keeps one bucket, is advertised as that one part under the layer's policy name.
+    /// item per bandwidth (`store_set_outcome`; Redis keys of several bandwidths are not
+    /// reconfigured).
     impl DecisionSource<String> for RedisLimiter {
         async fn decide(&self, key: &String, cost: u64) -> Result<Outcome, SourceError> {
             let outcome = self.acquire(key, cost).await.map_err(source_error)?;
             Ok(Outcome::of(
                 outcome.decision(),
                 cost,
-                outcome.source != Source::Store || outcome.recovering,
+                store_degraded(outcome.source, outcome.recovering),
             ))
         }
 
@@ -115,13 +123,13 @@ pub mod redis {
                 return self.decide(key, cost).await.map(SetOutcome::single);
             }
             let outcome = self.acquire_set(key, cost).await.map_err(source_error)?;
-            let degraded = outcome.source != Source::Store || outcome.recovering;
-            let decisions = outcome.decisions();
-            Ok(
-                SetOutcome::of_set(self.bandwidths(), decisions, cost, degraded).unwrap_or_else(
-                    || SetOutcome::single(Outcome::of(*decisions.binding(), cost, degraded)),
-                ),
-            )
+            let degraded = store_degraded(outcome.source, outcome.recovering);
+            Ok(store_set_outcome(
+                self.bandwidths(),
+                outcome.decisions(),
+                cost,
+                degraded,
+            ))
         }
     }
 
@@ -133,6 +141,80 @@ pub mod redis {
             other => SourceError::Store(other.to_string()),
         }
     }
+}
+
+/// A [`bucketproof_postgres::PgLimiter`] as a source (feature `postgres`): one quota shared by
+/// every instance behind the layer, in the database they already run.
+#[cfg(feature = "postgres")]
+pub mod postgres {
+    use bucketproof_postgres::{PgAcquireError, PgLimiter};
+
+    use super::{
+        DecisionSource, Outcome, SetOutcome, SourceError, store_degraded, store_set_outcome,
+    };
+
+    /// Keys are the limiter's user ids. A decision made by a fallback while PostgreSQL is unavailable
+    /// (the limiter's `LocalBudget` or `FailOpen` policy) is flagged `degraded`; with `FailClosed`
+    /// the outage is [`SourceError::Unavailable`], which the layer answers with 503, never with 429.
+    /// The rows are durable, so no decision is made while recovering from a lost state.
+    ///
+    /// A limiter of several bandwidths answers [`DecisionSource::decide_set`] with every part, one
+    /// item per bandwidth (`store_set_outcome`); [`DecisionSource::decide`] answers the binding part.
+    impl DecisionSource<String> for PgLimiter {
+        async fn decide(&self, key: &String, cost: u64) -> Result<Outcome, SourceError> {
+            let outcome = self.acquire(key, cost).await.map_err(source_error)?;
+            Ok(Outcome::of(
+                *outcome.decision(),
+                cost,
+                store_degraded(outcome.source, false),
+            ))
+        }
+
+        async fn decide_set(&self, key: &String, cost: u64) -> Result<SetOutcome, SourceError> {
+            // One statement for one bandwidth or several: a set of one unnamed bandwidth comes out
+            // as the single part `decide` would give.
+            let outcome = self.acquire_set(key, cost).await.map_err(source_error)?;
+            Ok(store_set_outcome(
+                self.bandwidths(),
+                outcome.decisions(),
+                cost,
+                store_degraded(outcome.source, false),
+            ))
+        }
+    }
+
+    fn source_error(error: PgAcquireError) -> SourceError {
+        match error {
+            PgAcquireError::Invalid(invalid) => invalid.into(),
+            PgAcquireError::Unavailable(_) => SourceError::Unavailable(error.to_string()),
+            // PostgreSQL answered, but not with a decision (a row on another config, a refused
+            // statement, a malformed reply): as unusable as no answer, and no denial.
+            other => SourceError::Store(other.to_string()),
+        }
+    }
+}
+
+/// Whether a shared store's decision is flagged degraded: a fallback of the outage policy made it
+/// (its source is not the store), or the store made it while recovering from a detected loss of
+/// its state. The one rule for every store, so the sources cannot drift apart on it.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn store_degraded(source: Source, recovering: bool) -> bool {
+    source != Source::Store || recovering
+}
+
+/// A shared store's decision over its limiter's set `set`, as the layer advertises it: one part per
+/// bandwidth, named after it. The set is fixed when the store's limiter is built, so the names match
+/// every decision the store makes; a fallback decision of the local budget, which keeps one bucket,
+/// does not match, and is advertised as that one part under the layer's policy name.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+fn store_set_outcome(
+    set: &bucketproof_limiter::Bandwidths,
+    decisions: &bucketproof_limiter::Decisions,
+    cost: u64,
+    degraded: bool,
+) -> SetOutcome {
+    SetOutcome::of_set(set, decisions, cost, degraded)
+        .unwrap_or_else(|| SetOutcome::single(Outcome::of(*decisions.binding(), cost, degraded)))
 }
 
 /// Something that decides whether `key` may spend `cost` now.

@@ -6,6 +6,7 @@
 
 #[path = "../../redis/tests/common/mod.rs"]
 mod common;
+mod proxy;
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -16,8 +17,7 @@ use bucketproof_headers::layer::{DEGRADED_HEADER, RateLimitLayer};
 use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Rate};
 use bucketproof_redis::{RedisLimiter, Unavailable};
 use http::{Request, Response, StatusCode};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
+use proxy::Proxy;
 use tower::{Layer, Service, ServiceExt};
 
 async fn ok(_: Request<()>) -> Result<Response<String>, Infallible> {
@@ -80,41 +80,6 @@ async fn two_instances_behind_the_layer_share_one_quota() {
     // Another user has its own bucket.
     assert_eq!(call(&mut svc_b, "u2").await.status(), StatusCode::OK);
     common::cleanup(&url, &prefix).await;
-}
-
-/// A loopback proxy to Redis that can be cut: every connection through it is dropped and new ones
-/// are refused, as when Redis or the network goes away mid-run.
-struct Proxy {
-    addr: std::net::SocketAddr,
-    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl Proxy {
-    async fn start(upstream: String) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let registry = tasks.clone();
-        let accept = tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                let upstream = upstream.clone();
-                let pipe = tokio::spawn(async move {
-                    if let Ok(mut server) = TcpStream::connect(upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-                    }
-                });
-                registry.lock().unwrap().push(pipe);
-            }
-        });
-        tasks.lock().unwrap().push(accept);
-        Proxy { addr, tasks }
-    }
-
-    fn cut(&self) {
-        for task in self.tasks.lock().unwrap().drain(..) {
-            task.abort();
-        }
-    }
 }
 
 /// Redis gone: fail-closed answers 503 (no limits made up), a local budget answers flagged

@@ -7,10 +7,9 @@
 //!
 //! Promises: a decision from PostgreSQL equals the core's (rebuilt by `stored_decision`, refused if
 //! it is no decision the core could make); the statement runs again only when that cannot charge
-//! twice: when it answered nothing (it changed nothing: a race with a creation or the cleanup), when
-//! no connection could be had (nothing was sent), or when the call carries a request id (the statement
-//! answers a recorded id with its decision); every other failure goes to the outage policy or is a
-//! typed error, never a denial.
+//! twice: when no connection could be had (nothing was sent), or when the call carries a request id
+//! (the function answers a recorded id with its decision); every other failure goes to the outage
+//! policy or is a typed error, never a denial.
 
 use std::time::Duration;
 
@@ -21,11 +20,6 @@ use tokio_postgres::Row;
 
 use crate::error::PgAcquireError;
 use crate::limiter::{Outcome, PgLimiter, classify};
-
-/// Runs of the statement that may answer nothing (each lost a race that changed something else) before
-/// the call gives up; a race needs a creation or a cleanup of the same key in between, so this is
-/// never reached in practice.
-const MAX_RACES: u32 = 64;
 
 /// The pause before the second attempt, doubled each time.
 const FIRST_BACKOFF: Duration = Duration::from_millis(10);
@@ -38,8 +32,6 @@ enum Answer {
     Decided(Box<Outcome<Decisions>>),
     /// The key's row is on another config.
     Mismatch,
-    /// Nothing: a race; run it again.
-    Raced,
 }
 
 impl PgLimiter {
@@ -106,7 +98,6 @@ impl PgLimiter {
         }
         let mut backoff = FIRST_BACKOFF;
         let mut attempt = 1;
-        let mut races = 0;
         let last = loop {
             let failure = match self.run(user, request).await {
                 Ok(Answer::Decided(outcome)) => return Ok(*outcome),
@@ -116,13 +107,6 @@ impl PgLimiter {
                         self.words.fingerprint
                     )));
                 }
-                Ok(Answer::Raced) if races < MAX_RACES => {
-                    races += 1;
-                    continue;
-                }
-                Ok(Answer::Raced) => Failure::Broken(PgAcquireError::Unavailable(
-                    "the statement kept losing races".into(),
-                )),
                 Err(failure) => failure,
             };
             let retry_is_safe = match &failure {
@@ -191,18 +175,15 @@ impl PgLimiter {
                 e @ PgAcquireError::Unavailable(_) => Failure::Broken(e),
                 e => Failure::Refused(e),
             })?;
-        // A decision row, else the marker of a row on another config, else nothing.
-        let decided = rows
-            .iter()
-            .find(|row| row.get::<_, Option<bool>>(0).is_some());
-        match (decided, rows.is_empty()) {
-            (Some(row), _) => self
-                .outcome(row)
-                .map(|outcome| Answer::Decided(Box::new(outcome)))
-                .map_err(Failure::Refused),
-            (None, false) => Ok(Answer::Mismatch),
-            (None, true) => Ok(Answer::Raced),
+        let row = rows
+            .first()
+            .ok_or(Failure::Refused(PgAcquireError::Reply("no row")))?;
+        if row.get::<_, bool>(8) {
+            return Ok(Answer::Mismatch);
         }
+        (self.outcome(row))
+            .map(|outcome| Answer::Decided(Box::new(outcome)))
+            .map_err(Failure::Refused)
     }
 
     /// The statement's decision row as the core's decision, every bandwidth's part.

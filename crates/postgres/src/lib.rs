@@ -1,15 +1,16 @@
-//! bucketproof on PostgreSQL: the exact token-bucket transition as one statement, so several
+//! bucketproof on PostgreSQL: the exact token-bucket transition in one call, so several
 //! instances share one quota through a database they already run.
 //!
 //! Roles: [`PgLimiter`] (`limiter.rs`) is the front end, built by [`PgBuilder`] (`builder.rs`);
-//! `acquire.rs` runs the transition's statement (`acquire.sql`), its retries and the outage policy
+//! `acquire.rs` calls the transition (`acquire.sql`), with its retries and the outage policy
 //! (the same [`Unavailable`] as the Redis limiter's); `cleanup.rs` removes full rows a bounded step at
 //! a time (`cleanup.sql`); `peek.rs` reads without writing (`peek.sql`); [`schema`] owns the namespace
 //! and the versioned tables (`schema.sql`); [`error`] the typed errors.
 //!
-//! The transition runs in the server as one plain-SQL statement, atomic by the key's row: replay a
-//! live request id, or refill to `max(now, last)`, decide, write, record the id, mark when the row
-//! becomes removable. Balances are integers in units of `1/(q * 10^9)` token and instants integer
+//! The transition runs in the server as one PL/pgSQL function (`schema.sql`), called by one prepared
+//! statement and atomic by the key's row lock: replay a live request id, or refill to `max(now,
+//! last)`, decide, write, record the id, mark when the row becomes removable. Several bandwidths per
+//! key live in the same row. Balances are integers in units of `1/(q * 10^9)` token and instants integer
 //! nanoseconds, both `numeric`: exact and unbounded, so no config is refused for its size and nothing
 //! is ever rounded. Time is the server's `clock_timestamp()` (microseconds) or injected.
 //!

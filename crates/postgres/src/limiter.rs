@@ -4,10 +4,10 @@
 //! Owns: the [`PgLimiter`] type (its pool, its statements' texts, the config's words rendered once,
 //! the outage fallback), [`Outcome`], `forget`, and the one helper that runs a statement on a pooled
 //! connection. Each other job has a file: `builder` (settings, connecting), `acquire` (the
-//! transition's statement, its retries and the outage policy), `cleanup`, `peek`.
+//! transition's call, its retries and the outage policy), `cleanup`, `peek`.
 //!
 //! Promises: every decision equals the core's transition on the same state, unit for unit (the
-//! statement computes in `numeric`, and the answer is rebuilt by the core and refused if it is no
+//! function computes in `numeric`, and the answer is rebuilt by the core and refused if it is no
 //! decision the core could make); an invalid cost is an error before anything is sent; time is the
 //! server's `clock_timestamp()` or injected, and a key's cursor never moves back under either.
 

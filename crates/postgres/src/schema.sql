@@ -1,12 +1,12 @@
--- bucketproof-postgres, schema version 4: the tables, created in the namespace `__NS__` (a plain
--- identifier, substituted by `schema.rs`) by `PgLimiter::connect`. The transition itself is one
--- statement, `acquire.sql`, prepared by the client; the cleanup is `cleanup.sql`.
+-- bucketproof-postgres, schema version 5: the tables and the transition's function, created in the
+-- namespace `__NS__` (a plain identifier, substituted by `schema.rs`) by `PgLimiter::connect`. The
+-- client calls the function with one prepared statement (`acquire.sql`); the cleanup is `cleanup.sql`.
 --
 -- Numbers: balances are integers in units of 1/(q * 10^9) token and instants are integer nanoseconds,
 -- both `numeric` (exact, unbounded): nothing is ever rounded, and refill never divides.
 
 CREATE TABLE __NS__.bucketproof_schema (version integer NOT NULL);
-INSERT INTO __NS__.bucketproof_schema VALUES (4);
+INSERT INTO __NS__.bucketproof_schema VALUES (5);
 
 -- One row per key: the bucket (one balance per bandwidth, one cursor), its transition counter, the
 -- set it is on (per bandwidth: units per token / capacity units / p; a row is never read on another
@@ -17,9 +17,6 @@ CREATE TABLE __NS__.buckets (
   last_refill numeric NOT NULL CHECK (last_refill >= 0),
   seq bigint NOT NULL,
   config text NOT NULL,
-  -- The last call's verdict, and whether it was a replay (its answer is then its record).
-  allowed boolean NOT NULL,
-  replayed boolean NOT NULL,
   -- Request-id records, oldest first, each [id, stamp, allowed, balances, cursor, now, cost, seq]
   -- (jsonb numbers are numeric: exact). Kept in the row so a retry racing its original is judged
   -- under the same row lock.
@@ -35,3 +32,147 @@ CREATE TABLE __NS__.buckets (
 -- or later, so a caller's clock that runs back never finds credit it had already used.
 CREATE TABLE __NS__.horizon (at numeric NOT NULL);
 INSERT INTO __NS__.horizon VALUES (0);
+
+-- The whole transition (docs/semantics.md, acquire steps 2-6) in one call, atomic by the key's row
+-- lock, for a key of one or several bandwidths (one element of `caps`, `ps`, `units` and of a row's
+-- `balances` each; one cursor). `injected_now` NULL reads the server's clock once, before any wait:
+-- the cursor max(now, last) never moves back. Each statement in here takes a fresh snapshot, so the
+-- horizon is read only after the row was found missing under FOR UPDATE: a drop by the cleanup that
+-- raced this call has committed by then (FOR UPDATE waited for it), and the fresh bucket starts at
+-- or after its judgment time. The cost is checked by the client (1 to the smallest capacity).
+--   A live record of `rid` answers the recorded decision and changes nothing. Otherwise: refill every
+-- bandwidth to t, allow iff each covers the cost, charge each if allowed, count, record the id (FIFO
+-- of the newest `keep`, dead and same-id records dropped; a window of 0 records nothing) and mark
+-- when the row becomes removable (every bandwidth full, no live record; NULL: never).
+CREATE FUNCTION __NS__.acquire(
+  k text, cost numeric, injected_now numeric, caps numeric[], ps numeric[], units numeric[], fp text,
+  rid text, win numeric, keep integer,
+  OUT o_allowed boolean, OUT o_balances numeric[], OUT o_cursor numeric, OUT o_now numeric,
+  OUT o_cost numeric, OUT o_seq bigint, OUT o_created boolean, OUT o_replayed boolean,
+  OUT o_mismatch boolean
+) LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_now numeric := coalesce(injected_now, trunc(extract(epoch FROM clock_timestamp()) * 1000000000));
+  v_recording boolean := rid IS NOT NULL AND win > 0;
+  v_n integer := cardinality(caps);
+  v_balances numeric[];
+  v_last numeric;
+  v_seq bigint;
+  v_config text;
+  v_t numeric;
+  v_hit jsonb;
+  v_after numeric[];
+  v_full numeric;
+  v_never boolean := false;
+  v_records jsonb;
+  v_until numeric;
+  i integer;
+BEGIN
+  o_created := false;
+  o_replayed := false;
+  o_mismatch := false;
+  o_now := v_now;
+  o_cost := cost;
+  FOR attempt IN 1..100 LOOP
+    -- The records only when this call has an id: a call without one neither reads nor rewrites them.
+    SELECT b.balances, b.last_refill, b.seq, b.config, b.records_until,
+           CASE WHEN v_recording THEN b.records END
+      INTO v_balances, v_last, v_seq, v_config, v_until, v_records
+      FROM __NS__.buckets AS b WHERE b.key = k FOR UPDATE;
+    EXIT WHEN FOUND;
+    -- No row: a fresh bucket, full at max(now, horizon), then charged.
+    SELECT greatest(v_now, h.at) INTO o_cursor FROM __NS__.horizon AS h;
+    o_balances := caps;
+    v_full := o_cursor;
+    FOR i IN 1..v_n LOOP
+      o_balances[i] := caps[i] - cost * units[i];
+      IF ps[i] = 0 THEN
+        v_never := true;
+      ELSE
+        v_full := greatest(v_full, o_cursor + div(cost * units[i] + ps[i] - 1, ps[i]));
+      END IF;
+    END LOOP;
+    v_records := CASE WHEN v_recording
+                      THEN jsonb_build_array(jsonb_build_array(rid, o_cursor, true, to_jsonb(o_balances),
+                                                               o_cursor, v_now, cost, 1))
+                      ELSE '[]'::jsonb END;
+    v_until := CASE WHEN v_recording THEN o_cursor + win END;
+    INSERT INTO __NS__.buckets AS b
+      VALUES (k, o_balances, o_cursor, 1, fp, v_records, v_until,
+              CASE WHEN v_never THEN NULL ELSE greatest(v_full, v_until) END)
+      ON CONFLICT (key) DO NOTHING;
+    IF FOUND THEN
+      o_allowed := true;
+      o_seq := 1;
+      o_created := true;
+      RETURN;
+    END IF;
+    -- Another call created the row meanwhile: lock that one.
+  END LOOP;
+  IF v_config IS NULL THEN
+    RAISE EXCEPTION 'bucketproof: the row of % kept vanishing', k;
+  END IF;
+  IF v_config <> fp THEN
+    o_mismatch := true;
+    RETURN;
+  END IF;
+  v_t := greatest(v_now, v_last);
+  IF v_recording THEN
+    SELECT r INTO v_hit FROM jsonb_array_elements(v_records) AS x(r)
+     WHERE r->>0 = rid AND (r->>1)::numeric + win > v_t LIMIT 1;
+    IF v_hit IS NOT NULL THEN
+      o_allowed := (v_hit->>2)::boolean;
+      o_balances := ARRAY(SELECT jsonb_array_elements_text(v_hit->3))::numeric[];
+      o_cursor := (v_hit->>4)::numeric;
+      o_now := (v_hit->>5)::numeric;
+      o_cost := (v_hit->>6)::numeric;
+      o_seq := (v_hit->>7)::bigint;
+      o_replayed := true;
+      RETURN;
+    END IF;
+  END IF;
+  v_after := v_balances;
+  o_allowed := true;
+  FOR i IN 1..v_n LOOP
+    v_after[i] := least(caps[i], v_balances[i] + (v_t - v_last) * ps[i]);
+    o_allowed := o_allowed AND v_after[i] >= cost * units[i];
+  END LOOP;
+  v_full := v_t;
+  FOR i IN 1..v_n LOOP
+    IF o_allowed THEN
+      v_after[i] := v_after[i] - cost * units[i];
+    END IF;
+    IF v_after[i] < caps[i] THEN
+      IF ps[i] = 0 THEN
+        v_never := true;
+      ELSE
+        v_full := greatest(v_full, v_t + div(caps[i] - v_after[i] + ps[i] - 1, ps[i]));
+      END IF;
+    END IF;
+  END LOOP;
+  o_seq := v_seq + 1;
+  IF v_recording THEN
+    SELECT coalesce(jsonb_agg(kept.r ORDER BY kept.pos), '[]'::jsonb) INTO v_records
+      FROM (SELECT r, pos, row_number() OVER (ORDER BY pos DESC) AS newer
+              FROM jsonb_array_elements(v_records) WITH ORDINALITY AS x(r, pos)
+             WHERE (r->>1)::numeric + win > v_t AND r->>0 <> rid) AS kept
+     WHERE kept.newer < keep;
+    v_records := v_records || jsonb_build_array(jsonb_build_array(rid, v_t, o_allowed,
+                                                                  to_jsonb(v_after), v_t, v_now,
+                                                                  cost, o_seq));
+    v_until := v_t + win;
+    UPDATE __NS__.buckets AS b
+       SET balances = v_after, last_refill = v_t, seq = o_seq, records = v_records,
+           records_until = v_until,
+           expires_at = CASE WHEN v_never THEN NULL ELSE greatest(v_full, v_until) END
+     WHERE b.key = k;
+  ELSE
+    UPDATE __NS__.buckets AS b
+       SET balances = v_after, last_refill = v_t, seq = o_seq,
+           expires_at = CASE WHEN v_never THEN NULL ELSE greatest(v_full, v_until) END
+     WHERE b.key = k;
+  END IF;
+  o_balances := v_after;
+  o_cursor := v_t;
+END
+$fn$;

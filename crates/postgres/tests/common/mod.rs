@@ -12,7 +12,12 @@ pub fn database_url(test: &str) -> Option<String> {
             panic!("{test}: DATABASE_URL is not set and BUCKETPROOF_REQUIRE_POSTGRES is")
         }
         Err(_) => {
-            eprintln!("!!!!! SKIP {test}: DATABASE_URL is not set, nothing checked !!!!!");
+            // Straight to the process's stderr: the test harness hides `eprintln!` of a passing test.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "!!!!! SKIP {test}: DATABASE_URL is not set, nothing checked !!!!!"
+            );
             None
         }
     }
