@@ -12,6 +12,8 @@
 //! call, what any design that writes the row once per decision pays at least. Subjects rotate within
 //! each of 3 rounds; each ratio is ours / that subject within a round, the median round is shown.
 //!
+//! Last, server-side execution per decision without the round trip and the commit (`server_side`).
+//!
 //! Needs `DATABASE_URL` (prints a SKIP line without it). Run from a clone:
 //! `DATABASE_URL=postgres://postgres@127.0.0.1:5432/test cargo bench -p bucketproof-postgres --bench pg`
 //! (`-- --quick` for a short run). Figures: reports/bench-postgres.md.
@@ -274,6 +276,7 @@ async fn main() {
             }
         }
     }
+    server_side(&baseline.pool, &ns).await;
     baseline
         .pool
         .get()
@@ -282,4 +285,71 @@ async fn main() {
         .batch_execute(&format!("DROP SCHEMA {ns} CASCADE"))
         .await
         .unwrap();
+}
+
+/// Server-side execution per decision on the hot key's row, without the round trip, the commit or
+/// the client: the median of 40 interleaved `EXPLAIN (ANALYZE, TIMING OFF)` runs of each prepared
+/// statement (ours, exactly as `acquire` sends it; a PL/pgSQL function that only locks the row and
+/// updates it, the floor of a function; one bare `UPDATE`, the floor subject). Times on a noisy
+/// machine: the medians are the comparable figure.
+async fn server_side(pool: &Pool, ns: &str) {
+    let client = pool.get().await.unwrap();
+    let config = config();
+    let words = format!(
+        "('k0', '1', NULL, '{{{cap}}}', '{{{p}}}', '{{{unit}}}', '{unit}/{cap}/{p}', NULL, '60000000000', '8')",
+        cap = config.capacity_units(),
+        p = config.units_per_nanosecond(),
+        unit = config.units_per_token(),
+    );
+    let ours = include_str!("../src/acquire.sql").replace("__NS__", ns);
+    client
+        .batch_execute(&format!(
+            "CREATE FUNCTION {ns}.lock_and_update(k text) RETURNS bigint LANGUAGE plpgsql AS $fn$
+             DECLARE v_seq bigint;
+             BEGIN
+               SELECT b.seq INTO v_seq FROM {ns}.buckets AS b WHERE b.key = k FOR UPDATE;
+               UPDATE {ns}.buckets AS b SET seq = v_seq + 1 WHERE b.key = k;
+               RETURN v_seq + 1;
+             END $fn$;
+             PREPARE ours(text, text, text, text, text, text, text, text, text, text) AS {ours};
+             PREPARE function_floor(text) AS SELECT {ns}.lock_and_update($1);
+             PREPARE bare_update(text) AS
+               UPDATE {ns}.buckets SET last_refill = last_refill + 1 WHERE key = $1;"
+        ))
+        .await
+        .unwrap();
+    let subjects = [
+        ("bucketproof-postgres (the transition's function)", format!("ours{words}")),
+        (
+            "a PL/pgSQL function that locks and updates the row",
+            "function_floor('k0')".to_owned(),
+        ),
+        ("one bare UPDATE of the row", "bare_update('k0')".to_owned()),
+    ];
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); subjects.len()];
+    for run in 0..43 {
+        for (index, (_, execute)) in subjects.iter().enumerate() {
+            let explain = format!("EXPLAIN (ANALYZE, SUMMARY, TIMING OFF) EXECUTE {execute}");
+            let lines = client.simple_query(&explain).await.unwrap();
+            let ms = lines
+                .iter()
+                .filter_map(|message| match message {
+                    tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0),
+                    _ => None,
+                })
+                .find_map(|line| line.trim().strip_prefix("Execution Time: "))
+                .and_then(|rest| rest.trim_end_matches(" ms").parse::<f64>().ok())
+                .expect("an Execution Time line");
+            // The first runs warm the plans and the function's cache.
+            if run >= 3 {
+                times[index].push(ms);
+            }
+        }
+    }
+    println!();
+    println!("| server-side execution on the hot row (median of 40) | ms |");
+    println!("|---|---:|");
+    for ((name, _), times) in subjects.iter().zip(times) {
+        println!("| {name} | {:.3} |", median(times));
+    }
 }
