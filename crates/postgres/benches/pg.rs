@@ -319,7 +319,10 @@ async fn server_side(pool: &Pool, ns: &str) {
         .await
         .unwrap();
     let subjects = [
-        ("bucketproof-postgres (the transition's function)", format!("ours{words}")),
+        (
+            "bucketproof-postgres (the transition's function)",
+            format!("ours{words}"),
+        ),
         (
             "a PL/pgSQL function that locks and updates the row",
             "function_floor('k0')".to_owned(),
