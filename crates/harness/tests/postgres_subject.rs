@@ -1,7 +1,7 @@
 //! The PostgreSQL subject (the one-statement transition, injected time) against the reference model
 //! with every oracle, on the traces it supports: rollbacks, frozen and exact-multiple steps, invalid
-//! costs, request ids, sweeps (its cleanup) and forgets, on keys of one and of several bandwidths (no
-//! per-key reconfigure); and a trace that
+//! costs, request ids, sweeps (its cleanup), forgets and reconfigurations, on keys of one and of
+//! several bandwidths (no reconfigure of a key of several); and a trace that
 //! needs what it lacks is skipped, never judged. Needs `DATABASE_URL`; without it the test prints a loud SKIP line
 //! and passes, unless `BUCKETPROOF_REQUIRE_POSTGRES=1` (CI), which makes the skip a failure.
 
@@ -9,7 +9,7 @@ mod common;
 
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_harness::subjects::postgres::PostgresSubject;
-use bucketproof_harness::{ConfigSpec, Op, Setup, SubjectError};
+use bucketproof_harness::{BandwidthSpec, ConfigSpec, Op, Setup, SubjectError};
 use common::{SECOND, postgres_available};
 
 #[test]
@@ -17,7 +17,7 @@ fn the_postgres_limiter_agrees_with_the_model_on_mixed_traces() {
     if !postgres_available("the_postgres_limiter_agrees_with_the_model_on_mixed_traces") {
         return;
     }
-    common::assert_agrees_without_reconfigure(1..4, 400, |setup| {
+    common::assert_agrees_on_mixed_traces(1..4, 400, |setup| {
         Box::new(PostgresSubject::new(setup).unwrap())
     });
 }
@@ -37,7 +37,10 @@ fn what_the_postgres_subject_lacks_is_unsupported_not_judged() {
     if !postgres_available("what_the_postgres_subject_lacks_is_unsupported_not_judged") {
         return;
     }
-    let setup = Setup::new(ConfigSpec::new(5, "1/s"));
+    let setup = Setup::new(ConfigSpec::set([
+        BandwidthSpec::new(5, "1/s"),
+        BandwidthSpec::new(9, "1/min").named("slow"),
+    ]));
     let ops = vec![Op::Reconfigure {
         key: 1,
         now: SECOND,

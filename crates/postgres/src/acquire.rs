@@ -88,14 +88,8 @@ impl PgLimiter {
         user: &str,
         request: Request,
     ) -> Result<Outcome<Decisions>, PgAcquireError> {
-        let capacity = self.settings.bandwidths.cost_bound();
-        if request.cost == 0 || request.cost > capacity {
-            return Err(AcquireError::InvalidCost {
-                cost: request.cost,
-                capacity,
-            }
-            .into());
-        }
+        // The cost is checked by the function, against the key's own config (an override may differ
+        // from the limiter's); an invalid one changes nothing there either.
         let mut backoff = FIRST_BACKOFF;
         let mut attempt = 1;
         let last = loop {
@@ -181,6 +175,18 @@ impl PgLimiter {
         if row.get::<_, bool>(8) {
             return Ok(Answer::Mismatch);
         }
+        if let Some(bound) = row.get::<_, Option<&str>>(9) {
+            let capacity = bound
+                .parse()
+                .map_err(|_| Failure::Refused(PgAcquireError::Reply("a capacity past u64")))?;
+            return Err(Failure::Refused(
+                AcquireError::InvalidCost {
+                    cost: request.cost,
+                    capacity,
+                }
+                .into(),
+            ));
+        }
         (self.outcome(row))
             .map(|outcome| Answer::Decided(Box::new(outcome)))
             .map_err(Failure::Refused)
@@ -207,9 +213,10 @@ impl PgLimiter {
             cost: u64::try_from(whole(row.get(4))?)
                 .map_err(|_| PgAcquireError::Reply("a cost past u64"))?,
         };
-        let decision = stored_decisions(&self.settings.bandwidths, report).ok_or(
-            PgAcquireError::Reply("no decision the transition could make"),
-        )?;
+        let set = self.effective(row.get(10))?;
+        let decision = stored_decisions(&set, report).ok_or(PgAcquireError::Reply(
+            "no decision the transition could make",
+        ))?;
         let seq: i64 = row.get(5);
         Ok(Outcome {
             acquired: Acquired {

@@ -6,7 +6,7 @@
 -- fingerprint, $8 the request id (NULL: none), $9 the dedupe window in ns (0: ids are off), $10
 -- records kept per key.
 SELECT a.o_allowed, a.o_balances::text[], a.o_cursor::text, a.o_now::text, a.o_cost::text, a.o_seq,
-       a.o_created, a.o_replayed, a.o_mismatch
+       a.o_created, a.o_replayed, a.o_mismatch, a.o_bound::text, a.o_spec
   FROM __NS__.acquire($1::text, $2::text::numeric, $3::text::numeric, $4::text::numeric[],
                       $5::text::numeric[], $6::text::numeric[], $7::text, $8::text,
                       $9::text::numeric, $10::text::integer) AS a

@@ -47,7 +47,7 @@ pub enum BuildError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PgAcquireError {
-    /// An invalid cost (`0`, or above the capacity): nothing changed.
+    /// An invalid cost (`0`, or above the key's smallest capacity): nothing changed.
     #[error(transparent)]
     Invalid(#[from] AcquireError),
     /// The key's row is on another config (another limiter on the same namespace): nothing changed.
@@ -60,6 +60,9 @@ pub enum PgAcquireError {
     /// PostgreSQL answered with an error of its own.
     #[error("PostgreSQL: {0}")]
     Postgres(tokio_postgres::Error),
+    /// What this limiter does not do (named in the message): nothing changed.
+    #[error("not supported: {0}")]
+    Unsupported(&'static str),
     /// The reply is no decision the transition could make (a bug, never rounded over).
     #[error("malformed reply: {0}")]
     Reply(&'static str),

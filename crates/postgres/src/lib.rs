@@ -2,10 +2,11 @@
 //! instances share one quota through a database they already run.
 //!
 //! Roles: [`PgLimiter`] (`limiter.rs`) is the front end, built by [`PgBuilder`] (`builder.rs`);
-//! `acquire.rs` calls the transition (`acquire.sql`), with its retries and the outage policy
-//! (the same [`Unavailable`] as the Redis limiter's); `cleanup.rs` removes full rows a bounded step at
-//! a time (`cleanup.sql`); `peek.rs` reads without writing (`peek.sql`); [`schema`] owns the namespace
-//! and the versioned tables (`schema.sql`); [`error`] the typed errors.
+//! `acquire.rs` calls the transition (`acquire.sql`), with its retries and the outage policy (the
+//! same [`Unavailable`] as the Redis limiter's); `cleanup.rs` removes full rows a bounded step at a
+//! time (`cleanup.sql`); `peek.rs` reads without writing (`peek.sql`); `reconfigure.rs` gives a key a
+//! config of its own (`reconfigure.sql`); [`schema`] owns the namespace and the versioned tables and
+//! functions (`schema.sql`); [`error`] the typed errors.
 //!
 //! The transition runs in the server as one PL/pgSQL function (`schema.sql`), called by one prepared
 //! statement and atomic by the key's row lock: replay a live request id, or refill to `max(now,
@@ -40,6 +41,7 @@ mod cleanup;
 pub mod error;
 mod limiter;
 mod peek;
+mod reconfigure;
 pub mod schema;
 
 pub use bucketproof_limiter::outage::{Source, Unavailable};

@@ -4,17 +4,18 @@
 //! Owns: the [`PgLimiter`] type (its pool, its statements' texts, the config's words rendered once,
 //! the outage fallback), [`Outcome`], `forget`, and the one helper that runs a statement on a pooled
 //! connection. Each other job has a file: `builder` (settings, connecting), `acquire` (the
-//! transition's call, its retries and the outage policy), `cleanup`, `peek`.
+//! transition's call, its retries and the outage policy), `cleanup`, `peek`, `reconfigure`.
 //!
 //! Promises: every decision equals the core's transition on the same state, unit for unit (the
 //! function computes in `numeric`, and the answer is rebuilt by the core and refused if it is no
-//! decision the core could make); an invalid cost is an error before anything is sent; time is the
+//! decision the core could make); an invalid cost (judged by the function against the key's own
+//! config) is an error that changes nothing; time is the
 //! server's `clock_timestamp()` or injected, and a key's cursor never moves back under either.
 
 use std::sync::Mutex;
 
 use bucketproof_limiter::outage::{Fallback, Source};
-use bucketproof_limiter::{Acquired, Bandwidths, Config, Decision, Decisions};
+use bucketproof_limiter::{Acquired, Bandwidths, Config, Decision, Decisions, Rate};
 use deadpool_postgres::Pool;
 
 use crate::builder::PgBuilder;
@@ -74,6 +75,7 @@ pub struct PgLimiter {
     pub(crate) acquire: String,
     pub(crate) cleanup: String,
     pub(crate) peek: String,
+    pub(crate) reconfigure: String,
     pub(crate) forget: String,
     pub(crate) fallback: Fallback,
     /// The last key the cleanup examined (it goes on from there, wrapping around).
@@ -171,6 +173,25 @@ impl PgLimiter {
             .batch_execute(&self.namespace.fill("DROP SCHEMA IF EXISTS __NS__ CASCADE"))
             .await
             .map_err(classify)
+    }
+
+    /// The bandwidths a key is decided on: its override (`spec`, as `reconfigure` stores it:
+    /// capacity/p/q) or the limiter's.
+    pub(crate) fn effective(&self, spec: Option<&str>) -> Result<Bandwidths, PgAcquireError> {
+        let Some(spec) = spec else {
+            return Ok(self.settings.bandwidths.clone());
+        };
+        let bad = || PgAcquireError::Reply("a stored override that is no config");
+        let mut parts = spec
+            .split('/')
+            .map(|part| part.parse::<u64>().map_err(|_| bad()));
+        let (Some(capacity), Some(p), Some(q), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(bad());
+        };
+        let rate = Rate::new(p?, q?).map_err(|_| bad())?;
+        Ok(Config::new(capacity?, rate).map_err(|_| bad())?.into())
     }
 
     /// A pooled connection and `text` prepared on it (once per connection).

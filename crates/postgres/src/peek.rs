@@ -8,7 +8,7 @@
 //! unreachable server is an error here.
 
 use bucketproof_limiter::internal::snapshot;
-use bucketproof_limiter::{Nanos, Peek, SetState};
+use bucketproof_limiter::{Bandwidths, Nanos, Peek, SetState};
 
 use crate::error::PgAcquireError;
 use crate::limiter::{PgLimiter, classify};
@@ -18,8 +18,8 @@ impl PgLimiter {
     /// without writing anything. For a limiter of several bandwidths: the bandwidth with the fewest
     /// whole tokens (the first of equals), as the Redis limiter's peek.
     pub async fn peek(&self, user: &str, now: Option<Nanos>) -> Result<Peek, PgAcquireError> {
-        let set = &self.settings.bandwidths;
         let read = self.read(user, now).await?;
+        let set = &read.set;
         let present = read.stored.is_some();
         let state =
             (read.stored).unwrap_or_else(|| SetState::full(set, read.now.max(read.horizon)));
@@ -39,10 +39,15 @@ impl PgLimiter {
             .ok_or(PgAcquireError::Reply("a set with no bandwidth"))
     }
 
-    /// `user`'s bucket as stored (not refilled), if it has a row: for tests and oracles that compare
-    /// states, as the in-memory limiter's `inspect`.
-    pub async fn inspect(&self, user: &str) -> Result<Option<SetState>, PgAcquireError> {
-        Ok(self.read(user, Some(0)).await?.stored)
+    /// `user`'s bucket as stored (not refilled) and the bandwidths it is on (its override or the
+    /// limiter's), if it has a row: for tests and oracles that compare states, as the in-memory
+    /// limiter's `inspect`.
+    pub async fn inspect(
+        &self,
+        user: &str,
+    ) -> Result<Option<(SetState, Bandwidths)>, PgAcquireError> {
+        let read = self.read(user, Some(0)).await?;
+        Ok(read.stored.map(|state| (state, read.set)))
     }
 
     /// One read of `peek.sql`, checked.
@@ -62,6 +67,7 @@ impl PgLimiter {
             Nanos::try_from(number(index)?)
                 .map_err(|_| PgAcquireError::Reply("an instant past u64"))
         };
+        let set = self.effective(row.get(5))?;
         let stored = match row.get::<_, Option<Vec<&str>>>(1) {
             None => None,
             Some(_) if row.get::<_, &str>(3) != self.words.fingerprint => {
@@ -76,12 +82,13 @@ impl PgLimiter {
                     .collect::<Result<Vec<u128>, _>>()
                     .map_err(|_| PgAcquireError::Reply("a balance that is not a whole u128"))?;
                 Some(
-                    SetState::new(&self.settings.bandwidths, &balances, instant(2)?)
+                    SetState::new(&set, &balances, instant(2)?)
                         .ok_or(PgAcquireError::Reply("a balance above its capacity"))?,
                 )
             }
         };
         Ok(Read {
+            set,
             now: instant(0)?,
             stored,
             horizon: instant(4)?,
@@ -91,6 +98,8 @@ impl PgLimiter {
 
 /// What `peek.sql` read, from one snapshot.
 struct Read {
+    /// The key's bandwidths: its override, or the limiter's.
+    set: Bandwidths,
     now: Nanos,
     stored: Option<SetState>,
     horizon: Nanos,

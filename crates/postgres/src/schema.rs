@@ -14,7 +14,7 @@ use deadpool_postgres::Client;
 use crate::error::BuildError;
 
 /// The version of the tables this crate reads and writes (and of the statement that serves them).
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 const DDL: &str = include_str!("schema.sql");
 

@@ -1,4 +1,4 @@
--- bucketproof-postgres, schema version 5: the tables and the transition's function, created in the
+-- bucketproof-postgres, schema version 6: the tables and the transition's function, created in the
 -- namespace `__NS__` (a plain identifier, substituted by `schema.rs`) by `PgLimiter::connect`. The
 -- client calls the function with one prepared statement (`acquire.sql`); the cleanup is `cleanup.sql`.
 --
@@ -6,7 +6,7 @@
 -- both `numeric` (exact, unbounded): nothing is ever rounded, and refill never divides.
 
 CREATE TABLE __NS__.bucketproof_schema (version integer NOT NULL);
-INSERT INTO __NS__.bucketproof_schema VALUES (5);
+INSERT INTO __NS__.bucketproof_schema VALUES (6);
 
 -- One row per key: the bucket (one balance per bandwidth, one cursor), its transition counter, the
 -- set it is on (per bandwidth: units per token / capacity units / p; a row is never read on another
@@ -17,15 +17,25 @@ CREATE TABLE __NS__.buckets (
   last_refill numeric NOT NULL CHECK (last_refill >= 0),
   seq bigint NOT NULL,
   config text NOT NULL,
-  -- Request-id records, oldest first, each [id, stamp, allowed, balances, cursor, now, cost, seq]
+  -- Request-id records, oldest first, each [id, stamp, allowed, balances, cursor, now, cost, seq,
+  -- spec] (spec: the key's override when it was decided, null for the limiter's config)
   -- (jsonb numbers are numeric: exact). Kept in the row so a retry racing its original is judged
   -- under the same row lock.
   records jsonb NOT NULL,
   -- The newest record's stamp + the dedupe window (NULL: no record).
   records_until numeric,
   -- From this instant (judged at max(now, last_refill)) the bucket is full with no live record:
-  -- dropping it loses nothing. NULL: never (no refill and not full).
-  expires_at numeric
+  -- dropping it loses nothing. NULL: never (no refill and not full, or the key has an override).
+  expires_at numeric,
+  -- The key's own config, set by `reconfigure` (NULL: the limiter's), as the function takes one
+  -- (capacity in units, p, units per token) and as the client rebuilds it (capacity/p/q). An
+  -- override is explicit state: the row is never removable, only forgotten.
+  override_caps numeric[],
+  override_ps numeric[],
+  override_units numeric[],
+  override_spec text,
+  -- The key's config version: one more per reconfigure.
+  version integer NOT NULL DEFAULT 0
 );
 
 -- The latest judgment time of a dropped bucket: a bucket created afterwards starts its cursor here
@@ -33,23 +43,26 @@ CREATE TABLE __NS__.buckets (
 CREATE TABLE __NS__.horizon (at numeric NOT NULL);
 INSERT INTO __NS__.horizon VALUES (0);
 
--- The whole transition (docs/semantics.md, acquire steps 2-6) in one call, atomic by the key's row
+-- The whole transition (docs/semantics.md, acquire steps 1-6) in one call, atomic by the key's row
 -- lock, for a key of one or several bandwidths (one element of `caps`, `ps`, `units` and of a row's
--- `balances` each; one cursor). `injected_now` NULL reads the server's clock once, before any wait:
--- the cursor max(now, last) never moves back. Each statement in here takes a fresh snapshot, so the
--- horizon is read only after the row was found missing under FOR UPDATE: a drop by the cleanup that
--- raced this call has committed by then (FOR UPDATE waited for it), and the fresh bucket starts at
--- or after its judgment time. The cost is checked by the client (1 to the smallest capacity).
---   A live record of `rid` answers the recorded decision and changes nothing. Otherwise: refill every
--- bandwidth to t, allow iff each covers the cost, charge each if allowed, count, record the id (FIFO
--- of the newest `keep`, dead and same-id records dropped; a window of 0 records nothing) and mark
--- when the row becomes removable (every bandwidth full, no live record; NULL: never).
+-- `balances` each; one cursor); a key with an override is decided on its own config instead.
+-- `injected_now` NULL reads the server's clock once, before any wait: the cursor max(now, last)
+-- never moves back. Each statement in here takes a fresh snapshot, so the horizon is read only after
+-- the row was found missing under FOR UPDATE: a drop by the cleanup that raced this call has
+-- committed by then (FOR UPDATE waited for it), and the fresh bucket starts at or after its judgment
+-- time.
+--   A cost below 1 or above the smallest capacity answers `o_bound` (that capacity) and changes
+-- nothing. A live record of `rid` answers the recorded decision and changes nothing. Otherwise:
+-- refill every bandwidth to t, allow iff each covers the cost, charge each if allowed, count, record
+-- the id (FIFO of the newest `keep`, dead and same-id records dropped; a window of 0 records
+-- nothing) and mark when the row becomes removable (every bandwidth full, no live record, no
+-- override; NULL: never).
 CREATE FUNCTION __NS__.acquire(
   k text, cost numeric, injected_now numeric, caps numeric[], ps numeric[], units numeric[], fp text,
   rid text, win numeric, keep integer,
   OUT o_allowed boolean, OUT o_balances numeric[], OUT o_cursor numeric, OUT o_now numeric,
   OUT o_cost numeric, OUT o_seq bigint, OUT o_created boolean, OUT o_replayed boolean,
-  OUT o_mismatch boolean
+  OUT o_mismatch boolean, OUT o_bound numeric, OUT o_spec text
 ) LANGUAGE plpgsql AS $fn$
 DECLARE
   v_now numeric := coalesce(injected_now, trunc(extract(epoch FROM clock_timestamp()) * 1000000000));
@@ -59,11 +72,16 @@ DECLARE
   v_last numeric;
   v_seq bigint;
   v_config text;
+  v_override_caps numeric[];
+  v_override_ps numeric[];
+  v_override_units numeric[];
   v_t numeric;
   v_hit jsonb;
   v_after numeric[];
   v_full numeric;
   v_never boolean := false;
+  v_valid boolean := cost >= 1;
+  v_bound numeric;
   v_records jsonb;
   v_until numeric;
   i integer;
@@ -76,8 +94,10 @@ BEGIN
   FOR attempt IN 1..100 LOOP
     -- The records only when this call has an id: a call without one neither reads nor rewrites them.
     SELECT b.balances, b.last_refill, b.seq, b.config, b.records_until,
-           CASE WHEN v_recording THEN b.records END
-      INTO v_balances, v_last, v_seq, v_config, v_until, v_records
+           CASE WHEN v_recording THEN b.records END, b.override_caps, b.override_ps,
+           b.override_units, b.override_spec
+      INTO v_balances, v_last, v_seq, v_config, v_until, v_records, v_override_caps,
+           v_override_ps, v_override_units, o_spec
       FROM __NS__.buckets AS b WHERE b.key = k FOR UPDATE;
     EXIT WHEN FOUND;
     -- No row: a fresh bucket, full at max(now, horizon), then charged.
@@ -86,18 +106,25 @@ BEGIN
     v_full := o_cursor;
     FOR i IN 1..v_n LOOP
       o_balances[i] := caps[i] - cost * units[i];
+      v_valid := v_valid AND o_balances[i] >= 0;
+      v_bound := least(v_bound, div(caps[i], units[i]));
       IF ps[i] = 0 THEN
         v_never := true;
       ELSE
         v_full := greatest(v_full, o_cursor + div(cost * units[i] + ps[i] - 1, ps[i]));
       END IF;
     END LOOP;
+    IF NOT v_valid THEN
+      o_bound := v_bound;
+      RETURN;
+    END IF;
     v_records := CASE WHEN v_recording
                       THEN jsonb_build_array(jsonb_build_array(rid, o_cursor, true, to_jsonb(o_balances),
-                                                               o_cursor, v_now, cost, 1))
+                                                               o_cursor, v_now, cost, 1, NULL))
                       ELSE '[]'::jsonb END;
     v_until := CASE WHEN v_recording THEN o_cursor + win END;
     INSERT INTO __NS__.buckets AS b
+           (key, balances, last_refill, seq, config, records, records_until, expires_at)
       VALUES (k, o_balances, o_cursor, 1, fp, v_records, v_until,
               CASE WHEN v_never THEN NULL ELSE greatest(v_full, v_until) END)
       ON CONFLICT (key) DO NOTHING;
@@ -116,7 +143,28 @@ BEGIN
     o_mismatch := true;
     RETURN;
   END IF;
+  IF v_override_caps IS NOT NULL THEN
+    caps := v_override_caps;
+    ps := v_override_ps;
+    units := v_override_units;
+    v_n := cardinality(caps);
+    v_never := true;
+  END IF;
+  v_bound := NULL;
   v_t := greatest(v_now, v_last);
+  -- Refill every bandwidth to t and check the cost against each (nothing is written yet).
+  v_after := v_balances;
+  o_allowed := true;
+  FOR i IN 1..v_n LOOP
+    v_after[i] := least(caps[i], v_balances[i] + (v_t - v_last) * ps[i]);
+    o_allowed := o_allowed AND v_after[i] >= cost * units[i];
+    v_valid := v_valid AND cost * units[i] <= caps[i];
+    v_bound := least(v_bound, div(caps[i], units[i]));
+  END LOOP;
+  IF NOT v_valid THEN
+    o_bound := v_bound;
+    RETURN;
+  END IF;
   IF v_recording THEN
     SELECT r INTO v_hit FROM jsonb_array_elements(v_records) AS x(r)
      WHERE r->>0 = rid AND (r->>1)::numeric + win > v_t LIMIT 1;
@@ -127,16 +175,11 @@ BEGIN
       o_now := (v_hit->>5)::numeric;
       o_cost := (v_hit->>6)::numeric;
       o_seq := (v_hit->>7)::bigint;
+      o_spec := v_hit->>8;
       o_replayed := true;
       RETURN;
     END IF;
   END IF;
-  v_after := v_balances;
-  o_allowed := true;
-  FOR i IN 1..v_n LOOP
-    v_after[i] := least(caps[i], v_balances[i] + (v_t - v_last) * ps[i]);
-    o_allowed := o_allowed AND v_after[i] >= cost * units[i];
-  END LOOP;
   v_full := v_t;
   FOR i IN 1..v_n LOOP
     IF o_allowed THEN
@@ -159,7 +202,7 @@ BEGIN
      WHERE kept.newer < keep;
     v_records := v_records || jsonb_build_array(jsonb_build_array(rid, v_t, o_allowed,
                                                                   to_jsonb(v_after), v_t, v_now,
-                                                                  cost, o_seq));
+                                                                  cost, o_seq, o_spec));
     v_until := v_t + win;
     UPDATE __NS__.buckets AS b
        SET balances = v_after, last_refill = v_t, seq = o_seq, records = v_records,
@@ -174,5 +217,58 @@ BEGIN
   END IF;
   o_balances := v_after;
   o_cursor := v_t;
+END
+$fn$;
+
+-- reconfigure (docs/semantics.md, "reconfigure"), for a limiter of one bandwidth: under the key's
+-- row lock, refill to t = max(now, last) under the key's config (its override, or the limiter's),
+-- convert to the new unit grid rounding down (never creating tokens), clamp to the new capacity, and
+-- store the new config as the key's override (version + 1; never removable from now on). A key with
+-- no row is created first, fresh under the limiter's config at max(now, horizon), as an acquire would.
+CREATE FUNCTION __NS__.reconfigure(
+  k text, injected_now numeric, caps numeric[], ps numeric[], units numeric[], fp text,
+  new_cap numeric, new_p numeric, new_unit numeric, new_spec text,
+  OUT o_mismatch boolean, OUT o_version integer
+) LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_now numeric := coalesce(injected_now, trunc(extract(epoch FROM clock_timestamp()) * 1000000000));
+  v_balance numeric;
+  v_last numeric;
+  v_config text;
+  v_cap numeric;
+  v_p numeric;
+  v_unit numeric;
+  v_t numeric;
+  v_at numeric;
+BEGIN
+  o_mismatch := false;
+  FOR attempt IN 1..100 LOOP
+    SELECT b.balances[1], b.last_refill, b.config, coalesce(b.override_caps[1], caps[1]),
+           coalesce(b.override_ps[1], ps[1]), coalesce(b.override_units[1], units[1]), b.version
+      INTO v_balance, v_last, v_config, v_cap, v_p, v_unit, o_version
+      FROM __NS__.buckets AS b WHERE b.key = k FOR UPDATE;
+    EXIT WHEN FOUND;
+    SELECT greatest(v_now, h.at) INTO v_at FROM __NS__.horizon AS h;
+    INSERT INTO __NS__.buckets AS b
+           (key, balances, last_refill, seq, config, records, records_until, expires_at)
+      VALUES (k, caps, v_at, 0, fp, '[]'::jsonb, NULL, v_at)
+      ON CONFLICT (key) DO NOTHING;
+  END LOOP;
+  IF v_config IS NULL THEN
+    RAISE EXCEPTION 'bucketproof: the row of % kept vanishing', k;
+  END IF;
+  IF v_config <> fp THEN
+    o_mismatch := true;
+    RETURN;
+  END IF;
+  v_t := greatest(v_now, v_last);
+  v_balance := least(v_cap, v_balance + (v_t - v_last) * v_p);
+  o_version := o_version + 1;
+  UPDATE __NS__.buckets AS b
+     SET balances = ARRAY[least(new_cap, div(v_balance * new_unit, v_unit))], last_refill = v_t,
+         override_caps = ARRAY[new_cap], override_ps = ARRAY[new_p],
+         override_units = ARRAY[new_unit], override_spec = new_spec, version = o_version,
+         expires_at = NULL
+   WHERE b.key = k;
 END
 $fn$;

@@ -306,7 +306,7 @@ async fn a_decision_racing_the_cleanup_starts_fresh_at_the_horizon() {
     cleanup.batch_execute("COMMIT").await.unwrap();
     let outcome = call.await.unwrap().unwrap();
     assert!(outcome.decision().is_allowed() && outcome.acquired.created);
-    let fresh = limiter.inspect("k").await.unwrap().unwrap();
+    let (fresh, _) = limiter.inspect("k").await.unwrap().unwrap();
     assert_eq!(
         fresh.last_refill(),
         10 * second,

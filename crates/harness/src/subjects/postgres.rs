@@ -5,7 +5,7 @@
 //! its own (so its cleanup's horizon is its own, as a run's clock is) and drops it when dropped.
 //! `sweep` is the crate's cleanup over the whole table, judged at the sweep's `now`; the runner
 //! follows the creations the statement reports. What the crate does not do is unsupported, so a trace
-//! that needs it is skipped visibly: reconfigure (the trait's default) and a key bound.
+//! that needs it is skipped visibly: a key bound, and reconfigure of a key of several bandwidths.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,7 +14,7 @@ use bucketproof_postgres::{PgAcquireError, PgLimiter};
 
 use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
 use crate::subjects::core::{observe_acquired, observe_set, subject_error};
-use crate::trace::{Acquire, Setup};
+use crate::trace::{Acquire, ConfigSpec, Setup};
 
 /// Distinguishes subjects made by one process; the process id distinguishes processes.
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
@@ -129,15 +129,30 @@ impl Subject for PostgresSubject {
         }
     }
 
+    fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
+        if self.several {
+            return Err(SubjectError::Unsupported(
+                "reconfigure of a key of several bandwidths on PostgreSQL",
+            ));
+        }
+        let config = crate::subjects::one_bandwidth(config)?;
+        self.runtime
+            .block_on(
+                self.limiter()
+                    .reconfigure(&key.to_string(), config, Some(now)),
+            )
+            .map(drop)
+            .map_err(store)
+    }
+
     fn inspect(&mut self, key: u64) -> Inspection {
-        let config = self.limiter().config();
         match self
             .runtime
             .block_on(self.limiter().inspect(&key.to_string()))
         {
             Ok(held) => held
-                .and_then(|state| state.bandwidth(0))
-                .map(|state| Inspected {
+                .and_then(|(state, set)| Some((state.bandwidth(0)?, *set.as_slice()[0].config())))
+                .map(|(state, config)| Inspected {
                     tokens: Amount::Exact {
                         numer: state.balance(),
                         denom: config.units_per_token(),

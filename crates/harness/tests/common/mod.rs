@@ -61,29 +61,6 @@ pub fn assert_agrees_on_mixed_traces(
     assert_agrees(seeds, &setup, |seed| mixed_trace(len, seed), &events, build);
 }
 
-/// The same mixed traces without reconfigurations, on one bandwidth: for a subject that has no
-/// per-key reconfigure.
-pub fn assert_agrees_without_reconfigure(
-    seeds: std::ops::Range<u64>,
-    len: usize,
-    build: impl Fn(&Setup) -> Box<dyn Subject>,
-) {
-    let setup = Setup::new(ConfigSpec::new(5, "3/2s"));
-    let ops = |seed| {
-        (mixed_trace(len, seed).into_iter())
-            .filter(|op| !matches!(op, Op::Reconfigure { .. }))
-            .collect()
-    };
-    let events = [
-        "rollback",
-        "denied",
-        "invalid_cost",
-        "replayed",
-        "saturated",
-    ];
-    assert_agrees(seeds, &setup, ops, &events, build);
-}
-
 /// The same mixed traces without reconfigurations on keys of three bandwidths (a burst, a sustained
 /// rate, a slow quota): every bandwidth's part judged, and denials where one bandwidth covered.
 pub fn assert_agrees_on_set_traces(
