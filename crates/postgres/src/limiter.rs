@@ -53,11 +53,7 @@ impl Outcome<Decisions> {
     /// `acquire*` answers, as the in-memory limiter's `acquire_at` on a key of several bandwidths.
     pub fn binding(&self) -> Outcome {
         Outcome {
-            acquired: Acquired {
-                decision: *self.acquired.decision.binding(),
-                created: self.acquired.created,
-                replayed: self.acquired.replayed,
-            },
+            acquired: self.acquired.binding(),
             source: self.source,
             seq: self.seq,
         }

@@ -133,7 +133,7 @@ async fn a_backend_terminated_mid_statement_charges_nothing_and_is_never_a_denia
         "nothing charged"
     );
 
-    // With a request id the limiter retries (the statement answers a recorded id with its
+    // With a request id the limiter retries (the function answers a recorded id with its
     // decision): the call is decided once, when the lock is released.
     let holder = hold_row(&url, &ns, "k").await;
     let request = Request::cost(2).id(RequestId(41));

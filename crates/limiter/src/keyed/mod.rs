@@ -103,7 +103,7 @@ pub struct Acquired<D = Decision> {
 
 impl Acquired<Decisions> {
     /// The same report with the set's binding part as its decision.
-    pub(crate) fn binding(self) -> Acquired {
+    pub fn binding(&self) -> Acquired {
         Acquired {
             decision: *self.decision.binding(),
             created: self.created,

@@ -317,7 +317,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         if self.holds_set(key, found, settings) {
             return self
                 .acquire_set(hash, key, attempt, request_id, settings)
-                .map(Acquired::binding);
+                .map(|acquired| acquired.binding());
         }
         let (config, state) = self.current_of(hash, key, found, now, settings);
         // Validate the cost before consulting request ids or making room: an error changes nothing.

@@ -50,11 +50,7 @@ impl Outcome<Decisions> {
     /// `acquire*` answers for a key of several bandwidths, as the in-memory limiter's `acquire_at`.
     pub fn binding(&self) -> Outcome {
         Outcome {
-            acquired: Acquired {
-                decision: *self.acquired.decision.binding(),
-                created: self.acquired.created,
-                replayed: self.acquired.replayed,
-            },
+            acquired: self.acquired.binding(),
             source: self.source,
             recovering: self.recovering,
             seq: self.seq,
