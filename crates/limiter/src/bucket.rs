@@ -265,6 +265,106 @@ pub fn transition(
     Ok((next, Decision::made(config, &next, attempt, allowed)))
 }
 
+/// What one settle asks of a bucket: a request that was charged `charged` whole tokens really cost
+/// `actual`, reconciled at `now` (docs/semantics.md, "settle"). A struct for the same reason as
+/// [`Attempt`]: three `u64`s that must not be swapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SettleAttempt {
+    /// What the request's acquire charged, `1..=capacity` when it was made.
+    pub charged: u64,
+    /// What the work really cost, `0..=capacity` to be valid.
+    pub actual: u64,
+    /// The time to settle at.
+    pub now: Nanos,
+}
+
+impl SettleAttempt {
+    /// The extra to charge when the actual cost is above the charge, `None` for a refund.
+    pub(crate) fn extra(&self) -> Option<Attempt> {
+        (self.actual > self.charged).then(|| Attempt {
+            cost: self.actual - self.charged,
+            now: self.now,
+        })
+    }
+
+    /// The units to give back when the actual cost is at most the charge.
+    pub(crate) fn refund_units(&self, config: &Config) -> u128 {
+        u128::from(self.charged.saturating_sub(self.actual)) * config.units_per_token()
+    }
+}
+
+/// One settle on `state`: refill, then either give back `charged - actual` (never above capacity)
+/// or decide the extra `actual - charged` exactly as [`transition`] decides a cost. An `actual`
+/// above the capacity is an error and the caller must keep its old state.
+pub fn settle(
+    config: &Config,
+    state: BucketState,
+    settle: SettleAttempt,
+) -> Result<(BucketState, Decision), AcquireError> {
+    if settle.actual > config.capacity() {
+        return Err(AcquireError::InvalidCost {
+            cost: settle.actual,
+            capacity: config.capacity(),
+        });
+    }
+    if let Some(extra) = settle.extra() {
+        return transition(config, state, extra);
+    }
+    let mut next = state.refilled(config, settle.now);
+    next.balance = (next.balance)
+        .saturating_add(settle.refund_units(config))
+        .min(config.capacity_units());
+    next.assert_valid(config, state.last_refill);
+    let attempt = Attempt {
+        cost: settle.actual,
+        now: settle.now,
+    };
+    Ok((next, Decision::made(config, &next, attempt, true)))
+}
+
+/// What a store reports of one settle it ran: rebuilt into the exact [`Decision`] by
+/// [`stored_settlement`] (not public API: see [`crate::internal`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredSettlement {
+    /// The store's verdict (a refund is always allowed).
+    pub allowed: bool,
+    /// The balance after the settle, in units.
+    pub balance_after: u128,
+    /// The cursor after the settle: `max(now, last_refill)`.
+    pub cursor: Nanos,
+    /// What was asked.
+    pub settle: SettleAttempt,
+}
+
+/// The decision a store made on a settle, rebuilt exactly: an extra through [`stored_decision`], a
+/// refund as the allowed decision that left `balance_after`. `None` when the report is no settle
+/// the transition could have made.
+pub fn stored_settlement(config: &Config, report: StoredSettlement) -> Option<Decision> {
+    let SettleAttempt { actual, now, .. } = report.settle;
+    if actual > config.capacity() {
+        return None;
+    }
+    if let Some(extra) = report.settle.extra() {
+        return stored_decision(
+            config,
+            StoredDecision {
+                allowed: report.allowed,
+                balance_after: report.balance_after,
+                cursor: report.cursor,
+                now,
+                cost_units: u128::from(extra.cost) * config.units_per_token(),
+            },
+        );
+    }
+    let after = BucketState::new(config, report.balance_after, report.cursor)?;
+    let refunded_at_least = report
+        .settle
+        .refund_units(config)
+        .min(config.capacity_units());
+    (report.allowed && report.cursor >= now && after.balance >= refunded_at_least)
+        .then(|| Decision::made(config, &after, Attempt { cost: actual, now }, true))
+}
+
 /// What a shared store (Redis, PostgreSQL) reports of one transition it ran: enough to rebuild the
 /// exact [`Decision`] with [`stored_decision`] (not public API: see [`crate::internal`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -77,3 +77,44 @@ pub enum AcquireError {
         live_keys: usize,
     },
 }
+
+/// Why a settle was refused (docs/semantics.md, "settle"). State is untouched.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettleError {
+    /// `actual > capacity` (the smallest capacity of a set): no acquire could have charged it.
+    #[error("invalid actual cost {actual}: must be at most the capacity {capacity}")]
+    InvalidActual {
+        /// The actual cost given.
+        actual: u64,
+        /// The key's capacity (its smallest, for a set).
+        capacity: u64,
+    },
+    /// The key holds no live record of this request id: it was never acquired with it, or its
+    /// record left the dedupe window or the per-key FIFO, or the key was forgotten or expired.
+    #[error("no live record of this request id on this key (never acquired with it, or expired)")]
+    UnknownRequest,
+    /// The request's acquire was denied: it charged nothing, so there is nothing to settle.
+    #[error("the request was denied: nothing was charged, nothing to settle")]
+    NotAdmitted,
+    /// The request was settled already with another actual cost; a request settles once.
+    #[error("the request was settled already, with actual cost {actual}")]
+    AlreadySettled {
+        /// The actual cost it was settled with.
+        actual: u64,
+    },
+}
+
+impl SettleError {
+    /// The error of a settle whose step refused its `actual` (the only error the settle step has).
+    pub(crate) fn from_step(error: AcquireError) -> SettleError {
+        match error {
+            AcquireError::InvalidCost { cost, capacity } => SettleError::InvalidActual {
+                actual: cost,
+                capacity,
+            },
+            // The settle step makes no room and creates no key.
+            AcquireError::KeyLimitReached { .. } => SettleError::UnknownRequest,
+        }
+    }
+}

@@ -63,9 +63,10 @@ pub use bucket::{BucketState, Decision, Snapshot};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use config::Config;
 pub use direct::DirectLimiter;
-pub use error::{AcquireError, ConfigError};
+pub use error::{AcquireError, ConfigError, SettleError};
 pub use keyed::{
-    Acquired, Builder, EvictionPolicy, FillLevels, Limiter, Peek, Request, RequestId, Stats,
+    Acquired, Builder, EvictionPolicy, FillLevels, Limiter, Peek, Request, RequestId, Settle,
+    Settled, Stats,
 };
 pub use rate::{MAX_RATE_DENOMINATOR, Rate};
 pub use set::{Decisions, SetState};
@@ -88,8 +89,14 @@ pub const NANOS_PER_SECOND: Nanos = 1_000_000_000;
 /// no correct limiter produces.
 #[doc(hidden)]
 pub mod internal {
-    pub use crate::bucket::{Attempt, StoredDecision, snapshot, stored_decision, transition};
-    pub use crate::set::{StoredDecisions, stored_decisions, transition_set};
+    pub use crate::bucket::{
+        Attempt, SettleAttempt, StoredDecision, StoredSettlement, settle, snapshot,
+        stored_decision, stored_settlement, transition,
+    };
+    pub use crate::set::{
+        StoredDecisions, StoredSettlements, settle_set, stored_decisions, stored_settlements,
+        transition_set,
+    };
     use crate::{BucketState, Nanos};
 
     /// A state with any `balance` and cursor, unchecked (see [`BucketState::new`] for the checked

@@ -8,7 +8,9 @@
 
 use arrayvec::ArrayVec;
 
-use crate::bucket::{Attempt, BucketState, Decision};
+use crate::bucket::{
+    Attempt, BucketState, Decision, SettleAttempt, StoredSettlement, settle, stored_settlement,
+};
 use crate::{AcquireError, Bandwidths, MAX_BANDWIDTHS, Nanos, Wait};
 
 /// The state of a key with a bandwidth set: one balance per bandwidth (in units of that bandwidth's
@@ -216,6 +218,83 @@ pub fn transition_set(
         parts.push(Decision::made(config, &part, attempt, allowed));
     }
     Ok((next, Decisions { parts }))
+}
+
+/// One settle on a key with a bandwidth set (docs/semantics.md, "settle"): a refund is each
+/// bandwidth's own [`settle`] (each capped at its capacity); an extra is [`transition_set`] of the
+/// extra, so it is charged to every bandwidth or to none. An `actual` above the smallest capacity is
+/// an error.
+pub fn settle_set(
+    set: &Bandwidths,
+    state: &SetState,
+    attempt: SettleAttempt,
+) -> Result<(SetState, Decisions), AcquireError> {
+    if attempt.actual > set.cost_bound() {
+        return Err(AcquireError::InvalidCost {
+            cost: attempt.actual,
+            capacity: set.cost_bound(),
+        });
+    }
+    if let Some(extra) = attempt.extra() {
+        return transition_set(set, state, extra);
+    }
+    let mut next = state.clone();
+    let mut parts = ArrayVec::new();
+    for (position, bandwidth) in set.as_slice().iter().enumerate() {
+        let (part, decision) = settle(bandwidth.config(), state.part(position), attempt)?;
+        next.balances[position] = part.balance();
+        next.last_refill = part.last_refill();
+        parts.push(decision);
+    }
+    Ok((next, Decisions { parts }))
+}
+
+/// What a store reports of one settle on a key of a bandwidth set, rebuilt by
+/// [`stored_settlements`] (not public API: see [`crate::internal`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoredSettlements<'a> {
+    /// The store's verdict (a refund is always allowed).
+    pub allowed: bool,
+    /// Each bandwidth's balance after the settle, in its units, in the set's order.
+    pub balances_after: &'a [u128],
+    /// The cursor after the settle.
+    pub cursor: Nanos,
+    /// What was asked.
+    pub settle: SettleAttempt,
+}
+
+/// The decisions a store made on a settle of a key of `set`, rebuilt exactly (an extra through
+/// [`stored_decisions`], a refund bandwidth by bandwidth through the single-bucket rebuild); `None`
+/// when the report is no settle [`settle_set`] could have made.
+pub fn stored_settlements(set: &Bandwidths, report: StoredSettlements<'_>) -> Option<Decisions> {
+    if report.balances_after.len() != set.len() || report.settle.actual > set.cost_bound() {
+        return None;
+    }
+    if let Some(extra) = report.settle.extra() {
+        return stored_decisions(
+            set,
+            StoredDecisions {
+                allowed: report.allowed,
+                balances_after: report.balances_after,
+                cursor: report.cursor,
+                now: extra.now,
+                cost: extra.cost,
+            },
+        );
+    }
+    let mut parts = ArrayVec::new();
+    for (bandwidth, &balance_after) in set.as_slice().iter().zip(report.balances_after) {
+        parts.push(stored_settlement(
+            bandwidth.config(),
+            StoredSettlement {
+                allowed: report.allowed,
+                balance_after,
+                cursor: report.cursor,
+                settle: report.settle,
+            },
+        )?);
+    }
+    Some(Decisions { parts })
 }
 
 /// What a store reports of a decision it made on a key of a bandwidth set, rebuilt into the exact

@@ -3,7 +3,8 @@
 //! This file is the public front end: [`Limiter`] and the types its calls take and return. The
 //! engine behind it is private: `shard` (a shard's table, its packed buckets and side map, and the
 //! one decision), `eviction` (the key bound's policy and the sweeps), `records` (request-id
-//! records), `builder` (settings and defaults). What the keyed limiter promises:
+//! records), `settle` (reconciling an admitted request's charge with its actual cost), `builder`
+//! (settings and defaults). What the keyed limiter promises:
 //! - every decision is the crate's one transition on the key's state under the shard lock: read,
 //!   refill, decide, write, in one critical section (checked by loom and shuttle in `tests/`);
 //! - unrelated keys rarely share a lock: keys are spread over shards by a randomly seeded hasher, so
@@ -33,6 +34,7 @@ mod fill;
 mod racy;
 mod records;
 mod set;
+mod settle;
 mod shard;
 #[cfg(test)]
 mod tests;
@@ -45,6 +47,7 @@ use builder::Settings;
 pub use eviction::EvictionPolicy;
 pub use fill::FillLevels;
 pub use records::RequestId;
+pub use settle::{Settle, Settled};
 use shard::Shard;
 
 use crate::bucket::{Attempt, BucketState, Decision, snapshot};

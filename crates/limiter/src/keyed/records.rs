@@ -8,7 +8,9 @@
 //! nothing live, and a key's records are in time order. A replay returns the recorded decision of
 //! the newest live record of that id; a new record of an id replaces the older one, so a dead
 //! record never holds a place that could push out another id's live record (acquire step 6); at
-//! most `per_key` records are kept, the oldest dropped first.
+//! most `per_key` records are kept, the oldest dropped first. A record also holds what its acquire
+//! charged and, once settled, the actual cost and the settlement (docs/semantics.md, "settle"), so a
+//! settle refunds at most once and a retried settle replays.
 
 use std::collections::VecDeque;
 
@@ -42,6 +44,22 @@ impl Recorded {
         }
     }
 
+    /// True if the recorded acquire was admitted (and charged).
+    pub(super) fn is_allowed(&self) -> bool {
+        match self {
+            Recorded::One(decision) => decision.is_allowed(),
+            Recorded::Set(decisions) => decisions.is_allowed(),
+        }
+    }
+
+    /// A settlement as its key holds it: a one-bandwidth key's as its one decision.
+    pub(super) fn of(decisions: Decisions) -> Recorded {
+        match decisions.bandwidths() {
+            [one] => Recorded::One(*one),
+            _ => Recorded::Set(Box::new(decisions)),
+        }
+    }
+
     /// Every bandwidth's part.
     pub(super) fn decisions(&self) -> Decisions {
         match self {
@@ -51,10 +69,23 @@ impl Recorded {
     }
 }
 
-/// One key's request-id records, oldest first: `(id, stamped at, decision)`, stamped with the
-/// effective time of the acquire that made them.
+/// One request-id record: the decision its acquire got, what that acquire charged, and its
+/// settlement once settled.
+pub(super) struct Record {
+    pub(super) id: RequestId,
+    /// The effective time of the acquire that made it.
+    pub(super) stamped_at: Nanos,
+    pub(super) decision: Recorded,
+    /// The acquire's cost (charged if the decision allowed it).
+    pub(super) cost: u64,
+    /// `(actual, settlement)` once an allowed settle reconciled it (boxed: rare, and large).
+    pub(super) settled: Option<Box<(u64, Recorded)>>,
+}
+
+/// One key's request-id records, oldest first, stamped with the effective time of the acquire that
+/// made them.
 #[derive(Default)]
-pub(super) struct Records(VecDeque<(RequestId, Nanos, Recorded)>);
+pub(super) struct Records(VecDeque<Record>);
 
 /// A record stamped at `stamped_at` is live at the key's effective time `at` within `window`:
 /// `at < stamped_at + window`, exactly (no overflow). `at >= stamped_at` always holds for a key's own
@@ -74,8 +105,21 @@ impl Records {
         self.0
             .iter()
             .rev()
-            .find(|(id, stamped_at, _)| *id == request_id && is_live(*stamped_at, at, window))
-            .map(|(_, _, decision)| decision)
+            .find(|record| record.id == request_id && is_live(record.stamped_at, at, window))
+            .map(|record| &record.decision)
+    }
+
+    /// The newest record of `request_id` live at the effective time `at`, to settle.
+    pub(super) fn live_mut(
+        &mut self,
+        request_id: RequestId,
+        at: Nanos,
+        window: Nanos,
+    ) -> Option<&mut Record> {
+        self.0
+            .iter_mut()
+            .rev()
+            .find(|record| record.id == request_id && is_live(record.stamped_at, at, window))
     }
 
     /// True if any record is live at the effective time `at` (which keeps the key's bucket from
@@ -83,26 +127,32 @@ impl Records {
     pub(super) fn any_live(&self, at: Nanos, window: Nanos) -> bool {
         self.0
             .iter()
-            .any(|(_, stamped_at, _)| is_live(*stamped_at, at, window))
+            .any(|record| is_live(record.stamped_at, at, window))
     }
 
-    /// Records `decision` for `request_id` stamped at the effective time `at`, keeping at most
-    /// `per_key` records (`per_key > 0`).
+    /// Records `decision` on a request of `cost` for `request_id` stamped at the effective time
+    /// `at`, keeping at most `per_key` records (`per_key > 0`).
     pub(super) fn record(
         &mut self,
         request_id: RequestId,
         at: Nanos,
-        decision: Recorded,
+        (decision, cost): (Recorded, u64),
         per_key: usize,
     ) {
         let requests = &mut self.0;
         // A new record of an id replaces its older (dead) one: a dead record must not hold a
         // slot that could push out another id's live record.
-        requests.retain(|(id, _, _)| *id != request_id);
+        requests.retain(|record| record.id != request_id);
         while requests.len() >= per_key {
             requests.pop_front();
         }
-        requests.push_back((request_id, at, decision));
+        requests.push_back(Record {
+            id: request_id,
+            stamped_at: at,
+            decision,
+            cost,
+            settled: None,
+        });
     }
 
     pub(super) fn is_empty(&self) -> bool {

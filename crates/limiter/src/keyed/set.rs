@@ -169,7 +169,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         let pos = self.place(hash, key, found, first, now, settings)?;
         self.store_set(pos, key, &set, &next);
         self.record(key, pos, request_id, next.last_refill(), settings, || {
-            Recorded::Set(Box::new(decisions.clone()))
+            (Recorded::Set(Box::new(decisions.clone())), attempt.cost)
         });
         let allowed = decisions.is_allowed();
         Ok(self.decided(decisions, allowed, found))

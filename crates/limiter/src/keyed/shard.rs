@@ -337,7 +337,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         let pos = self.place(hash, key, found, next, now, settings)?;
         self.store(pos, key, next);
         self.record(key, pos, request_id, next.last_refill(), settings, || {
-            Recorded::One(decision)
+            (Recorded::One(decision), cost)
         });
         Ok(self.decided(decision, decision.is_allowed(), found))
     }
@@ -397,7 +397,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             })
     }
 
-    /// Records the decision `recorded` makes under `request_id`, stamped with the acquire's
+    /// Records the decision and cost `recorded` makes under `request_id`, stamped with the acquire's
     /// effective time, the refilled cursor (step 6). A window of 0 keeps nothing live, so nothing is
     /// kept then, nor at a per-key bound of 0 (ids are off).
     #[inline(always)]
@@ -408,7 +408,7 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         request_id: Option<RequestId>,
         at: Nanos,
         settings: &Settings<K>,
-        recorded: impl FnOnce() -> Recorded,
+        recorded: impl FnOnce() -> (Recorded, u64),
     ) {
         let per_key = settings.dedupe_per_key;
         if let Some(request_id) = request_id
