@@ -37,4 +37,4 @@ pub use subject::{
     SubjectFactory,
 };
 pub use subjects::Registry;
-pub use trace::{Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Setup, Trace};
+pub use trace::{Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Settle, Setup, Trace};

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use crate::oracle::{OracleKind, Violation};
 use crate::runner::Failure;
 use crate::scenario::duration::SECOND;
-use crate::trace::{Acquire, Op, Trace};
+use crate::trace::{Acquire, Op, Settle, Trace};
 
 /// Bounds on the work of one shrink. Whichever runs out first ends shrinking.
 ///
@@ -381,7 +381,10 @@ fn mergeable(first: &Op, second: &Op) -> Option<(u64, [u64; 2], u64)> {
 
 /// Renames an op's key (if it has one) by `map`, which holds every key of the trace.
 fn rename_key(op: &mut Op, map: &BTreeMap<u64, u64>) {
-    if let Op::Acquire(Acquire { key, .. }) | Op::Reconfigure { key, .. } | Op::Forget { key } = op
+    if let Op::Acquire(Acquire { key, .. })
+    | Op::Reconfigure { key, .. }
+    | Op::Forget { key }
+    | Op::Settle(Settle { key, .. }) = op
     {
         *key = map.get(key).copied().unwrap_or(*key);
     }
@@ -390,9 +393,10 @@ fn rename_key(op: &mut Op, map: &BTreeMap<u64, u64>) {
 /// Sets an op's time (if it has one) to `to(time)`.
 fn set_time(op: &mut Op, to: impl Fn(u64) -> u64) {
     match op {
-        Op::Acquire(Acquire { now, .. }) | Op::Reconfigure { now, .. } | Op::Sweep { now } => {
-            *now = to(*now)
-        }
+        Op::Acquire(Acquire { now, .. })
+        | Op::Reconfigure { now, .. }
+        | Op::Sweep { now }
+        | Op::Settle(Settle { now, .. }) => *now = to(*now),
         Op::Forget { .. } => {}
     }
 }

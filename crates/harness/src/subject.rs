@@ -10,7 +10,7 @@ use bucketproof_model::Rational;
 
 use crate::profile::Profile;
 use crate::subjects::exec::ExecSpec;
-use crate::trace::{Acquire, ConfigSpec, Op, Setup};
+use crate::trace::{Acquire, ConfigSpec, Op, Settle, Setup};
 
 /// A token amount as a subject reports it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -196,6 +196,15 @@ pub enum SubjectError {
     /// A new key at the key bound.
     #[error("key limit reached")]
     KeyLimitReached,
+    /// A settle of a request id the key holds no live record of (docs/semantics.md, "settle").
+    #[error("unknown request")]
+    UnknownRequest,
+    /// A settle of a request whose acquire was denied.
+    #[error("request not admitted")]
+    NotAdmitted,
+    /// A settle of a request settled already with another actual cost.
+    #[error("request settled already")]
+    AlreadySettled,
     /// The subject cannot do this operation (e.g. a float bucket has no reconfigure).
     #[error("unsupported by this subject: {0}")]
     Unsupported(&'static str),
@@ -220,6 +229,14 @@ pub trait Subject {
     /// `acquire.request_id` if one is given. One [`Acquire`] rather than loose `u64`s, so that a
     /// swapped key, cost or time cannot compile.
     fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError>;
+
+    /// Reconcile the charge of the admitted request `settle.request_id` on `settle.key` with
+    /// `settle.actual` at `settle.now`: a refund or an extra charge, reported like an acquire
+    /// (`replayed` for a settle repeated with the same actual). An actual above capacity is
+    /// [`SubjectError::InvalidCost`].
+    fn settle(&mut self, _settle: Settle) -> Result<Observed, SubjectError> {
+        Err(SubjectError::Unsupported("settle"))
+    }
 
     /// Move `key` to `config` at `now`.
     fn reconfigure(

@@ -397,6 +397,20 @@ impl Acquire {
     }
 }
 
+/// One settle: the request `request_id` admitted on `key` really cost `actual` whole tokens,
+/// reconciled at `now` (docs/semantics.md, "settle"). One value for the same reason as [`Acquire`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Settle {
+    /// The key.
+    pub key: u64,
+    /// The request id its acquire carried.
+    pub request_id: u64,
+    /// What the work really cost (0 gives the whole charge back).
+    pub actual: u64,
+    /// Time of the call, in nanoseconds.
+    pub now: u64,
+}
+
 /// One operation of a trace. Times are `u64` nanoseconds, named `now` as in the limiter (older files
 /// that name them `at` still read).
 ///
@@ -427,6 +441,8 @@ pub enum Op {
         #[serde(alias = "at")]
         now: u64,
     },
+    /// Reconcile an admitted request's charge with its actual cost.
+    Settle(Settle),
 }
 
 /// Prints an acquire as its fields, like the other ops (`Acquire { key: 0, cost: 1, now: 5, request_id:
@@ -443,6 +459,7 @@ impl fmt::Debug for Op {
                 .finish(),
             Op::Forget { key } => f.debug_struct("Forget").field("key", key).finish(),
             Op::Sweep { now } => f.debug_struct("Sweep").field("now", now).finish(),
+            Op::Settle(settle) => settle.fmt(f),
         }
     }
 }
@@ -451,9 +468,10 @@ impl Op {
     /// The op's time, if it has one.
     pub fn now(&self) -> Option<u64> {
         match self {
-            Op::Acquire(Acquire { now, .. }) | Op::Reconfigure { now, .. } | Op::Sweep { now } => {
-                Some(*now)
-            }
+            Op::Acquire(Acquire { now, .. })
+            | Op::Reconfigure { now, .. }
+            | Op::Sweep { now }
+            | Op::Settle(Settle { now, .. }) => Some(*now),
             Op::Forget { .. } => None,
         }
     }
@@ -461,9 +479,10 @@ impl Op {
     /// The key the op touches, if one.
     pub fn key(&self) -> Option<u64> {
         match self {
-            Op::Acquire(Acquire { key, .. }) | Op::Reconfigure { key, .. } | Op::Forget { key } => {
-                Some(*key)
-            }
+            Op::Acquire(Acquire { key, .. })
+            | Op::Reconfigure { key, .. }
+            | Op::Forget { key }
+            | Op::Settle(Settle { key, .. }) => Some(*key),
             Op::Sweep { .. } => None,
         }
     }

@@ -348,6 +348,25 @@ impl ModelBucket {
         (next, decision)
     }
 
+    /// settle step 5 of a refund on a bucket refilled to `t`: "`tokens_i = min(capacity_i, tokens_i + charged -
+    /// actual)`, and the settlement is allowed"; it reports as acquire step 5.
+    pub(crate) fn refunded(
+        &self,
+        config: &ModelConfig,
+        now: u64,
+        refund: u64,
+    ) -> (ModelBucket, ModelDecision) {
+        let next = ModelBucket {
+            tokens: min_whole(config.capacity(), &self.tokens + Integer::from(refund)),
+            last_refill: self.last_refill,
+        };
+        let decision = ModelDecision::Allowed {
+            remaining: next.tokens.clone(),
+            reset_after: next.reset_after(config, now),
+        };
+        (next, decision)
+    }
+
     /// steps 4 and 5 of a denied request on a bucket refilled to `t`: "denied, tokens unchanged", and its
     /// wait "`(t - now) + ceil((cost - tokens) / rate_per_ns)`; `Never` if `rate == 0`". A bucket that covers
     /// `cost` is denied only as one bandwidth of a set another bandwidth of which does not: then "`wait_i = 0`

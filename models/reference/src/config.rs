@@ -130,6 +130,23 @@ pub enum ModelError {
     },
     /// reconfigure step 4: "Invalid new config -> error, nothing changes." Also returned by [`ModelConfig::new`].
     InvalidConfig(ConfigError),
+    /// settle step 1: "`actual > capacity` (the smallest capacity for a set) -> `Err(InvalidCost)`".
+    InvalidActual {
+        /// The actual cost given.
+        actual: u64,
+        /// The key's smallest capacity.
+        capacity: u64,
+    },
+    /// settle step 2: "None (never recorded, out of the window, pushed out of the FIFO, forgotten, or its key
+    /// expired) -> `Err(UnknownRequest)`".
+    UnknownRequest,
+    /// settle step 2: "A record of a denied acquire -> `Err(NotAdmitted)`".
+    NotAdmitted,
+    /// settle step 3: a record settled with another actual: "`Err(AlreadySettled { actual' })`".
+    AlreadySettled {
+        /// The actual it was settled with.
+        actual: u64,
+    },
 }
 
 impl fmt::Display for ModelError {
@@ -140,6 +157,18 @@ impl fmt::Display for ModelError {
                 "invalid cost {cost}: must be between 1 and the capacity {capacity}"
             ),
             ModelError::InvalidConfig(e) => write!(f, "invalid config: {e}"),
+            ModelError::InvalidActual { actual, capacity } => write!(
+                f,
+                "invalid actual cost {actual}: must be at most the capacity {capacity}"
+            ),
+            ModelError::UnknownRequest => write!(f, "no live record of this request id"),
+            ModelError::NotAdmitted => write!(f, "the request was denied: nothing to settle"),
+            ModelError::AlreadySettled { actual } => {
+                write!(
+                    f,
+                    "the request was settled already, with actual cost {actual}"
+                )
+            }
         }
     }
 }
@@ -148,7 +177,7 @@ impl std::error::Error for ModelError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             ModelError::InvalidConfig(e) => Some(e),
-            ModelError::InvalidCost { .. } => None,
+            _ => None,
         }
     }
 }

@@ -59,6 +59,10 @@ struct Record {
     decisions: ModelDecisions,
     /// "stamped with the effective time `t` of the acquire that made it (not the caller's `now`)".
     stamped_at: u64,
+    /// The acquire's cost: "`charged` is the cost of the acquire the record was made for".
+    cost: u64,
+    /// settle step 6: "An allowed settlement marks the record settled with `(actual, settlement)`".
+    settled: Option<(u64, ModelDecisions)>,
 }
 
 /// Everything the model holds for one key. An entry exists while it holds a bucket or an override config.
@@ -338,6 +342,8 @@ impl Model {
                 request_id: id,
                 decisions: decisions.clone(),
                 stamped_at,
+                cost,
+                settled: None,
             });
             while entry.records.len() > self.dedupe_per_key {
                 entry.records.pop_front();
@@ -345,6 +351,70 @@ impl Model {
         }
         entry.check_invariants(set, self.dedupe_per_key);
         Ok(Outcome::of(decisions, false, created))
+    }
+
+    /// settle(key, request_id, actual, now), docs/semantics.md "settle":
+    /// 1. "`actual > capacity` (the smallest capacity for a set) -> `Err(InvalidCost)`" ([`ModelError::InvalidActual`]).
+    /// 2. "The key's live record of `request_id`, judged as in acquire step 2 at `t = max(now, last_refill)`. None
+    ///    ... -> `Err(UnknownRequest)`. A record of a denied acquire -> `Err(NotAdmitted)`."
+    /// 3. "A record already settled with `actual'`: `actual' == actual` returns the recorded settlement unchanged
+    ///    (`replayed`), nothing changes; otherwise `Err(AlreadySettled { actual' })`."
+    /// 4. - 6. [`ModelSetBucket::settle`]; "An allowed settlement marks the record settled with `(actual,
+    ///    settlement)`; its stamp does not change ..., nor does its place in the FIFO. A denied extra leaves the
+    ///    record open." "Settle never creates a key."
+    pub fn settle(
+        &mut self,
+        key: u64,
+        now: u64,
+        request_id: u64,
+        actual: u64,
+    ) -> Result<Outcome, ModelError> {
+        let window = self.dedupe_window_ns;
+        // Step 1, against the key's config whether or not it holds state.
+        let smallest = self.bandwidths_of(key).smallest_capacity();
+        if actual > smallest {
+            return Err(ModelError::InvalidActual {
+                actual,
+                capacity: smallest,
+            });
+        }
+        let default_config = &self.default_config;
+        let entry = self
+            .entries
+            .get_mut(&key)
+            .ok_or(ModelError::UnknownRequest)?;
+        let set = entry.override_config.as_ref().unwrap_or(default_config);
+        // Step 2 (a key with no bucket holds no record).
+        let at = entry.effective_time(now);
+        let bucket = entry.bucket.as_ref().ok_or(ModelError::UnknownRequest)?;
+        let record = (entry.records.iter_mut().rev())
+            .find(|r| r.request_id == request_id && is_live(r.stamped_at, window, at))
+            .ok_or(ModelError::UnknownRequest)?;
+        if !record.decisions.is_allowed() {
+            return Err(ModelError::NotAdmitted);
+        }
+        // Step 3.
+        if let Some((settled_actual, settlement)) = &record.settled {
+            return if *settled_actual == actual {
+                Ok(Outcome::of(settlement.clone(), true, false))
+            } else {
+                Err(ModelError::AlreadySettled {
+                    actual: *settled_actual,
+                })
+            };
+        }
+        // Steps 4-6.
+        let (after, decisions) = bucket.settle(set, now, record.cost, actual)?;
+        assert!(
+            after.last_refill() >= bucket.last_refill(),
+            "last_refill is monotone per key"
+        );
+        if decisions.is_allowed() {
+            record.settled = Some((actual, decisions.clone()));
+        }
+        entry.bucket = Some(after);
+        entry.check_invariants(set, self.dedupe_per_key);
+        Ok(Outcome::of(decisions, false, false))
     }
 
     /// peek(key, now): "Read-only: what step 3 would compute (remaining, reset_after), without writing anything."

@@ -135,6 +135,41 @@ impl ModelSetBucket {
         Ok((next, ModelDecisions::from_parts(decisions)))
     }
 
+    /// settle steps 1 and 4-6 on a set, for a record whose acquire charged `charged`:
+    ///
+    /// 1. "`actual > capacity` (the smallest capacity for a set) -> `Err(InvalidCost)`. `actual == 0` is valid."
+    /// 4. "Refill as acquire step 3 (written back even when the extra is denied)."
+    /// 5. "`actual <= charged`: refund `charged - actual` to every bandwidth, `tokens_i = min(capacity_i, tokens_i
+    ///    + charged - actual)`, and the settlement is allowed. ... `actual > charged`: the extra `actual - charged`
+    ///    is decided as acquire step 4 with that cost" (so [`ModelSetBucket::decide`] of the extra).
+    /// 6. "The settlement reports as acquire step 5".
+    pub fn settle(
+        &self,
+        set: &ModelBandwidths,
+        now: u64,
+        charged: u64,
+        actual: u64,
+    ) -> Result<(Self, ModelDecisions), ModelError> {
+        if actual > set.smallest_capacity() {
+            return Err(ModelError::InvalidActual {
+                actual,
+                capacity: set.smallest_capacity(),
+            });
+        }
+        if actual > charged {
+            return self.decide(set, now, actual - charged);
+        }
+        let mut next = self.refilled(set, now);
+        let mut decisions = PerBandwidth::with_capacity(set.len());
+        for (tokens, config) in next.tokens.iter_mut().zip(set.configs()) {
+            let bucket = ModelBucket::from_parts(std::mem::take(tokens), next.last_refill);
+            let (bucket, decision) = bucket.refunded(config, now, charged - actual);
+            *tokens = bucket.into_tokens();
+            decisions.push(decision);
+        }
+        Ok((next, ModelDecisions::from_parts(decisions)))
+    }
+
     /// "peek reports every bandwidth's `remaining_i` and `reset_after_i`": [`ModelBucket::peek`] per bandwidth,
     /// in the set's order.
     pub fn peek<'a>(

@@ -44,7 +44,8 @@
 //!
 //! All `a <= b` are covered in one streaming pass per op: with `S` the cumulative admitted cost, the
 //! worst `a` is the admitted op `j` maximizing `rate * t_j - S_before_j`, which is kept as a running
-//! maximum. Exact integer arithmetic in units of `1 / (q * 10^9)` token, with a big-integer fallback
+//! maximum. Admitted cost is *net*: a settled extra adds, a settled refund subtracts (docs/semantics.md,
+//! "settle"), and an interval may start just after a refund. Exact integer arithmetic in units of `1 / (q * 10^9)` token, with a big-integer fallback
 //! when an `i128` would overflow.
 
 use std::collections::BTreeMap;
@@ -224,22 +225,34 @@ impl ArrivalCurve {
     /// replayed answer is not an arrival, so it is never observed.
     pub fn observe(&mut self, acquire: Acquire, admitted: bool) -> Result<(), ArrivalBreach> {
         let Acquire { key, cost, now, .. } = acquire;
+        let tokens = if admitted { i128::from(cost) } else { 0 };
+        self.observe_net(key, now, tokens)
+    }
+
+    /// Records `tokens` of net admitted cost on `key` at `now` and checks the bound: an admitted
+    /// acquire's cost, a settled extra (positive), or a settled refund (negative: docs/semantics.md,
+    /// "settle": net admitted cost). 0 only moves the key's effective time.
+    ///
+    /// A refund lowers the cumulative sum, so an interval that starts just after it is the worst
+    /// of those starting there: each op offers the start candidate `p * t - S` with `S` the smaller
+    /// of the sums before and after it (before an arrival, after a refund).
+    pub fn observe_net(&mut self, key: u64, now: u64, tokens: i128) -> Result<(), ArrivalBreach> {
         let Some(curve) = self.keys.get_mut(&key) else {
             return Ok(());
         };
         curve.effective_now = curve.effective_now.max(now);
-        if !admitted {
+        if tokens == 0 {
             return Ok(());
         }
         let t = curve.effective_now;
         let elapsed = (t - curve.segment_start) as i128; // < 2^64
-        let cost_units = cost as i128 * curve.units_per_token; // < 2^126
         if curve.wide.is_none() {
             let fast = (|| {
+                let cost_units = tokens.checked_mul(curve.units_per_token)?;
                 let refill = curve.units_per_ns.checked_mul(elapsed)?;
-                let candidate = refill.checked_sub(curve.admitted)?;
-                let best = curve.best.max(candidate);
                 let admitted = curve.admitted.checked_add(cost_units)?;
+                let candidate = refill.checked_sub(curve.admitted.min(admitted))?;
+                let best = curve.best.max(candidate);
                 let slack = admitted.checked_sub(refill)?.checked_add(best)?;
                 Some((candidate, best, admitted, slack))
             })();
@@ -266,12 +279,14 @@ impl ArrivalCurve {
         }
         let wide = curve.wide.as_mut().expect("set above");
         let refill = Integer::from(curve.units_per_ns) * Integer::from(elapsed);
-        let candidate = &refill - &wide.admitted;
+        let cost_units = Integer::from(tokens) * Integer::from(curve.units_per_token);
+        let admitted = &wide.admitted + &cost_units;
+        let candidate = &refill - (&wide.admitted).min(&admitted);
         if candidate > wide.best {
             wide.best = candidate;
             curve.best_at = t;
         }
-        wide.admitted += Integer::from(cost_units);
+        wide.admitted = admitted;
         let slack = &wide.admitted - &refill + &wide.best;
         if slack <= Integer::from(curve.capacity_units) {
             Ok(())

@@ -117,7 +117,22 @@ fn compare_parts(outcome: &Outcome, got: &[BandwidthObserved]) -> Option<String>
         })
 }
 
-/// Compares one acquire. `expected` is the model's result for the same call.
+/// The subject's error that answers the model's: a refused cost or actual cost is `InvalidCost`,
+/// a settle's refusals are their own kinds.
+pub(crate) fn subject_error_of(error: &ModelError) -> SubjectError {
+    match error {
+        ModelError::InvalidCost { .. } | ModelError::InvalidActual { .. } => {
+            SubjectError::InvalidCost
+        }
+        ModelError::UnknownRequest => SubjectError::UnknownRequest,
+        ModelError::NotAdmitted => SubjectError::NotAdmitted,
+        ModelError::AlreadySettled { .. } => SubjectError::AlreadySettled,
+        other => SubjectError::Build(format!("{other:?}")),
+    }
+}
+
+/// Compares one acquire, or one settle (the same shape of answer). `expected` is the model's
+/// result for the same call.
 pub fn compare_acquire(
     expected: &Result<Outcome, ModelError>,
     got: &Result<Observed, SubjectError>,
@@ -126,10 +141,7 @@ pub fn compare_acquire(
         let expected_observed = expected
             .as_ref()
             .map(observe_model)
-            .map_err(|error| match error {
-                ModelError::InvalidCost { .. } => SubjectError::InvalidCost,
-                other => SubjectError::Build(format!("{other:?}")),
-            });
+            .map_err(subject_error_of);
         Some(Violation::new(
             OracleKind::Model,
             what,
@@ -139,12 +151,17 @@ pub fn compare_acquire(
     };
     let (outcome, observed) = match (expected, got) {
         (Ok(outcome), Ok(observed)) => (outcome, observed),
-        (Err(ModelError::InvalidCost { .. }), Err(SubjectError::InvalidCost)) => {
+        (Err(error), Err(got)) if subject_error_of(error) == *got => {
             return Comparison::default();
         }
-        (Err(_), Ok(observed)) => {
+        (Err(error), Ok(observed)) => {
             return Comparison {
-                violation: mismatch("decision where the model reports an invalid cost"),
+                violation: mismatch(match error {
+                    ModelError::InvalidCost { .. } => {
+                        "decision where the model reports an invalid cost"
+                    }
+                    _ => "decision where the model refuses the settle",
+                }),
                 admission: observed.allowed.then_some(Admission::Over),
                 token_error: None,
             };

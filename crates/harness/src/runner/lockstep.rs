@@ -7,6 +7,7 @@
 //! violation of a step among the oracles switched on ([`crate::oracle::OracleSet`]) wins; the
 //! statistics count every one.
 
+use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut};
 
 use bucketproof_limiter::Wait;
@@ -23,7 +24,7 @@ use crate::oracle::retry_after::Probed;
 use crate::oracle::{OracleKind, OracleSet, Violation, invariants, retry_after};
 use crate::profile::Rounding;
 use crate::subject::{Inspection, Observed, Subject, SubjectError};
-use crate::trace::{Acquire, ConfigSpec, Op, PolicySpec, Setup};
+use crate::trace::{Acquire, ConfigSpec, Op, PolicySpec, Settle, Setup};
 
 /// The subject under test, borrowed for one run or owned by a long-lived stepper.
 pub(super) enum SubjectSlot<'a> {
@@ -72,6 +73,10 @@ pub(super) struct Lockstep<'a> {
     /// bandwidth of the keys that have one.
     arrivals: Vec<ArrivalCurve>,
     replays: Replays,
+    /// What the subject last charged each `(key, request id)` in a fresh answer (0 for a denial):
+    /// the `charged` of a later settle, for the arrival curve's net admitted cost. From the
+    /// subject's own reports, never the model's.
+    charged: BTreeMap<(u64, u64), u64>,
     /// The safety profile's retry-after slack (`None`: the exact profile's tightness check).
     safety: Option<Safety>,
     pub events: Events,
@@ -150,6 +155,7 @@ impl<'a> Lockstep<'a> {
                 .map(|_| ArrivalCurve::with_allowance(allowance.clone()))
                 .collect(),
             replays: Replays::new(setup.dedupe_window_ns, setup.dedupe_per_key),
+            charged: BTreeMap::new(),
             safety,
             events: Events::new(),
             divergence: Divergence::default(),
@@ -167,6 +173,7 @@ impl<'a> Lockstep<'a> {
             Op::Reconfigure { key, now, config } => self.reconfigure(*key, *now, config),
             Op::Forget { key } => self.forget(*key),
             Op::Sweep { now } => self.sweep(*now),
+            Op::Settle(settle) => self.settle(*settle),
         };
         // The acquire path already filters each check; the others return one violation directly.
         found.map(|violation| self.options.oracles.keep(violation))
@@ -245,6 +252,8 @@ impl<'a> Lockstep<'a> {
             curve.forget(key);
         }
         self.replays.forget(key);
+        self.charged
+            .retain(|&(charged_key, _), _| charged_key != key);
         self.sampler.restart(key);
         self.events.add(Event::Forgotten);
         Ok(None)
@@ -307,7 +316,7 @@ impl<'a> Lockstep<'a> {
         keep_first(&mut found, oracles, invariants);
         let over_capacity = self.check_cost_within_capacity(acquire, observed);
         keep_first(&mut found, oracles, over_capacity);
-        let remaining_range = self.check_remaining_within_capacity(acquire, observed);
+        let remaining_range = self.check_remaining_within_capacity(key, observed);
         keep_first(&mut found, oracles, remaining_range);
         let arrival = self.check_arrival(acquire, observed);
         keep_first(&mut found, oracles, arrival);
@@ -316,10 +325,89 @@ impl<'a> Lockstep<'a> {
         let replay = self.check_replay(acquire, observed);
         keep_first(&mut found, oracles, replay);
         let admitted = observed.allowed && !observed.replayed;
+        if let (Some(request_id), false) = (acquire.request_id, observed.replayed) {
+            let cost = if admitted { acquire.cost } else { 0 };
+            self.charged.insert((key, request_id), cost);
+        }
         let remaining = &observed.remaining;
         self.sampler
             .acquire(&self.model, acquire, admitted, remaining);
         Ok(found)
+    }
+
+    /// A settle (docs/semantics.md, "settle"): the model settles the same request; the answers are
+    /// compared like an acquire's, then the invariants (an error or a denied extra consumes
+    /// nothing), the reported balance's range, and the arrival curve with the settlement's net cost.
+    fn settle(&mut self, settle: Settle) -> StepResult {
+        let Settle { key, now, .. } = settle;
+        self.events.note_time(now);
+        let before = self.inspect_for_invariants(key);
+        let got = self.subject.settle(settle);
+        match &got {
+            Err(SubjectError::Unsupported(what)) => {
+                return Err(Stop::Unsupported(format!("unsupported: {what}")));
+            }
+            Err(SubjectError::Broken(message)) => return Err(Stop::Broken(message.clone())),
+            _ => {}
+        }
+        let oracles = self.options.oracles;
+        let expected = (self.model).settle(key, now, settle.request_id, settle.actual);
+        let comparison = compare_acquire(&expected, &got);
+        if comparison.admission.is_some() {
+            self.divergence.decision_mismatches += 1;
+        } else if comparison.violation.is_some() {
+            self.divergence.value_mismatches += 1;
+        }
+        if comparison.violation.is_some() && self.divergence.first_divergence_at.is_none() {
+            self.divergence.first_divergence_at = Some(now);
+        }
+        let mut found = oracles.keep(comparison.violation);
+        let invariants = self.check_invariants(key, &before, &got, false);
+        keep_first(&mut found, oracles, invariants);
+        let Ok(observed) = &got else {
+            return Ok(found);
+        };
+        let remaining_range = self.check_remaining_within_capacity(key, observed);
+        keep_first(&mut found, oracles, remaining_range);
+        let arrival = self.check_settled_arrival(settle, observed);
+        keep_first(&mut found, oracles, arrival);
+        Ok(found)
+    }
+
+    /// The arrival curve of a settle: an allowed, fresh settlement adds `actual - charged` to every
+    /// curve of the key, with `charged` what the subject reported charging that request (nothing
+    /// known: 0, so the whole actual counts).
+    fn check_settled_arrival(&mut self, settle: Settle, observed: &Observed) -> Option<Violation> {
+        let Settle {
+            key,
+            request_id,
+            actual,
+            now,
+        } = settle;
+        let net = if observed.allowed && !observed.replayed {
+            let charged = self.charged.get(&(key, request_id)).copied().unwrap_or(0);
+            i128::from(actual) - i128::from(charged)
+        } else {
+            0
+        };
+        let (position, breach) = (self.arrivals.iter_mut().enumerate())
+            .filter(|(_, curve)| curve.knows(key))
+            .find_map(|(position, curve)| {
+                Some((position, curve.observe_net(key, now, net).err()?))
+            })?;
+        self.divergence.arrival_breaches += 1;
+        Some(Violation::new(
+            OracleKind::ArrivalCurve,
+            format!(
+                "admitted more than the arrival curve allows on key {} (bandwidth {position}, after a settle)",
+                breach.key
+            ),
+            format!(
+                "<= {} units over [{}, {}]",
+                breach.bound_units, breach.from, breach.to
+            ),
+            format!("{} units", breach.admitted_units),
+        ))
     }
 
     fn inspect_for_invariants(&mut self, key: u64) -> Inspection {
@@ -642,7 +730,7 @@ impl<'a> Lockstep<'a> {
     /// that is no number (NaN or infinite) is one the subject does not report, and is not judged.
     fn check_remaining_within_capacity(
         &mut self,
-        acquire: Acquire,
+        key: u64,
         observed: &Observed,
     ) -> Option<Violation> {
         // A replayed answer is the recorded one, with the balance of its time, under the config of
@@ -650,7 +738,7 @@ impl<'a> Lockstep<'a> {
         if observed.replayed {
             return None;
         }
-        let set = self.model.bandwidths_of(acquire.key);
+        let set = self.model.bandwidths_of(key);
         // The whole decision's balance is its binding bandwidth's, which may be any of them; each
         // reported part is held to its own bandwidth's capacity.
         let largest = set.configs().map(|config| config.capacity()).max();

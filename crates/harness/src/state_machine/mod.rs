@@ -91,6 +91,8 @@ pub struct OpKinds {
     pub sweep: bool,
     /// Drop a key's state.
     pub forget: bool,
+    /// Settle a request id (drawn only when [`Options::request_ids`] is not 0).
+    pub settle: bool,
 }
 
 impl OpKinds {
@@ -100,15 +102,17 @@ impl OpKinds {
             reconfigure: true,
             sweep: true,
             forget: true,
+            settle: true,
         }
     }
 
-    /// Acquires only, for subjects with no reconfigure, sweep or forget.
+    /// Acquires only, for subjects with no reconfigure, sweep, forget or settle.
     pub fn acquires_only() -> OpKinds {
         OpKinds {
             reconfigure: false,
             sweep: false,
             forget: false,
+            settle: false,
         }
     }
 }

@@ -50,6 +50,10 @@ impl Reference {
             Op::Sweep { now } => {
                 self.model.sweep(*now);
             }
+            Op::Settle(settle) => {
+                let _ =
+                    (self.model).settle(settle.key, settle.now, settle.request_id, settle.actual);
+            }
         }
         if let Some(now) = op.now() {
             self.clock = now;

@@ -9,7 +9,8 @@
 //! up to ten seconds before it (rollbacks), the last second before `u64::MAX`, each key's exact
 //! refill boundary for one token and for a full bucket and one nanosecond before it, and the
 //! caller's extra gaps and instants. Costs: `0..=capacity + 1` (zero and one past the capacity are
-//! errors a subject must refuse without a change) and the caller's extra costs.
+//! errors a subject must refuse without a change) and the caller's extra costs. Settles: a key, a
+//! request id of the menu's, an actual cost in `0..=capacity + 1`, a time of the menu's.
 
 use proptest::prelude::*;
 use proptest::strategy::Union;
@@ -17,7 +18,7 @@ use proptest::strategy::Union;
 use super::reference::Reference;
 use super::{ExtraValues, Options};
 use crate::scenario::duration::{SECOND, YEAR};
-use crate::trace::{Acquire, BandwidthSpec, ConfigSpec, Op};
+use crate::trace::{Acquire, BandwidthSpec, ConfigSpec, Op, Settle};
 
 /// The initial state: the model of `options.setup` with the clock at zero, anywhere in the first
 /// thousand seconds, or three seconds before the end of time.
@@ -84,10 +85,28 @@ pub(super) fn next_op(options: &Options, state: &Reference) -> BoxedStrategy<Op>
         ));
     }
     if options.ops.sweep {
-        ops.push((1, time.prop_map(|now| Op::Sweep { now }).boxed()));
+        ops.push((1, time.clone().prop_map(|now| Op::Sweep { now }).boxed()));
     }
     if options.ops.forget {
-        ops.push((1, keys.prop_map(|key| Op::Forget { key }).boxed()));
+        ops.push((1, keys.clone().prop_map(|key| Op::Forget { key }).boxed()));
+    }
+    if options.ops.settle && options.request_ids > 0 {
+        // Actual costs around the capacity: 0 (a full refund) and one past it (an error).
+        let settle = (
+            keys,
+            0..options.request_ids,
+            0..=capacity.saturating_add(1),
+            time,
+        )
+            .prop_map(|(key, request_id, actual, now)| {
+                Op::Settle(Settle {
+                    key,
+                    request_id,
+                    actual,
+                    now,
+                })
+            });
+        ops.push((4, settle.boxed()));
     }
     Union::new_weighted(ops).boxed()
 }

@@ -2,13 +2,13 @@
 //! which entries the amortized sweep visits is the same on every run.
 
 use bucketproof_limiter::{
-    AcquireError, Acquired, Bandwidths, Decision, Decisions, Limiter, Request,
+    AcquireError, Acquired, Bandwidths, Decision, Decisions, Limiter, Request, SettleError,
 };
 
 use crate::subject::{
     Amount, BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError,
 };
-use crate::trace::{Acquire, ConfigSpec, Setup};
+use crate::trace::{Acquire, ConfigSpec, Settle, Setup};
 
 /// The product under test.
 pub struct CoreSubject {
@@ -115,6 +115,23 @@ pub fn subject_error(error: AcquireError) -> SubjectError {
     }
 }
 
+/// A settle as the limiter's front ends take it, next to `settle.key` (the in-memory limiter and
+/// the stores share it).
+pub fn settle_request(settle: Settle) -> bucketproof_limiter::Settle {
+    bucketproof_limiter::Settle::new(settle.request_id, settle.actual).at(settle.now)
+}
+
+/// Maps a settle's refusal to the harness's.
+pub fn settle_error(error: SettleError) -> SubjectError {
+    match error {
+        SettleError::InvalidActual { .. } => SubjectError::InvalidCost,
+        SettleError::UnknownRequest => SubjectError::UnknownRequest,
+        SettleError::NotAdmitted => SubjectError::NotAdmitted,
+        SettleError::AlreadySettled { .. } => SubjectError::AlreadySettled,
+        other => SubjectError::Store(other.to_string()),
+    }
+}
+
 impl Subject for CoreSubject {
     fn name(&self) -> String {
         "core".into()
@@ -130,6 +147,14 @@ impl Subject for CoreSubject {
             acquired.created,
             acquired.replayed,
         ))
+    }
+
+    fn settle(&mut self, settle: Settle) -> Result<Observed, SubjectError> {
+        let settled = self
+            .limiter
+            .settle_set(&settle.key, settle_request(settle))
+            .map_err(settle_error)?;
+        Ok(observe_set(&settled.decision, false, settled.replayed))
     }
 
     fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {

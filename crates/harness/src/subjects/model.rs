@@ -5,10 +5,11 @@ use bucketproof_limiter::Wait;
 use bucketproof_model::Rational;
 use bucketproof_model::{Model, ModelDecision, ModelError, ModelWait, Outcome};
 
+use crate::oracle::differential::subject_error_of;
 use crate::subject::{
     Amount, BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError,
 };
-use crate::trace::{Acquire, ConfigSpec, Setup};
+use crate::trace::{Acquire, ConfigSpec, Settle, Setup};
 
 /// The model behind the subject interface.
 pub struct ModelSubject {
@@ -85,6 +86,18 @@ impl Subject for ModelSubject {
             Err(ModelError::InvalidCost { .. }) => Err(SubjectError::InvalidCost),
             Err(other) => Err(SubjectError::Build(format!("{other:?}"))),
         }
+    }
+
+    fn settle(&mut self, settle: Settle) -> Result<Observed, SubjectError> {
+        let Settle {
+            key,
+            request_id,
+            actual,
+            now,
+        } = settle;
+        (self.model.settle(key, now, request_id, actual))
+            .map(|outcome| observe(&outcome))
+            .map_err(|error| subject_error_of(&error))
     }
 
     fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {

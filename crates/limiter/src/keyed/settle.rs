@@ -114,17 +114,17 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         now: Nanos,
         settings: &Settings<K>,
     ) -> Result<Settled<Decisions>, SettleError> {
-        let Some((bucket, pos)) = self.find(hash, key) else {
-            return Err(SettleError::UnknownRequest);
-        };
-        let (set, state) = self.live_set(key, bucket, settings);
-        // Step 1, before anything else: an error changes nothing.
+        // Step 1, before anything else, against the key's config whether or not it is live.
+        let (set, state, found) = self.current_set(hash, key, now, settings);
         if actual > set.cost_bound() {
             return Err(SettleError::InvalidActual {
                 actual,
                 capacity: set.cost_bound(),
             });
         }
+        let Some((bucket, pos)) = found else {
+            return Err(SettleError::UnknownRequest);
+        };
         // Step 2: the live record, judged at the key's effective time.
         let at = now.max(bucket.last_refill);
         let window = settings.dedupe_window;

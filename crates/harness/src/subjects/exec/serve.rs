@@ -302,7 +302,13 @@ fn wire_error(error: &SubjectError) -> WireError {
         SubjectError::InvalidCost => "invalid_cost",
         SubjectError::KeyLimitReached => "key_limit",
         SubjectError::Unsupported(_) => "unsupported",
-        SubjectError::Store(_) | SubjectError::Build(_) | SubjectError::Broken(_) => "store",
+        // The protocol has no settle, so its refusals never cross it.
+        SubjectError::Store(_)
+        | SubjectError::Build(_)
+        | SubjectError::Broken(_)
+        | SubjectError::UnknownRequest
+        | SubjectError::NotAdmitted
+        | SubjectError::AlreadySettled => "store",
     };
     WireError {
         kind: kind.into(),

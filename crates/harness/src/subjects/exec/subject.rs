@@ -174,6 +174,8 @@ impl ExecSubject {
                 .then_some("several bandwidths per key (the subject holds fewer per key)"),
             Op::Forget { .. } => (!caps.forget).then_some("forget"),
             Op::Sweep { .. } => (!caps.sweep).then_some("sweep"),
+            // The subject protocol has no settle.
+            Op::Settle(_) => Some("settle"),
         }
     }
 
@@ -206,6 +208,7 @@ impl ExecSubject {
             },
             Op::Forget { key } => Request::Forget { id, key: *key },
             Op::Sweep { now } => Request::Sweep { id, now_ns: *now },
+            Op::Settle(_) => return Err(SubjectError::Unsupported("settle")),
         })
     }
 
@@ -352,6 +355,7 @@ impl ExecSubject {
         match op {
             Op::Acquire(acquire) => Some(acquire.key),
             Op::Reconfigure { key, .. } | Op::Forget { key } => Some(*key),
+            Op::Settle(settle) => Some(settle.key),
             Op::Sweep { .. } => None,
         }
     }
