@@ -22,7 +22,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bucketproof_harness::subjects::one_bandwidth;
 use bucketproof_harness::{
-    Acquire, Amount, ConfigSpec, Inspected, Inspection, Observed, Setup, Subject, SubjectError,
+    Acquire, Amount, ConfigSpec, Inspected, Inspection, Observed, Settle, Setup, Subject,
+    SubjectError,
 };
 use bucketproof_limiter::internal::state_from_parts;
 use bucketproof_limiter::{BucketState, Config, Nanos, Wait};
@@ -87,6 +88,24 @@ pub trait Mistake: Send + Sync + 'static {
     fn record_clock(&self, now: Nanos, effective: Nanos) -> Nanos {
         let _ = now;
         effective
+    }
+
+    /// settle step 5: the balance after giving back `refund_units`: never above capacity.
+    fn refund(&self, config: &Config, balance: u128, refund_units: u128) -> u128 {
+        balance
+            .saturating_add(refund_units)
+            .min(config.capacity_units())
+    }
+
+    /// settle step 3: a settled record replays (the same actual) or refuses (another), so a
+    /// request is refunded at most once.
+    fn settles_once(&self) -> bool {
+        true
+    }
+
+    /// settle step 2: the record is the settled key's own; a request id is scoped to its key.
+    fn settles_any_keys_record(&self) -> bool {
+        false
     }
 
     /// Expiry: the eviction horizon after dropping a bucket whose stored cursor is `stored_cursor`
@@ -162,6 +181,10 @@ struct Record {
     observed: Observed,
     /// In the mistake's [`Mistake::record_clock`] (the key's effective time for the exact rule).
     stamped_at: Nanos,
+    /// The acquire's cost.
+    cost: u64,
+    /// `(actual, settlement)` once settled.
+    settled: Option<(u64, Observed)>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -273,6 +296,53 @@ impl<M: Mistake> Keyed<M> {
     }
 }
 
+impl<M: Mistake> Keyed<M> {
+    /// Where the live record of `request_id` a settle of `key` at the effective time `at` finds:
+    /// `(key holding it, position)`. Only the key's own, unless the mistake looks across keys.
+    fn settled_record(&self, key: u64, request_id: u64, at: Nanos) -> Option<(u64, usize)> {
+        let window = self.dedupe_window;
+        let find = |holder: u64, entry: &Entry| {
+            (entry.records.iter())
+                .rposition(|r| r.request_id == request_id && is_live(r.stamped_at, window, at))
+                .map(|position| (holder, position))
+        };
+        let own = self.entries.get(&key).and_then(|entry| find(key, entry));
+        if own.is_some() || !self.mistake.settles_any_keys_record() {
+            return own;
+        }
+        (self.entries.iter()).find_map(|(&holder, entry)| find(holder, entry))
+    }
+
+    /// What a decision that left `next` reports, under `config`.
+    fn observed(
+        config: &Config,
+        next: BucketState,
+        allowed: bool,
+        retry_after: Option<Wait>,
+        now: Nanos,
+    ) -> Observed {
+        let lag = next.last_refill().saturating_sub(now);
+        let short_of_full = config.capacity_units().saturating_sub(next.balance());
+        Observed {
+            allowed,
+            remaining: Amount::Exact {
+                numer: next.balance(),
+                denom: config.units_per_token(),
+            },
+            retry_after,
+            bandwidths: Vec::new(),
+            reset_after: Some(exact_wait(
+                short_of_full,
+                config.units_per_nanosecond(),
+                lag,
+                now,
+            )),
+            created: Some(false),
+            replayed: false,
+        }
+    }
+}
+
 impl<M: Mistake> Subject for Keyed<M> {
     fn name(&self) -> String {
         self.name.clone()
@@ -317,24 +387,9 @@ impl<M: Mistake> Subject for Keyed<M> {
         let created = held.is_none();
         let state = held.unwrap_or_else(|| self.fresh(&config, now));
         let (next, allowed, retry_after) = self.decide(&config, state, cost_units, now);
-        let lag = next.last_refill().saturating_sub(now);
-        let short_of_full = config.capacity_units().saturating_sub(next.balance());
         let observed = Observed {
-            allowed,
-            remaining: Amount::Exact {
-                numer: next.balance(),
-                denom: config.units_per_token(),
-            },
-            retry_after,
-            bandwidths: Vec::new(),
-            reset_after: Some(exact_wait(
-                short_of_full,
-                config.units_per_nanosecond(),
-                lag,
-                now,
-            )),
             created: Some(created),
-            replayed: false,
+            ..Self::observed(&config, next, allowed, retry_after, now)
         };
         let per_key = self.dedupe_per_key;
         let stamped_at = self.mistake.record_clock(now, next.last_refill());
@@ -349,10 +404,77 @@ impl<M: Mistake> Subject for Keyed<M> {
                 request_id: id,
                 observed: observed.clone(),
                 stamped_at,
+                cost,
+                settled: None,
             });
             while entry.records.len() > per_key {
                 entry.records.pop_front();
             }
+        }
+        Ok(observed)
+    }
+
+    /// docs/semantics.md, "settle", through the hooks: the refill, the allow test and the charge
+    /// of an extra are the acquire's; the refund, the settled-once rule and the record's key are
+    /// the settle's own hooks.
+    fn settle(&mut self, settle: Settle) -> Result<Observed, SubjectError> {
+        let Settle {
+            key,
+            request_id,
+            actual,
+            now,
+        } = settle;
+        let config = self.config_of(key);
+        if actual > config.capacity() {
+            return Err(SubjectError::InvalidCost);
+        }
+        let bucket = self
+            .bucket_at(key, now)
+            .ok_or(SubjectError::UnknownRequest)?;
+        let at = (self.mistake).record_clock(now, now.max(bucket.last_refill()));
+        let (holder, position) =
+            (self.settled_record(key, request_id, at)).ok_or(SubjectError::UnknownRequest)?;
+        let record = &self.entries[&holder].records[position];
+        if !record.observed.allowed {
+            return Err(SubjectError::NotAdmitted);
+        }
+        if let (true, Some((settled_actual, settlement))) =
+            (self.mistake.settles_once(), &record.settled)
+        {
+            return if *settled_actual == actual {
+                Ok(Observed {
+                    replayed: true,
+                    ..settlement.clone()
+                })
+            } else {
+                Err(SubjectError::AlreadySettled)
+            };
+        }
+        let charged = record.cost;
+        let unit = config.units_per_token();
+        let (next, allowed, retry_after) = if actual > charged {
+            self.decide(&config, bucket, u128::from(actual - charged) * unit, now)
+        } else {
+            let refilled = self.mistake.refill(&config, bucket, now);
+            let refund = u128::from(charged - actual) * unit;
+            let balance = self.mistake.refund(&config, refilled.balance(), refund);
+            (
+                state_from_parts(balance, refilled.last_refill()),
+                true,
+                None,
+            )
+        };
+        let observed = Self::observed(&config, next, allowed, retry_after, now);
+        if allowed
+            && let Some(record) = self
+                .entries
+                .get_mut(&holder)
+                .map(|e| &mut e.records[position])
+        {
+            record.settled = Some((actual, observed.clone()));
+        }
+        if let Some(entry) = self.entries.get_mut(&key) {
+            entry.bucket = Some(next);
         }
         Ok(observed)
     }

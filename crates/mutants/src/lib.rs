@@ -15,6 +15,8 @@
 //!   oracle;
 //! - mutant 13 is the harness's own `float-textbook` subject, reused as is;
 //! - [`sets`]: mutants 22 to 24, the classic multi-limit mistakes, on the real limiter's pieces;
+//! - mutants 25 to 27, the classic refund mistakes of reserve-and-settle (refund twice, above
+//!   capacity, another key's request), are hooks of the keyed wrapper's settle like the rest;
 //! - [`traces`]: deterministic trace families (rollbacks, boundaries, idle, reconfigure, request ids,
 //!   key bounds, invalid costs, the lines of the arithmetic);
 //! - [`kill`]: the kill runner and `reports/mutants.md`.
@@ -68,7 +70,7 @@ impl Mutant {
     }
 }
 
-const CATALOGUE: [Mutant; 24] = [
+const CATALOGUE: [Mutant; 27] = [
     Mutant {
         number: 1,
         slug: "wall-clock-elapsed",
@@ -237,6 +239,27 @@ const CATALOGUE: [Mutant; 24] = [
         seen: "one refill timestamp and rate per key shared by a key's limits",
         kill_by: KillBy::Traces,
     },
+    Mutant {
+        number: 25,
+        slug: "refund-twice",
+        mistake: "settle refunds every time it is called: a retried settle gives the difference back again",
+        seen: "hand-written refunds restoring the same usage twice (hackerai #1221)",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 26,
+        slug: "refund-above-capacity",
+        mistake: "a refund added with no clamp: a bucket that refilled since the acquire goes above capacity",
+        seen: "compensation code beside a clamped refill (bucket4j #19)",
+        kill_by: KillBy::Traces,
+    },
+    Mutant {
+        number: 27,
+        slug: "refund-other-keys-request",
+        mistake: "settle finds the request id on any key: another key's request is refunded to this one",
+        seen: "refund tables keyed by request id alone, shared across tenants",
+        kill_by: KillBy::Traces,
+    },
 ];
 
 /// Every mutant, in issue order.
@@ -306,6 +329,9 @@ impl SubjectFactory for MutantSubjects {
                 sets::smallest_wait(name, setup).map(|s| Box::new(s) as Box<dyn Subject>)
             }
             "one-rate" => sets::one_rate(name, setup).map(|s| Box::new(s) as Box<dyn Subject>),
+            "refund-twice" => keyed(name, RefundTwice, setup),
+            "refund-above-capacity" => keyed(name, RefundAboveCapacity, setup),
+            "refund-other-keys-request" => keyed(name, RefundOtherKeysRequest, setup),
             _ => return None,
         })
     }

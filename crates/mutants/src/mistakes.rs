@@ -318,3 +318,45 @@ impl Mistake for WrappingRefillSum {
         state_from_parts(balance, refill_to)
     }
 }
+
+/// 25. A settle that refunds every time it is called: the record is never marked settled, so a
+///     retried settle (a client retry, a duplicated callback) gives the difference back again.
+///
+/// Seen: hand-written refunds that restore the same usage twice (hackerai #1221); refunds keyed by
+/// nothing but the caller's good behaviour.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RefundTwice;
+
+impl Mistake for RefundTwice {
+    fn settles_once(&self) -> bool {
+        false
+    }
+}
+
+/// 26. A refund added to the balance with no clamp: a request settled after its bucket refilled
+///     lifts the bucket above capacity, a burst larger than the contract.
+///
+/// Seen: `tokens += refund` in compensation code written beside a clamped refill (bucket4j #19's
+/// "compensation" discussion; the refill clamps, the refund was new code).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RefundAboveCapacity;
+
+impl Mistake for RefundAboveCapacity {
+    fn refund(&self, config: &Config, balance: u128, refund_units: u128) -> u128 {
+        let _ = config;
+        balance.saturating_add(refund_units)
+    }
+}
+
+/// 27. A settle that finds the request id on any key: request ids are scoped to the key they were
+///     used with, and a refund of another key's request credits a key that was never charged.
+///
+/// Seen: idempotency and refund tables keyed by the request id alone, shared across tenants.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RefundOtherKeysRequest;
+
+impl Mistake for RefundOtherKeysRequest {
+    fn settles_any_keys_record(&self) -> bool {
+        true
+    }
+}

@@ -25,7 +25,9 @@ use std::collections::BTreeMap;
 use bucketproof_harness::boundary::{self, Boundaries};
 use bucketproof_harness::scenario::duration::{SECOND, YEAR};
 use bucketproof_harness::scenario::sample;
-use bucketproof_harness::{Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Setup, Trace};
+use bucketproof_harness::{
+    Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Settle, Setup, Trace,
+};
 use rand_chacha::ChaCha8Rng;
 
 /// What a generated trace stresses.
@@ -55,11 +57,15 @@ pub enum Family {
     /// and another does not, reconfigurations between sets, request ids and rollbacks. Only a subject
     /// that holds several bandwidths per key runs it; for any other the build is unsupported.
     Bandwidths,
+    /// Reserve, then settle: acquires with request ids on two keys and settles of those ids (on
+    /// either key) with actual costs from 0 to one past the capacity, retried, after refills and
+    /// rollbacks. Only a subject that settles runs it to the end.
+    Settle,
 }
 
 impl Family {
     /// Every family, in the order the kill runner tries them.
-    pub const ALL: [Family; 11] = [
+    pub const ALL: [Family; 12] = [
         Family::Plain,
         Family::Boundary,
         Family::Rollback,
@@ -72,6 +78,7 @@ impl Family {
         Family::Arithmetic,
         // Last, so that the earlier families keep their stream numbers (and their traces).
         Family::Bandwidths,
+        Family::Settle,
     ];
 
     /// A stable name for reports and replay.
@@ -88,6 +95,7 @@ impl Family {
             Family::Arithmetic => "arithmetic",
             Family::Mixed => "mixed",
             Family::Bandwidths => "bandwidths",
+            Family::Settle => "settle",
         }
     }
 
@@ -102,6 +110,7 @@ impl Family {
             forget: 0,
             sweep: 0,
             request_id: 0,
+            settle: 0,
             invalid: 0,
             keys: 2,
             capacity_cost: 30,
@@ -150,6 +159,8 @@ impl Family {
                 forget: 3,
                 sweep: 4,
                 request_id: 25,
+                // None, so that the mixed traces stay the ones reports were made on.
+                settle: 0,
                 invalid: 6,
                 keys: 4,
                 capacity_cost: 30,
@@ -164,6 +175,17 @@ impl Family {
                 sweep: 3,
                 invalid: 4,
                 capacity_cost: 25,
+                arith: 0,
+                line_configs: 0,
+                ..base
+            },
+            Family::Settle => Weights {
+                rollback: 10,
+                boundary: 20,
+                request_id: 80,
+                settle: 40,
+                invalid: 5,
+                capacity_cost: 20,
                 arith: 0,
                 line_configs: 0,
                 ..base
@@ -192,6 +214,8 @@ struct Weights {
     forget: u64,
     sweep: u64,
     request_id: u64,
+    /// A settle of one of the request ids (the rolls after reconfigure, forget and sweep).
+    settle: u64,
     invalid: u64,
     keys: u64,
     /// A cost of exactly the key's capacity.
@@ -328,7 +352,10 @@ pub fn generate(family: Family, seed: u64, len: usize) -> Trace {
         draw.config(family, &line_configs, weights.line_configs)
     };
     let mut setup = Setup::new(default.spec.clone());
-    if weights.request_id > 0 {
+    if family == Family::Settle {
+        setup.dedupe_window_ns = 60 * SECOND;
+        setup.dedupe_per_key = 2 + draw.below(3) as usize;
+    } else if weights.request_id > 0 {
         setup.dedupe_window_ns = draw.pick(&[5 * SECOND, 60 * SECOND, 0]);
         setup.dedupe_per_key = 1 + draw.below(3) as usize;
     }
@@ -370,6 +397,21 @@ pub fn generate(family: Family, seed: u64, len: usize) -> Trace {
             Op::Forget { key }
         } else if roll < weights.reconfigure + weights.forget + weights.sweep {
             Op::Sweep { now }
+        } else if roll < weights.reconfigure + weights.forget + weights.sweep + weights.settle {
+            // 0 (a full refund) to one past the capacity (an error), the capacity most often.
+            let actual = if draw.percent(weights.invalid) {
+                key_capacity.saturating_add(1)
+            } else if draw.percent(weights.capacity_cost) {
+                key_capacity
+            } else {
+                draw.below(key_capacity.saturating_add(1))
+            };
+            Op::Settle(Settle {
+                key,
+                request_id: draw.below(3),
+                actual,
+                now,
+            })
         } else {
             let cost = if draw.percent(weights.invalid) {
                 draw.pick(&[0, key_capacity.saturating_add(1), u64::MAX])

@@ -35,6 +35,10 @@ pub const EVENTS: &[&str] = &[
     "wide_credit",
     "partial_denial",
     "created_owing",
+    "refunded",
+    "extra_charged",
+    "extra_denied",
+    "settle_refused",
 ];
 
 /// What a run counts; `EVENTS[event as usize]` is its name. Counted in a plain array, since a step
@@ -87,6 +91,14 @@ pub(super) enum Event {
     PartialDenial,
     /// `created_owing`.
     CreatedOwing,
+    /// `refunded`: a settle gave back part or all of a charge.
+    Refunded,
+    /// `extra_charged`: a settle charged an extra above the charge.
+    ExtraCharged,
+    /// `extra_denied`: a settle's extra was not covered (the request stays open).
+    ExtraDenied,
+    /// `settle_refused`: a settle was an error (unknown, denied or settled request; bad actual).
+    SettleRefused,
 }
 
 /// What the counters need of a key's model state before an acquire: the key's capacity, two
@@ -247,6 +259,18 @@ impl Events {
         }
     }
 
+    /// Counts one settle by the model's answer: a refund (an actual at most the charge), an extra
+    /// charged or denied, or a refusal. A replay counts as nothing.
+    pub fn settle(&mut self, expected: &Result<Outcome, ModelError>, charged: u64, actual: u64) {
+        match expected {
+            Err(_) => self.add(Event::SettleRefused),
+            Ok(outcome) if outcome.replayed => {}
+            Ok(outcome) if !outcome.decision.is_allowed() => self.add(Event::ExtraDenied),
+            Ok(_) if actual <= charged => self.add(Event::Refunded),
+            Ok(_) => self.add(Event::ExtraCharged),
+        }
+    }
+
     /// The nonzero counts by name.
     pub fn into_map(self) -> BTreeMap<String, u64> {
         (EVENTS.iter().zip(self.counts))
@@ -320,6 +344,10 @@ mod tests {
             Event::WideCredit,
             Event::PartialDenial,
             Event::CreatedOwing,
+            Event::Refunded,
+            Event::ExtraCharged,
+            Event::ExtraDenied,
+            Event::SettleRefused,
         ];
         assert_eq!(all.len(), EVENTS.len());
         for (index, event) in all.into_iter().enumerate() {

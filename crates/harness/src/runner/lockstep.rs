@@ -353,6 +353,8 @@ impl<'a> Lockstep<'a> {
         let oracles = self.options.oracles;
         let expected = (self.model).settle(key, now, settle.request_id, settle.actual);
         let comparison = compare_acquire(&expected, &got);
+        let charged = (self.charged.get(&(key, settle.request_id))).copied();
+        (self.events).settle(&expected, charged.unwrap_or(0), settle.actual);
         if comparison.admission.is_some() {
             self.divergence.decision_mismatches += 1;
         } else if comparison.violation.is_some() {

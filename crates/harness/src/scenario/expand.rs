@@ -26,7 +26,7 @@ use super::{
     KeyDistribution, Scenario, ScheduledReconfig,
 };
 use crate::boundary::Boundaries;
-use crate::trace::{Acquire, Op};
+use crate::trace::{Acquire, Op, Settle};
 
 /// Stream numbers: one per aspect, fixed forever (changing one changes every seed's meaning).
 mod streams {
@@ -90,6 +90,8 @@ pub struct Expansion {
     reconfigure: Chance,
     with_id: Chance,
     repeat: Chance,
+    settle: Chance,
+    settle_elsewhere: Chance,
     // Cursor.
     tier: usize,
     tier_key: u64,
@@ -171,6 +173,8 @@ impl Expansion {
             reconfigure: scenario.reconfigure.probability.chance(),
             with_id: scenario.request_ids.probability.chance(),
             repeat: scenario.request_ids.repeat.chance(),
+            settle: scenario.request_ids.settle.chance(),
+            settle_elsewhere: scenario.request_ids.settle_elsewhere.chance(),
             tier: 0,
             tier_key: scenario.tiers.first().map_or(0, |t| t.keys[0]),
             step: 0,
@@ -334,6 +338,21 @@ impl Expansion {
     }
 
     fn acquire(&mut self, now: u64) -> Op {
+        if !self.recent.is_empty() && self.settle.hit(&mut self.ids_rng) {
+            let index = sample::below(&mut self.ids_rng, self.recent.len() as u64) as usize;
+            let (mut key, request_id, _) = self.recent[index];
+            if self.settle_elsewhere.hit(&mut self.ids_rng) {
+                key = self.population_key();
+            }
+            let capacity = self.capacity_of(key);
+            let actual = sample::below(&mut self.ids_rng, capacity.saturating_add(1));
+            return Op::Settle(Settle {
+                key,
+                request_id,
+                actual,
+                now,
+            });
+        }
         if !self.recent.is_empty() && self.repeat.hit(&mut self.ids_rng) {
             let index = sample::below(&mut self.ids_rng, self.recent.len() as u64) as usize;
             let (key, id, cost) = self.recent[index];

@@ -382,6 +382,13 @@ pub struct RequestIds {
     /// without it).
     #[serde(default)]
     pub ids: Option<u64>,
+    /// Per acquire: it settles a recent request (same key and id) instead, with an actual cost
+    /// drawn from `0..=capacity` (docs/semantics.md, "settle").
+    #[serde(default)]
+    pub settle: Probability,
+    /// Per settle: it names another key than the request's (whose record must not be found).
+    #[serde(default)]
+    pub settle_elsewhere: Probability,
 }
 
 /// `[request_ids] space`: where fresh request ids come from.
@@ -409,6 +416,8 @@ impl Default for RequestIds {
             recent: default_recent(),
             space: IdSpace::Unique,
             ids: None,
+            settle: Probability(0.0),
+            settle_elsewhere: Probability(0.0),
         }
     }
 }
