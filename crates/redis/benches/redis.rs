@@ -4,15 +4,20 @@
 //! (Ours against third parties' scripts, through one client loop: `bucketproof-harness`'s
 //! `redis_peers` bench.)
 //!
+//! Beside `exact_limiter` (acquire), `exact_settle`: `RedisLimiter::settle` on the same keys, with the
+//! same limiters and in-flight count, each call settling (a refund of 1) a request reserved by an
+//! acquire of 2 with a request id before its timed batch (the reserves are not timed).
+//!
 //! - `one_conn`: one multiplexed connection, 256 calls in flight (the connection pipelines them);
 //! - `eight_conns`: 8 connections (8 limiters), 32 calls in flight on each.
 //!
 //! Needs `REDIS_URL`; prints a SKIP line and measures nothing without it. Run:
 //! `REDIS_URL=redis://127.0.0.1:6379/ cargo bench -p bucketproof-redis --bench redis`
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bucketproof_limiter::{Config, Rate, Request};
+use bucketproof_limiter::{Config, Rate, Request, Settle};
 use bucketproof_redis::RedisLimiter;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures_util::future::join_all;
@@ -46,6 +51,8 @@ fn fixture(rt: &Runtime, url: &str) -> Fixture {
             limiters.push(
                 RedisLimiter::builder(config)
                     .prefix(&prefix)
+                    // Room for every reserve of a timed batch until it is settled.
+                    .dedupe(Duration::from_secs(3600), 1024)
                     .connect(url)
                     .await
                     .expect("connect"),
@@ -91,6 +98,57 @@ async fn limiter_round(f: &Fixture, conns: usize, per_conn: usize, round: u64) {
             let key = format!("u{}", spread_index(round, c, per_conn, i));
             async move {
                 let outcome = f.limiters[c].acquire(&key, 1).await.expect("acquire");
+                std::hint::black_box(outcome);
+            }
+        })
+    });
+    join_all(calls).await;
+}
+
+/// The next unused request id (every reserve in the run has its own).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The request id of call `i` on connection `c` in round `round` of a batch whose ids start at `base`.
+fn id_of(base: u64, round: u64, c: usize, conns: usize, per_conn: usize, i: usize) -> u64 {
+    base + (round * conns as u64 + c as u64) * per_conn as u64 + i as u64
+}
+
+/// Untimed: reserves (an acquire of 2 with a request id) one request for every call of `rounds`
+/// settle rounds, on the keys those calls use; returns the batch's first id.
+async fn reserve_rounds(f: &Fixture, conns: usize, per_conn: usize, rounds: u64) -> u64 {
+    let base = NEXT_ID.fetch_add(rounds * (conns * per_conn) as u64, Ordering::Relaxed);
+    for round in 0..rounds {
+        let calls = (0..conns).flat_map(|c| {
+            (0..per_conn).map(move |i| {
+                let key = format!("u{}", spread_index(round, c, per_conn, i));
+                let id = id_of(base, round, c, conns, per_conn, i);
+                async move {
+                    let request = Request::cost(2).id(id);
+                    let outcome = f.limiters[c]
+                        .acquire_with(&key, request)
+                        .await
+                        .expect("reserve");
+                    assert!(outcome.decision().is_allowed(), "reserve denied");
+                }
+            })
+        });
+        join_all(calls).await;
+    }
+    base
+}
+
+/// One round of settles (a refund of 1 each) of the requests `reserve_rounds` made.
+async fn settle_round(f: &Fixture, conns: usize, per_conn: usize, round: u64, base: u64) {
+    let calls = (0..conns).flat_map(|c| {
+        (0..per_conn).map(move |i| {
+            let key = format!("u{}", spread_index(round, c, per_conn, i));
+            let id = id_of(base, round, c, conns, per_conn, i);
+            async move {
+                let outcome = f.limiters[c]
+                    .settle(&key, Settle::new(id, 1))
+                    .await
+                    .expect("settle");
+                assert!(!outcome.settled.replayed && outcome.decision().is_allowed());
                 std::hint::black_box(outcome);
             }
         })
@@ -191,6 +249,14 @@ fn bench(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 timed(&rt, iters, |round| {
                     limiter_round(&f, conns, per_conn, round)
+                })
+            })
+        });
+        group.bench_function("exact_settle", |b| {
+            b.iter_custom(|iters| {
+                let base = rt.block_on(reserve_rounds(&f, conns, per_conn, iters));
+                timed(&rt, iters, |round| {
+                    settle_round(&f, conns, per_conn, round, base)
                 })
             })
         });

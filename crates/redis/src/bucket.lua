@@ -100,7 +100,8 @@ end
 local cost = cost_tokens * unit
 
 -- Step 2: a live record for this request id answers with the recorded decision; nothing changes.
--- Record: slot,exp_s,exp_n,allowed,b,t_s,t_n,seq,now_s,now_n,cost,o_version,o_capacity,o_p,o_q
+-- Record: slot,exp_s,exp_n,allowed,b,t_s,t_n,seq,now_s,now_n,cost,o_version,o_capacity,o_p,o_q, then its
+-- settlement once settled (settle.lua), which a replay of the acquire does not send.
 -- exp = t + window, t the effective time of the acquire that made it; live while this call's effective
 -- time max(now, stored cursor) is before exp. The key's time never moves back, so a rollback of the
 -- caller's clock is not special and a record dead once stays dead.

@@ -7,6 +7,9 @@
 //!   script `set.lua`, which keeps every bandwidth's balance beside the one cursor in the user's one hash
 //!   and decides all or none in one call, and the rebuilding of the in-memory
 //!   [`Decisions`](bucketproof_limiter::Decisions) from its reply.
+//! - [`settle`]: reserve, then settle: the settle script `settle.lua` (one for both layouts of a key),
+//!   which finds the key's live request-id record, refunds or charges the difference and closes the
+//!   record in one call, and the rebuilding of the in-memory settlement from its reply.
 //! - [`epoch`]: state loss: each Cluster slot's epoch marker, read by the scripts only when they create
 //!   a bucket, and the [`Recovery`] policy for buckets created after a loss.
 //! - [`range`]: the configs the script computes exactly (per bandwidth, for a set) (Lua numbers are doubles) and the typed error
@@ -26,10 +29,11 @@ pub mod limiter;
 pub mod range;
 pub mod script;
 pub mod set;
+pub mod settle;
 
 pub use epoch::Recovery;
 pub use limiter::{
     BuildError, MAX_RECORDS_PER_KEY, Outcome, ReconfigureError, RedisAcquireError, RedisBuilder,
-    RedisLimiter, RedisStats, Source, Unavailable,
+    RedisLimiter, RedisSettleError, RedisStats, SettleOutcome, Source, Unavailable,
 };
 pub use range::{EXACT_LIMIT, RangeError, check_exact, max_capacity};

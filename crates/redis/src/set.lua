@@ -40,7 +40,7 @@
 -- script.
 
 local floordiv, ceildiv, fmt, before, ms_until, server_time, recovering, recovery_start,
-  recovery_policy, store_record = helpers()
+  recovery_policy, store_record, key_ttl = helpers()
 if string.sub(ARGV[1], 1, 1) == 's' then
   now_s, now_n = server_time()
 else
@@ -78,7 +78,8 @@ if h.err then
 end
 
 -- Step 2: a live record for this request id answers with the recorded decision, every bandwidth's part.
--- Record: slot,exp_s,exp_n,allowed,t_s,t_n,now_s,now_n,seq,cost,n,b_1,reset_1,retry_1,...
+-- Record: slot,exp_s,exp_n,allowed,t_s,t_n,now_s,now_n,seq,cost,n,b_1,reset_1,retry_1,...,retry_n, then
+-- its settlement once settled (settle.lua), which a replay of the acquire does not send.
 if rid ~= '' and h[1] then
   local rec = redis.call('HGET', key, 'r' .. rid)
   if rec then
@@ -89,7 +90,7 @@ if rid ~= '' and h[1] then
     if before(es, en, cs, cn) then es, en = cs, cn end
     if before(es, en, f[2], f[3]) then
       local reply = {1, 0}
-      for j = 4, #f do reply[#reply + 1] = f[j] end
+      for j = 4, 11 + 3 * f[11] do reply[#reply + 1] = f[j] end
       return reply
     end
   end
@@ -146,7 +147,6 @@ end
 
 -- Step 5, per bandwidth: reset, and for a denial its own wait.
 local parts = {}
-local longest_reset = 0
 for i = 1, nb do
   local b, cap, p = bal[i], caps[i], ps[i]
   local reset = 0
@@ -158,7 +158,6 @@ for i = 1, nb do
   if allowed == 0 and b < c then
     if p == 0 then retry = -1 else retry = ceildiv(c - b, p) end
   end
-  if longest_reset >= 0 and (reset < 0 or reset > longest_reset) then longest_reset = reset end
   parts[#parts + 1] = b
   parts[#parts + 1] = reset
   parts[#parts + 1] = retry
@@ -191,15 +190,10 @@ end
 
 -- TTL: until every bandwidth is full as seen from now (the longest reset, lag included), and never before
 -- the newest live record dies; plus the floor with an injected clock (bucket.lua says why). A key with a
--- bandwidth that can never refill (p = 0, not full) does not expire.
-if longest_reset >= 0 then
-  local lag_s, lag_n = ts - now_s, tn - now_n
-  if lag_n < 0 then lag_s = lag_s - 1; lag_n = lag_n + E9 end
-  local ttl = lag_s * 1000 + ceildiv(lag_n + longest_reset, 1000000)
-  if xs then
-    local rttl = ms_until(now_s, now_n, xs, xn)
-    if rttl > ttl then ttl = rttl end
-  end
+-- bandwidth that can never refill (p = 0, not full) does not expire. prelude.lua's key_ttl, which
+-- settle.lua shares.
+local ttl = key_ttl(bal, caps, ps, ts, tn, xs, xn)
+if ttl then
   ttl = ttl + ttl_floor
   if ttl < 1 then ttl = 1 end
   redis.call('PEXPIRE', key, fmt(ttl))

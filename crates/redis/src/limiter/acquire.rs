@@ -255,7 +255,7 @@ impl RedisLimiter {
 
     /// The time arguments: mode (the time source's letter, then the recovery policy's), now's limbs,
     /// and the TTL floor (injected time only).
-    fn time_args(&self, now: Option<Nanos>) -> (&'static str, u64, u64, u64) {
+    pub(super) fn time_args(&self, now: Option<Nanos>) -> (&'static str, u64, u64, u64) {
         let recovery = self.settings.recovery;
         match now {
             Some(now) => {
@@ -269,7 +269,7 @@ impl RedisLimiter {
     }
 
     /// A reply's decoding, counted as a store error when it fails.
-    fn decoded<T>(&self, decoded: Result<T, ReplyError>) -> Result<T, ReplyError> {
+    pub(super) fn decoded<T>(&self, decoded: Result<T, ReplyError>) -> Result<T, ReplyError> {
         if decoded.is_err() {
             bump(&self.counters.store_errors);
         }
@@ -298,6 +298,48 @@ impl RedisLimiter {
         request: Request,
         capacity: u64,
     ) -> Result<Result<Vec<i64>, (u32, RedisError)>, RedisAcquireError> {
+        // Retrying is safe with a request id (a replay charges nothing) or when nothing was sent.
+        match self.run(invocation, request.request_id.is_some()).await {
+            Ok(raw) => Ok(Ok(raw)),
+            Err(Failed::Unavailable(attempts, last)) => Ok(Err((attempts, last))),
+            Err(Failed::Answered(e)) if e.code() == Some("BPCOST") => {
+                let capacity = e
+                    .detail()
+                    .and_then(|d| d.trim().parse().ok())
+                    .unwrap_or(capacity);
+                Err(AcquireError::InvalidCost {
+                    cost: request.cost,
+                    capacity,
+                }
+                .into())
+            }
+            Err(Failed::Answered(e)) => Err(match self.store_error(e) {
+                Ok(mismatch) => RedisAcquireError::ConfigMismatch(mismatch),
+                Err(e) => RedisAcquireError::Script(e),
+            }),
+        }
+    }
+
+    /// A script's error that is no answer of its own (counted as a store error): `Ok` with the
+    /// detail of a stored config mismatch, else the error.
+    pub(super) fn store_error(&self, e: RedisError) -> Result<String, RedisError> {
+        bump(&self.counters.store_errors);
+        // WRONGTYPE: the key holds another layout (a GET on a set's hash).
+        if e.code() == Some("BPCONFIG") || e.code() == Some("WRONGTYPE") {
+            Ok(e.detail().unwrap_or_default().to_string())
+        } else {
+            Err(e)
+        }
+    }
+
+    /// Runs `invocation`, retried while Redis is unavailable if `retry_safe` (or, whatever it is,
+    /// when the connection was refused: then nothing can have run), at most `attempts` times with
+    /// the backoff: the raw reply, or why not.
+    pub(super) async fn run(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+        retry_safe: bool,
+    ) -> Result<Vec<i64>, Failed> {
         let mut backoff = self.settings.retry_backoff;
         let mut attempts = 0;
         loop {
@@ -306,57 +348,48 @@ impl RedisLimiter {
             // The connection manager applies the response timeout to every command.
             let started = std::time::Instant::now();
             let call = invocation.invoke_async::<Vec<i64>>(&mut conn).await;
-            let answered = match &call {
-                Ok(_) => true,
-                Err(e) => !is_unavailable(e),
-            };
-            if answered {
-                bump(&self.counters.store_calls);
-                let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                self.counters
-                    .store_nanos
-                    .fetch_add(nanos, std::sync::atomic::Ordering::Relaxed);
-            }
             let error = match call {
-                Ok(raw) => return Ok(Ok(raw)),
-                Err(e) if e.code() == Some("BPCOST") => {
-                    let capacity = e
-                        .detail()
-                        .and_then(|d| d.trim().parse().ok())
-                        .unwrap_or(capacity);
-                    return Err(AcquireError::InvalidCost {
-                        cost: request.cost,
-                        capacity,
-                    }
-                    .into());
+                Ok(raw) => {
+                    self.timed(started);
+                    return Ok(raw);
                 }
-                // WRONGTYPE: the key holds another layout (bucket.lua's GET on a set's hash).
-                Err(e) if e.code() == Some("BPCONFIG") || e.code() == Some("WRONGTYPE") => {
-                    bump(&self.counters.store_errors);
-                    return Err(RedisAcquireError::ConfigMismatch(
-                        e.detail().unwrap_or_default().to_string(),
-                    ));
+                Err(e) if !is_unavailable(&e) => {
+                    self.timed(started);
+                    return Err(Failed::Answered(e));
                 }
-                Err(e) if is_unavailable(&e) => e,
-                Err(e) => {
-                    bump(&self.counters.store_errors);
-                    return Err(RedisAcquireError::Script(e));
-                }
+                Err(e) => e,
             };
-            // Retrying is safe with a request id (a replay charges nothing) or when nothing was sent.
-            let safe = request.request_id.is_some() || error.is_connection_refusal();
+            let safe = retry_safe || error.is_connection_refusal();
             if attempts >= self.settings.attempts || !safe {
-                return Ok(Err((attempts, error)));
+                return Err(Failed::Unavailable(attempts, error));
             }
             bump(&self.counters.retries);
             tokio::time::sleep(backoff).await;
             backoff = backoff.saturating_mul(2).min(MAX_BACKOFF);
         }
     }
+
+    /// Counts a call that Redis answered (a reply or a server error) and its round trip.
+    fn timed(&self, started: std::time::Instant) {
+        bump(&self.counters.store_calls);
+        let nanos = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.counters
+            .store_nanos
+            .fetch_add(nanos, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Why [`RedisLimiter::run`] has no reply.
+pub(super) enum Failed {
+    /// Redis was unavailable on the last of these attempts (the effect of a call whose reply was
+    /// lost is unknown).
+    Unavailable(u32, RedisError),
+    /// Redis answered with an error (the script's own, or a refusal): nothing was retried.
+    Answered(RedisError),
 }
 
 /// A request id as the script's hash field suffix: 32 hex digits.
-fn id_text(id: RequestId) -> String {
+pub(super) fn id_text(id: RequestId) -> String {
     format!("{:032x}", id.0)
 }
 

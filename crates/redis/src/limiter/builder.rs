@@ -21,6 +21,7 @@ use crate::epoch::Recovery;
 use crate::range::check_exact;
 use crate::script::{limbs, packed_config, script};
 use crate::set::{set_fingerprint, set_script};
+use crate::settle::settle_script;
 use bucketproof_limiter::outage::{Fallback, Unavailable};
 
 /// Upper bound on request-id records per key (each acquire may evict a few; keeps the script short).
@@ -178,6 +179,7 @@ impl RedisBuilder {
             client: client_for_admin,
             window_arg: limbs(self.dedupe_window),
             peek: Script::new(PEEK_SOURCE),
+            settle: settle_script(),
             fallback: Fallback::new(self.unavailable),
             settings: self,
             conn,

@@ -1,13 +1,13 @@
 //! The errors of the Redis limiter's calls.
 //!
-//! Owns: [`RedisAcquireError`] (acquire and peek), [`BuildError`] (building and connecting) and
-//! [`ReconfigureError`].
+//! Owns: [`RedisAcquireError`] (acquire and peek), [`RedisSettleError`], [`BuildError`] (building
+//! and connecting) and [`ReconfigureError`].
 //!
 //! Promises: every error enum is `#[non_exhaustive]`; each variant says whether anything changed in
 //! Redis (for an acquire error or a reconfigure error: nothing did, except that an unavailable call's
 //! effect is unknown, which is why the limiter retries only when that is safe).
 
-use bucketproof_limiter::AcquireError;
+use bucketproof_limiter::{AcquireError, SettleError};
 use redis::RedisError;
 
 use super::builder::MAX_RECORDS_PER_KEY;
@@ -38,6 +38,38 @@ pub enum RedisAcquireError {
     #[error(transparent)]
     Reply(#[from] ReplyError),
     /// Redis answered with an error that is neither unavailability nor a config mismatch.
+    #[error("script failed: {0}")]
+    Script(#[source] RedisError),
+}
+
+/// Why a settle has no settlement. Settle has no outage fallback: an unreachable Redis is an error,
+/// never a settlement.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RedisSettleError {
+    /// The settle was refused by the rule (docs/semantics.md, "settle"): an actual above the key's
+    /// capacity, no live record of the request id on the key, a record of a denied acquire, or a
+    /// request settled already with another actual. Nothing changed.
+    #[error(transparent)]
+    Refused(#[from] SettleError),
+    /// Redis could not be reached, after `attempts` attempts (a settle is retried: a retry of one
+    /// that ran replays it). Whether the last attempt ran is unknown: settle again with the same
+    /// actual, which replays a settlement that happened and makes one that did not.
+    #[error("Redis unavailable after {attempts} attempt(s), settle not confirmed: {last}")]
+    Unavailable {
+        /// Attempts made.
+        attempts: u32,
+        /// The last error.
+        #[source]
+        last: RedisError,
+    },
+    /// The key in Redis was written under another config or layout. Nothing changed.
+    #[error("stored bucket has another config: {0}")]
+    ConfigMismatch(String),
+    /// Redis answered with something that is not a valid settle: a bug, never rounded over.
+    #[error(transparent)]
+    Reply(#[from] ReplyError),
+    /// Redis answered with an error that is neither unavailability nor one of the above.
     #[error("script failed: {0}")]
     Script(#[source] RedisError),
 }

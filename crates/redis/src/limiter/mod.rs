@@ -29,10 +29,17 @@
 //! the in-memory limiter). Size `dedupe_per_key` for the requests a key sees during the longest retry
 //! sequence (`attempts` x (`response_timeout` + backoff)); backoff doubles but is capped at 100 ms.
 //!
+//! Settle: [`RedisLimiter::settle`] reconciles an admitted request's charge with its actual cost
+//! (docs/semantics.md, "settle") in one `EVALSHA` of `settle.lua`, the one settle script for both
+//! layouts of a key. It has no outage fallback: an unreachable Redis is
+//! [`RedisSettleError::Unavailable`], never a settlement; it is retried like an acquire with a
+//! request id (a retry of a settle that ran replays it), and so can the caller.
+//!
 //! Owns: the [`RedisLimiter`] type (its connection, its pre-rendered script arguments, the outage
 //! fallback) and its key naming. Each job on it has a file of its own: `builder` (settings and
-//! connecting), `acquire` (the script call and retries), `policy` (the outage policy), `peek`,
-//! `reconfigure` (and forget), `stats`, `error`, and `stored` (the one decoder of the stored hash).
+//! connecting), `acquire` (the script call and retries), `settle`, `policy` (the outage policy),
+//! `peek`, `reconfigure` (and forget), `stats`, `error`, and `stored` (the one decoder of the stored
+//! hash).
 //!
 //! Promises: the public paths are those of `bucketproof_redis` (re-exported from the crate root).
 
@@ -47,13 +54,15 @@ mod error;
 mod peek;
 mod policy;
 mod reconfigure;
+mod settle;
 mod stats;
 mod stored;
 
 pub use bucketproof_limiter::outage::{Source, Unavailable};
 pub use builder::{MAX_RECORDS_PER_KEY, RedisBuilder};
-pub use error::{BuildError, ReconfigureError, RedisAcquireError};
+pub use error::{BuildError, ReconfigureError, RedisAcquireError, RedisSettleError};
 pub use policy::Outcome;
+pub use settle::SettleOutcome;
 pub use stats::RedisStats;
 
 use stats::Counters;
@@ -72,6 +81,8 @@ pub struct RedisLimiter {
     client: Client,
     /// Read-only script for [`RedisLimiter::peek`].
     peek: Script,
+    /// The settle script (`settle.lua`, both layouts) for [`RedisLimiter::settle`].
+    settle: Script,
     conn: ConnectionManager,
     script: Script,
     counters: Counters,
