@@ -51,15 +51,19 @@ local bal, caps, ps, units = {}, {}, {}, {}
 local nb, ls, ln, seq, xs, xn
 -- One bandwidth: the default grid (a record made before an override was decided on it) and the override.
 local default_unit, ov, stored = 0, 0, nil
+-- The key does not exist: step 1 is still judged (against the config sent), then BPUNKNOWN.
+local absent = false
 if one then
   nb = 1
   -- A key of several bandwidths is a hash: this GET fails with WRONGTYPE (a config mismatch).
   stored = redis.call('GET', key)
-  if not stored then return redis.error_reply('BPUNKNOWN no such key') end
   local unit, cap, p = struct.unpack('<ddd', ARGV[8])
   default_unit = unit
   local b
-  if #stored == 80 then
+  if not stored then
+    -- No key: judged against the default config (step 1 comes first), then unknown.
+    absent = true
+  elseif #stored == 80 then
     b, ls, ln, seq, xs, xn, unit, cap, p, ov = struct.unpack('<dddddddddd', stored)
   elseif #stored == 72 then
     local su, sc, sp
@@ -84,17 +88,20 @@ else
   if h.err then
     return redis.error_reply('BPCONFIG the stored key is not a key of several bandwidths')
   end
-  if not h[1] then return redis.error_reply('BPUNKNOWN no such key') end
-  if h[7] or (h[3] and h[3] ~= ARGV[8]) then
+  if not h[1] then
+    absent = true
+  elseif h[7] or (h[3] and h[3] ~= ARGV[8]) then
     return redis.error_reply('BPCONFIG stored config ' .. tostring(h[3]) .. ' differs from ' .. ARGV[8])
   end
-  ls, ln, seq = tonumber(h[1]), tonumber(h[2]), tonumber(h[4]) or 0
-  xs, xn = tonumber(h[5]), tonumber(h[6])
-  for i = 1, nb do
-    if not h[7 + i] then
-      return redis.error_reply('BPCONFIG stored key lacks bandwidth ' .. i)
+  if not absent then
+    ls, ln, seq = tonumber(h[1]), tonumber(h[2]), tonumber(h[4]) or 0
+    xs, xn = tonumber(h[5]), tonumber(h[6])
+    for i = 1, nb do
+      if not h[7 + i] then
+        return redis.error_reply('BPCONFIG stored key lacks bandwidth ' .. i)
+      end
+      bal[i] = tonumber(h[7 + i])
     end
-    bal[i] = tonumber(h[7 + i])
   end
 end
 
@@ -104,6 +111,7 @@ for i = 2, nb do
   if caps[i] / units[i] < bound then bound = caps[i] / units[i] end
 end
 if actual > bound then return redis.error_reply('BPACTUAL ' .. fmt(bound)) end
+if absent then return redis.error_reply('BPUNKNOWN no such key') end
 
 -- Step 2: the key's live record of the id, judged at its effective time max(now, cursor), as a replay is.
 local rec = redis.call('HGET', KEYS[2], 'r' .. rid)
