@@ -22,6 +22,29 @@
 //! the cost, and a denial's violated policies are the bandwidths that did not cover it. Errors
 //! (413, 503) name [`Advertiser::policy`]: no decision was made, so no bandwidth is to blame.
 //!
+//! ## Reserve, then settle
+//!
+//! With [`RateLimitLayer::settle`] (a [`SettleSource`], e.g. the in-memory limiter) the cost of a
+//! request is an *estimate*, reserved at admission under a request id the layer makes
+//! ([`request_id`]); once the inner service has answered, `actual(response head)` gives what the work
+//! really cost, and the layer settles (docs/semantics.md, "settle"): a lower actual gives the
+//! difference back (never above capacity), a higher one charges the extra by the normal rule.
+//! - **The fields describe the reservation.** A response's `RateLimit` (and a 429's `Retry-After`)
+//!   are computed at admission, from the balance right after the estimate was charged, like every
+//!   other response's: hints, never promises. A refund makes them conservative; an extra charged
+//!   after them makes them overstate the balance by that extra until the key's next response, as a
+//!   concurrent request's charge would.
+//! - **A denied extra.** The response is produced already: it is returned as it is. The key's
+//!   balance is never taken below 0, so the extra is not charged (the limiter leaves the request
+//!   open; the layer does not retry it): the key has used `actual - estimate` more than it was
+//!   charged. That is reported ([`RateLimitLayer::on_settle`], [`SettleReport::unpaid`]) and, with
+//!   feature `metrics`, counted (`layer_metrics`).
+//! - **A failed settle** (the record left the limiter's dedupe window or its per-key FIFO, an actual
+//!   above the capacity, ...): nothing changes, the estimate stays charged, the response is returned,
+//!   and the error is reported the same way. `actual` answering `None` (e.g. no `Content-Length`), an
+//!   inner service that fails, or a response future dropped before it completes settle nothing: the
+//!   estimate stays charged.
+//!
 //! Fields are only ever written to the header section, never to trailers (draft-11 Sections 3.1 and
 //! 4.1). `pk` is the keyed hash of the limiter key ([`crate::pk`]) under [`Advertiser::policy`], the
 //! same on every item of a response; the raw key never reaches a header.
@@ -30,6 +53,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
@@ -43,7 +67,8 @@ use crate::pk::PartitionKeyHasher;
 use crate::problem;
 use crate::profile::Profile;
 use crate::set::{Part, SetOutcome};
-use crate::source::{DecisionSource, Outcome, SourceError};
+use crate::source::{DecisionSource, Outcome, SettleSource, SourceError};
+use bucketproof_limiter::{Decisions, RequestId, Settle, SettleError, Settled};
 
 /// Set to `?1` (a Structured Field Boolean) on every response decided while the limiter's store was
 /// unavailable and a fallback (local budget, fail-open) decided instead, or while the store recovered
@@ -88,6 +113,8 @@ impl PartitionBytes for std::net::IpAddr {
 type KeyFn<K> = dyn Fn(&http::request::Parts) -> K + Send + Sync;
 type CostFn = dyn Fn(&http::request::Parts) -> u64 + Send + Sync;
 type ErrorFn = dyn Fn(&SourceError) + Send + Sync;
+type ActualFn = dyn Fn(&http::response::Parts) -> Option<u64> + Send + Sync;
+type SettleFn = dyn Fn(&SettleReport) + Send + Sync;
 /// Where the layer's numbers go (feature `metrics`): a recorder of the caller's, or `None` for the
 /// current one (the global recorder).
 #[cfg(feature = "metrics")]
@@ -214,6 +241,8 @@ struct Shared<K, S> {
     key: Arc<KeyFn<K>>,
     cost: Arc<CostFn>,
     on_error: Arc<ErrorFn>,
+    settling: Option<Settling<K>>,
+    on_settle: Arc<SettleFn>,
     advertiser: Advertiser,
     emit_on_success: bool,
     emit_on_redirect: bool,
@@ -227,6 +256,8 @@ pub struct RateLimitLayer<K, S> {
     key: Arc<KeyFn<K>>,
     cost: Arc<CostFn>,
     on_error: Arc<ErrorFn>,
+    settling: Option<Settling<K>>,
+    on_settle: Arc<SettleFn>,
     advertiser: Advertiser,
     emit_on_success: bool,
     emit_on_redirect: bool,
@@ -241,6 +272,8 @@ impl<K, S> Clone for RateLimitLayer<K, S> {
             key: Arc::clone(&self.key),
             cost: Arc::clone(&self.cost),
             on_error: Arc::clone(&self.on_error),
+            settling: self.settling.clone(),
+            on_settle: Arc::clone(&self.on_settle),
             advertiser: self.advertiser.clone(),
             emit_on_success: self.emit_on_success,
             emit_on_redirect: self.emit_on_redirect,
@@ -267,6 +300,8 @@ where
             key: Arc::new(key),
             cost: Arc::new(|_| 1),
             on_error: Arc::new(|_| {}),
+            settling: None,
+            on_settle: Arc::new(|_| {}),
             advertiser: Advertiser::new(policy),
             emit_on_success: true,
             emit_on_redirect: false,
@@ -336,6 +371,132 @@ where
     }
 }
 
+impl<K, S> RateLimitLayer<K, S>
+where
+    K: PartitionBytes + Send + Sync + 'static,
+    S: SettleSource<K> + 'static,
+{
+    /// Reserve, then settle (see the module docs): [`RateLimitLayer::cost`] becomes an estimate,
+    /// reserved at admission under a fresh [`request_id`], and every admitted request is settled
+    /// with `actual(head of the inner service's response)` once it has answered; `None` settles
+    /// nothing (the estimate stays charged). `actual` is in the quota's unit, like the cost: e.g.
+    /// the `Content-Length` with [`QuotaUnit::ContentBytes`].
+    ///
+    /// The source must keep request-id records for at least the longest response time and for as
+    /// many requests in flight per key as there are (the limiter's `Builder::dedupe`; its default
+    /// is 60 s and 8): a settle whose record is gone fails and leaves the estimate charged.
+    pub fn settle(
+        mut self,
+        actual: impl Fn(&http::response::Parts) -> Option<u64> + Send + Sync + 'static,
+    ) -> Self {
+        self.settling = Some(Settling {
+            source: Arc::clone(&self.source) as Arc<dyn Settles<K>>,
+            actual: Arc::new(actual),
+        });
+        self
+    }
+
+    /// Called with the [`SettleReport`] of every settle the layer makes
+    /// ([`RateLimitLayer::settle`]), e.g. to log a denied extra: the response is returned either way.
+    pub fn on_settle(mut self, f: impl Fn(&SettleReport) + Send + Sync + 'static) -> Self {
+        self.on_settle = Arc::new(f);
+        self
+    }
+}
+
+/// What became of one admitted request's settle ([`RateLimitLayer::settle`]), given to
+/// [`RateLimitLayer::on_settle`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettleReport {
+    /// The estimate the request reserved: its [`RateLimitLayer::cost`].
+    pub reserved: u64,
+    /// The actual cost computed from its response.
+    pub actual: u64,
+    /// The source's answer: an allowed settlement (the refund given, or the extra charged), a
+    /// denied one (the extra was not covered: nothing charged, see [`SettleReport::unpaid`]), or
+    /// why it could not settle (nothing changed: the estimate stays charged).
+    pub result: Result<Settled<Decisions>, SettleError>,
+}
+
+impl SettleReport {
+    /// What the request used beyond what its key was charged: the extra of a denied settle, 0
+    /// otherwise (a failed settle leaves the estimate charged: its shortfall, if any, is not
+    /// known to be an extra the limiter refused).
+    pub fn unpaid(&self) -> u64 {
+        match &self.result {
+            Ok(settled) if !settled.decision.is_allowed() => {
+                self.actual.saturating_sub(self.reserved)
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// The high 64 bits of every [`request_id`]: an id built from a `u64` never has them.
+const REQUEST_ID_TAG: u128 = 0x6275_636b_6574_7072 << 64;
+
+/// The low 64 bits of the next [`request_id`]: a process-wide counter.
+static NEXT_REQUEST: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh request id for one reservation of the layer: unique within the process (the scope of
+/// the in-memory limiter's records), and never equal to an id a caller builds from a `u64`, so it
+/// cannot replay another caller's record on a shared limiter.
+pub fn request_id() -> RequestId {
+    RequestId(REQUEST_ID_TAG | u128::from(NEXT_REQUEST.fetch_add(1, Ordering::Relaxed)))
+}
+
+type RefFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A [`SettleSource`] with its type erased, so the layer keeps one type with or without settling.
+trait Settles<K>: Send + Sync {
+    fn reserve_set<'a>(
+        &'a self,
+        key: &'a K,
+        cost: u64,
+        request_id: RequestId,
+    ) -> RefFuture<'a, Result<SetOutcome, SourceError>>;
+
+    fn settle_set<'a>(
+        &'a self,
+        key: &'a K,
+        settle: Settle,
+    ) -> RefFuture<'a, Result<Settled<Decisions>, SettleError>>;
+}
+
+impl<K, T: SettleSource<K>> Settles<K> for T {
+    fn reserve_set<'a>(
+        &'a self,
+        key: &'a K,
+        cost: u64,
+        request_id: RequestId,
+    ) -> RefFuture<'a, Result<SetOutcome, SourceError>> {
+        Box::pin(SettleSource::reserve_set(self, key, cost, request_id))
+    }
+
+    fn settle_set<'a>(
+        &'a self,
+        key: &'a K,
+        settle: Settle,
+    ) -> RefFuture<'a, Result<Settled<Decisions>, SettleError>> {
+        Box::pin(SettleSource::settle_set(self, key, settle))
+    }
+}
+
+/// The layer's settling: the source as a [`SettleSource`], and how to read the actual cost.
+struct Settling<K> {
+    source: Arc<dyn Settles<K>>,
+    actual: Arc<ActualFn>,
+}
+
+impl<K> Clone for Settling<K> {
+    fn clone(&self) -> Self {
+        Settling {
+            source: Arc::clone(&self.source),
+            actual: Arc::clone(&self.actual),
+        }
+    }
+}
+
 impl<K, S, Inner> Layer<Inner> for RateLimitLayer<K, S> {
     type Service = RateLimitService<K, S, Inner>;
 
@@ -346,6 +507,8 @@ impl<K, S, Inner> Layer<Inner> for RateLimitLayer<K, S> {
                 key: Arc::clone(&self.key),
                 cost: Arc::clone(&self.cost),
                 on_error: Arc::clone(&self.on_error),
+                settling: self.settling.clone(),
+                on_settle: Arc::clone(&self.on_settle),
                 advertiser: self.advertiser.clone(),
                 emit_on_success: self.emit_on_success,
                 emit_on_redirect: self.emit_on_redirect,
@@ -424,7 +587,12 @@ where
             let key = (shared.key)(&parts);
             let cost = (shared.cost)(&parts);
             let req = Request::from_parts(parts, body);
-            let outcome = match shared.source.decide_set(&key, cost).await {
+            let reservation = shared.settling.as_ref().map(|s| (s, request_id()));
+            let decided = match reservation {
+                Some((settling, id)) => settling.source.reserve_set(&key, cost, id).await,
+                None => shared.source.decide_set(&key, cost).await,
+            };
+            let outcome = match decided {
                 Ok(o) => o,
                 Err(err) => {
                     (shared.on_error)(&err);
@@ -437,6 +605,21 @@ where
             let adv = advertiser.set_advertisement(&key.partition_bytes(), &outcome);
             let resp = if outcome.is_allowed() {
                 let mut resp = inner.call(req).await?;
+                if let Some((settling, id)) = reservation {
+                    let (head, body) = resp.into_parts();
+                    if let Some(actual) = (settling.actual)(&head) {
+                        let settle = Settle::new(id, actual);
+                        let result = settling.source.settle_set(&key, settle).await;
+                        let report = SettleReport {
+                            reserved: cost,
+                            actual,
+                            result,
+                        };
+                        (shared.on_settle)(&report);
+                        shared.observe_settle(&report);
+                    }
+                    resp = Response::from_parts(head, body);
+                }
                 let emit = shared.emit_on_success
                     && (shared.emit_on_redirect || !resp.status().is_redirection());
                 let headers = resp.headers_mut();
@@ -466,6 +649,20 @@ impl<K, S> Shared<K, S> {
         #[cfg(feature = "metrics")]
         {
             let emit = || crate::layer_metrics::response(&self.advertiser, status, decided);
+            match &self.recorder {
+                Some(recorder) => metrics::with_local_recorder(recorder.as_ref(), emit),
+                None => emit(),
+            }
+        }
+    }
+
+    /// Emits one settle's numbers (feature `metrics`, [`crate::layer_metrics`]); nothing without
+    /// the feature.
+    #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+    fn observe_settle(&self, report: &SettleReport) {
+        #[cfg(feature = "metrics")]
+        {
+            let emit = || crate::layer_metrics::settle(&self.advertiser, report);
             match &self.recorder {
                 Some(recorder) => metrics::with_local_recorder(recorder.as_ref(), emit),
                 None => emit(),

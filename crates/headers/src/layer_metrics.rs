@@ -18,13 +18,20 @@
 //!   quota capped by the Structured Field range or a window rounded up shows as a difference. A
 //!   window the field omits (zero rate) is not set.
 //!
+//! Per settle of a reserved request ([`crate::layer::RateLimitLayer::settle`]):
+//! - `bucketproof_http_settles_total{policy, result}`, `result` one of `settled` (the refund given or
+//!   the extra charged), `extra_denied` (the extra was not covered: nothing charged, the response
+//!   returned all the same) and `failed` (the source could not settle: the estimate stays charged);
+//! - `bucketproof_http_unpaid_total{policy}`: the sum of the denied extras, in the quota's unit: what
+//!   keys used beyond what they were charged ([`SettleReport::unpaid`]).
+//!
 //! Emitting costs a few registry look-ups per response, on the HTTP path, never in the limiter.
 //!
 //! [`DEGRADED_HEADER`]: crate::layer::DEGRADED_HEADER
 
 use http::StatusCode;
 
-use crate::layer::{Advertisement, Advertiser};
+use crate::layer::{Advertisement, Advertiser, SettleReport};
 use crate::set::SetOutcome;
 
 /// Emits one response's numbers: its status, whether a fallback decided it, and, for a decided
@@ -60,5 +67,21 @@ pub(crate) fn response(
             let exact = config.capacity() as f64 * rate.denom() as f64 / rate.numer() as f64;
             metrics::gauge!("bucketproof_http_enforced_window_seconds", &labels).set(exact);
         }
+    }
+}
+
+/// Emits one settle's numbers: its result, and what it left unpaid.
+pub(crate) fn settle(advertiser: &Advertiser, report: &SettleReport) {
+    let policy = advertiser.policy.as_str().to_owned();
+    let result = match &report.result {
+        Ok(settled) if settled.decision.is_allowed() => "settled",
+        Ok(_) => "extra_denied",
+        Err(_) => "failed",
+    };
+    let labels = [("policy", policy.clone()), ("result", result.to_owned())];
+    metrics::counter!("bucketproof_http_settles_total", &labels).increment(1);
+    let unpaid = report.unpaid();
+    if unpaid > 0 {
+        metrics::counter!("bucketproof_http_unpaid_total", "policy" => policy).increment(unpaid);
     }
 }

@@ -18,6 +18,11 @@
 //! several ([`decide_set_at`]), and so do the `RedisLimiter` (its set script) and the `PgLimiter`
 //! (its function keeps every bandwidth in the key's row) built with several.
 //!
+//! Reserve, then settle ([`SettleSource`]): a source that can decide with a request id and later
+//! reconcile that request's charge with its actual cost (docs/semantics.md, "settle"). The in-memory
+//! [`Limiter`] implements it; the layer uses it when built with
+//! [`crate::layer::RateLimitLayer::settle`].
+//!
 //! This module also owns the glue from one limiter [`Decision`] to the advertised numbers
 //! ([`Outcome::advertised`], [`Outcome::retry_after_secs`]), using [`crate::mapping`]'s rounding;
 //! [`SetOutcome`] uses the same glue for each of its parts.
@@ -28,7 +33,10 @@ use std::sync::Arc;
 
 #[cfg(any(feature = "redis", feature = "postgres"))]
 use bucketproof_limiter::outage::Source;
-use bucketproof_limiter::{AcquireError, Clock, Config, Decision, Limiter, Nanos, Wait};
+use bucketproof_limiter::{
+    AcquireError, Clock, Config, Decision, Decisions, Limiter, Nanos, Request, RequestId, Settle,
+    SettleError, Settled, Wait,
+};
 
 use crate::mapping::{self, AdvertiseOptions, Advertised};
 use crate::set::SetOutcome;
@@ -269,6 +277,75 @@ where
     }
 }
 
+/// A source that can reserve, then settle: decide with a request id, and once the work is done
+/// reconcile that request's charge with its actual cost (docs/semantics.md, "settle").
+///
+/// The in-memory [`Limiter`] implements it (it needs its request-id records on, the default: see
+/// `Builder::dedupe`). The shared stores do not yet.
+pub trait SettleSource<K>: DecisionSource<K> {
+    /// [`DecisionSource::decide_set`] for `cost`, recording the decision under `request_id` so that
+    /// [`SettleSource::settle_set`] can find it; an admitted reservation is charged `cost` now.
+    fn reserve_set<'a>(
+        &'a self,
+        key: &'a K,
+        cost: u64,
+        request_id: RequestId,
+    ) -> impl Future<Output = Result<SetOutcome, SourceError>> + Send + 'a;
+
+    /// Reconciles the charge of the reservation `settle.request_id` on `key` with `settle.actual`
+    /// (the limiter's `settle_set`): a refund when it is lower, the extra by the normal rule when it
+    /// is higher (a denied extra charges nothing and is `Ok` with a denied decision).
+    fn settle_set<'a>(
+        &'a self,
+        key: &'a K,
+        settle: Settle,
+    ) -> impl Future<Output = Result<Settled<Decisions>, SettleError>> + Send + 'a;
+}
+
+impl<K, C> SettleSource<K> for Limiter<K, C>
+where
+    K: Hash + Eq + Clone + Send + Sync,
+    C: Clock,
+    Limiter<K, C>: Send + Sync,
+{
+    fn reserve_set<'a>(
+        &'a self,
+        key: &'a K,
+        cost: u64,
+        request_id: RequestId,
+    ) -> impl Future<Output = Result<SetOutcome, SourceError>> + Send + 'a {
+        let request = Request::cost(cost).at(self.clock().now()).id(request_id);
+        std::future::ready(decide_request(self, key, request))
+    }
+
+    fn settle_set<'a>(
+        &'a self,
+        key: &'a K,
+        settle: Settle,
+    ) -> impl Future<Output = Result<Settled<Decisions>, SettleError>> + Send + 'a {
+        std::future::ready(Limiter::settle_set(self, key, settle))
+    }
+}
+
+impl<K, T: SettleSource<K> + ?Sized> SettleSource<K> for Arc<T> {
+    fn reserve_set<'a>(
+        &'a self,
+        key: &'a K,
+        cost: u64,
+        request_id: RequestId,
+    ) -> impl Future<Output = Result<SetOutcome, SourceError>> + Send + 'a {
+        (**self).reserve_set(key, cost, request_id)
+    }
+
+    fn settle_set<'a>(
+        &'a self,
+        key: &'a K,
+        settle: Settle,
+    ) -> impl Future<Output = Result<Settled<Decisions>, SettleError>> + Send + 'a {
+        (**self).settle_set(key, settle)
+    }
+}
+
 impl<K, T: DecisionSource<K> + ?Sized> DecisionSource<K> for Arc<T> {
     fn decide<'a>(
         &'a self,
@@ -290,9 +367,9 @@ impl<K, T: DecisionSource<K> + ?Sized> DecisionSource<K> for Arc<T> {
 /// The in-memory limiter's answer to [`DecisionSource::decide_set`] at `now` (the simulation in
 /// [`crate::sim`] calls it at virtual time).
 ///
-/// A key of one unnamed bandwidth takes the one-bandwidth path ([`Limiter::acquire_at`]), exactly
-/// as [`DecisionSource::decide`] does. Any other key takes the set path
-/// ([`Limiter::acquire_set_at`]) and is labelled with the names of its set, read beside the
+/// A key of one unnamed bandwidth takes the one-bandwidth path ([`Limiter::acquire_with`]), as
+/// [`DecisionSource::decide`] does. Any other key takes the set path
+/// ([`Limiter::acquire_set_with`]) and is labelled with the names of its set, read beside the
 /// decision. The limiter does not hand out the set a decision was made under, so the names are
 /// checked against the decision's own configs ([`SetOutcome::of_set`]); when a concurrent
 /// reconfiguration changed them, the set is read again, and if that does not match either, the
@@ -310,12 +387,27 @@ where
     K: Hash + Eq + Clone,
     C: Clock,
 {
+    decide_request(limiter, key, Request::cost(cost).at(now))
+}
+
+/// [`decide_set_at`] for a whole [`Request`]: with a request id, the decision is recorded under it
+/// ([`SettleSource::reserve_set`]).
+fn decide_request<K, C>(
+    limiter: &Limiter<K, C>,
+    key: &K,
+    request: Request,
+) -> Result<SetOutcome, SourceError>
+where
+    K: Hash + Eq + Clone,
+    C: Clock,
+{
+    let cost = request.cost;
     let set = limiter.bandwidths_for(key);
     if set.single().is_some() {
-        let decision = limiter.acquire_at(key, cost, now)?;
+        let decision = limiter.acquire_with(key, request)?.decision;
         return Ok(SetOutcome::single(Outcome::of(decision, cost, false)));
     }
-    let decisions = limiter.acquire_set_at(key, cost, now)?;
+    let decisions = limiter.acquire_set_with(key, request)?.decision;
     if let Some(outcome) = SetOutcome::of_set(&set, &decisions, cost, false) {
         return Ok(outcome);
     }

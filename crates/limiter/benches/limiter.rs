@@ -23,6 +23,12 @@
 //!   real clock (`Instant`-based, the same for both peers); time per decision of the pair. Two mixes
 //!   that do not depend on speed: `denied` (a bucket of 10 refilling 1 token a day, empty: every call
 //!   denied) and `allowed` (a bucket of 10^9 refilling 10^9 a second: every call allowed).
+//! - `settle`: reserve, then settle on one key of the keyed [`Limiter`]: a plain `acquire`,
+//!   `acquire_with_id` (a fresh request id per call) and the pairs `acquire_with_id_then_settle_refund`
+//!   (reserve 4, actual 1) and `..._extra` (reserve 1, actual 4), on one config whose bucket is full
+//!   again at every step (a burst of 1,000 refilled one token per ns), so every call and every settle
+//!   is allowed. A settle needs a live record, so it is timed in a pair with its acquire: settle =
+//!   pair - `acquire_with_id`.
 //! - `transition`: one key, no synchronization: `internal::transition` against the textbook f64
 //!   bucket (`tokens = min(cap, tokens + dt * rate)`), `now` passed to both.
 //! - `keys_1m`: 1,000,000 existing keys, random access (one pre-generated index sequence shared by
@@ -45,6 +51,7 @@ use std::time::{Duration, Instant};
 use bucketproof_limiter::internal::{Attempt, transition};
 use bucketproof_limiter::{
     Bandwidth, Bandwidths, BucketState, Config, Decision, DirectLimiter, Limiter, Rate, Request,
+    Settle,
 };
 use common::clock::BenchClock;
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -137,9 +144,10 @@ impl FloatBucket {
 }
 
 /// Measures `decide` (returning the allow bit) with the clock set 1 µs later before each call, then
-/// prints how many of the next 100,000 calls it allowed.
+/// prints how many of the next 100,000 calls it allowed (as `{group_name}/{name}`).
 fn timed_one_key(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    group_name: &str,
     name: &str,
     clock: &BenchClock,
     mut decide: impl FnMut() -> bool,
@@ -159,7 +167,7 @@ fn timed_one_key(
             decide() as u32
         })
         .sum();
-    eprintln!("one_key/{name}: allowed {allowed} of the next 100000 calls");
+    eprintln!("{group_name}/{name}: allowed {allowed} of the next 100000 calls");
 }
 
 fn one_key(c: &mut Criterion) {
@@ -168,7 +176,7 @@ fn one_key(c: &mut Criterion) {
 
     let clock = BenchClock::new(START);
     let ours = DirectLimiter::with_clock(one_key_config(), clock.clone());
-    timed_one_key(&mut group, "ours_direct", &clock, || {
+    timed_one_key(&mut group, "one_key", "ours_direct", &clock, || {
         ours.acquire(black_box(1)).is_ok_and(|d| d.is_allowed())
     });
 
@@ -176,7 +184,7 @@ fn one_key(c: &mut Criterion) {
     let ours: Limiter<u64, BenchClock> = Limiter::builder(one_key_config())
         .clock(clock.clone())
         .build();
-    timed_one_key(&mut group, "ours_keyed", &clock, || {
+    timed_one_key(&mut group, "one_key", "ours_keyed", &clock, || {
         ours.acquire(black_box(&key), black_box(1))
             .is_ok_and(|d| d.is_allowed())
     });
@@ -185,20 +193,26 @@ fn one_key(c: &mut Criterion) {
     let ours: Limiter<u64, BenchClock> = Limiter::builder(with_two_wider(one_key_config()))
         .clock(clock.clone())
         .build();
-    timed_one_key(&mut group, "ours_keyed_3_bandwidths", &clock, || {
-        ours.acquire_set_with(black_box(&key), Request::cost(black_box(1)))
-            .is_ok_and(|d| d.decision.is_allowed())
-    });
+    timed_one_key(
+        &mut group,
+        "one_key",
+        "ours_keyed_3_bandwidths",
+        &clock,
+        || {
+            ours.acquire_set_with(black_box(&key), Request::cost(black_box(1)))
+                .is_ok_and(|d| d.decision.is_allowed())
+        },
+    );
 
     let clock = BenchClock::new(START);
     let proto = common::cas_proto::CasDirectProto::new(one_key_config(), clock.clone());
-    timed_one_key(&mut group, "proto_direct_cas128", &clock, || {
+    timed_one_key(&mut group, "one_key", "proto_direct_cas128", &clock, || {
         proto.acquire(black_box(1)).is_some_and(|d| d.is_allowed())
     });
 
     let clock = BenchClock::new(START);
     let governor = RateLimiter::direct_with_clock(one_key_quota(), clock.clone());
-    timed_one_key(&mut group, "governor_direct", &clock, || {
+    timed_one_key(&mut group, "one_key", "governor_direct", &clock, || {
         governor.check().is_ok()
     });
 
@@ -218,7 +232,7 @@ fn one_key(c: &mut Criterion) {
     // uncontended compare-and-swap, always succeeding, with the clock set and read as above.
     let clock = BenchClock::new(START);
     let word = std::sync::atomic::AtomicU64::new(0);
-    timed_one_key(&mut group, "cas_alone", &clock, || {
+    timed_one_key(&mut group, "one_key", "cas_alone", &clock, || {
         let now = bucketproof_limiter::Clock::now(&clock);
         let seen = word.load(Ordering::Relaxed);
         word.compare_exchange(seen, now, Ordering::AcqRel, Ordering::Relaxed)
@@ -333,6 +347,62 @@ fn two_threads(c: &mut Criterion) {
         }
         true
     });
+    group.finish();
+}
+
+/// Settle config: a burst of 1,000 refilled one token per ns, so the bucket is full again at every
+/// 1 µs step: every acquire, refund and extra is allowed, whatever the subject's speed.
+fn settle_config() -> Config {
+    Config::new(1_000, Rate::per_second(1_000_000_000)).unwrap()
+}
+
+/// Reserve, then settle, on one key of the keyed limiter, against a plain acquire on the same
+/// settings: each subject a fresh limiter of [`settle_config`] (default request-id records: 60 s,
+/// 8 per key), the same key, the same clock set 1 µs later before each call; a settle runs at the
+/// same clock reading as its acquire. A settle needs an acquire with a live id before it, so it is
+/// timed as a pair: `settle` = `acquire_with_id_then_settle_*` - `acquire_with_id`.
+fn settle(c: &mut Criterion) {
+    let mut group = c.benchmark_group("settle");
+    let key = 7u64;
+    let limiter = |clock: &BenchClock| -> Limiter<u64, BenchClock> {
+        Limiter::builder(settle_config())
+            .clock(clock.clone())
+            .build()
+    };
+
+    let clock = BenchClock::new(START);
+    let ours = limiter(&clock);
+    timed_one_key(&mut group, "settle", "acquire", &clock, || {
+        (ours.acquire_with(black_box(&key), Request::cost(black_box(1))))
+            .is_ok_and(|a| a.decision.is_allowed())
+    });
+
+    let clock = BenchClock::new(START);
+    let ours = limiter(&clock);
+    let mut id = 0u64;
+    timed_one_key(&mut group, "settle", "acquire_with_id", &clock, || {
+        id += 1;
+        (ours.acquire_with(black_box(&key), Request::cost(black_box(1)).id(id)))
+            .is_ok_and(|a| a.decision.is_allowed())
+    });
+
+    // (name, reserved, actual): a refund of 3, an extra of 3.
+    for (name, reserved, actual) in [
+        ("acquire_with_id_then_settle_refund", 4, 1),
+        ("acquire_with_id_then_settle_extra", 1, 4),
+    ] {
+        let clock = BenchClock::new(START);
+        let ours = limiter(&clock);
+        let mut id = 0u64;
+        timed_one_key(&mut group, "settle", name, &clock, || {
+            id += 1;
+            let reserved =
+                ours.acquire_with(black_box(&key), Request::cost(black_box(reserved)).id(id));
+            let settled = ours.settle(black_box(&key), Settle::new(id, black_box(actual)));
+            reserved.is_ok_and(|a| a.decision.is_allowed())
+                && settled.is_ok_and(|s| s.decision.is_allowed() && !s.replayed)
+        });
+    }
     group.finish();
 }
 
@@ -525,6 +595,6 @@ criterion_group! {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(40);
-    targets = one_key, two_threads, pure_transition, keys_1m
+    targets = one_key, two_threads, settle, pure_transition, keys_1m
 }
 criterion_main!(benches);

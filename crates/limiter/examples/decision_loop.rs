@@ -17,13 +17,25 @@
 //!
 //! The total over one million decisions is the cost of a decision in instructions (the loop's own
 //! xorshift adds a handful to each).
+//!
+//! Reserve, then settle (one bandwidth only): the subjects `settle-acquire` (a plain acquire),
+//! `settle-id` (an acquire with a fresh request id), `settle-refund` (that acquire for 4, then a
+//! settle at 1) and `settle-extra` (for 1, then at 4) run on the `settle` bench's config, a burst of
+//! 1,000 refilled one token per ns, so every acquire and every settle is allowed; a settle runs at
+//! its acquire's time. A settle's instructions are `settle-refund` (or `-extra`) minus `settle-id`.
+//!
+//! ```text
+//! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/decision_loop 1 1 settle-refund
+//! ```
 
 #[path = "../benches/common/clock.rs"]
 mod clock;
 
 use std::num::NonZeroU32;
 
-use bucketproof_limiter::{Bandwidth, Bandwidths, Config, EvictionPolicy, Limiter};
+use bucketproof_limiter::{
+    Bandwidth, Bandwidths, Config, EvictionPolicy, Limiter, Rate, Request, Settle,
+};
 use clock::BenchClock;
 use governor::{Quota, RateLimiter};
 
@@ -31,7 +43,8 @@ const DECISIONS: u64 = 1_000_000;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let usage = "usage: decision_loop <keys> <bandwidths: 1 or 3> [ours|governor]";
+    let usage = "usage: decision_loop <keys> <bandwidths: 1 or 3> \
+        [ours|governor|settle-acquire|settle-id|settle-refund|settle-extra]";
     let keys: u64 = args.next().ok_or(usage)?.parse()?;
     if keys == 0 {
         return Err(usage.into());
@@ -57,6 +70,35 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .hasher_seed(7)
                 .build();
             Box::new(move |key| limiter.acquire(&key, 1).is_ok_and(|d| d.is_allowed()))
+        }
+        Some(mode @ ("settle-acquire" | "settle-id" | "settle-refund" | "settle-extra"))
+            if bandwidths == 1 =>
+        {
+            let limiter: Limiter<u64, BenchClock> =
+                Limiter::builder(Config::new(1_000, Rate::per_second(1_000_000_000))?)
+                    .clock(clock.clone())
+                    .max_keys(2_000_000, EvictionPolicy::EvictFull)
+                    .hasher_seed(7)
+                    .build();
+            // (request ids?, reserved, actual to settle at)
+            let (with_id, reserved, actual) = match mode {
+                "settle-acquire" => (false, 1, None),
+                "settle-id" => (true, 1, None),
+                "settle-refund" => (true, 4, Some(1)),
+                _ => (true, 1, Some(4)),
+            };
+            let mut id = 0u64;
+            Box::new(move |key| {
+                id += 1;
+                let request = Request::cost(reserved);
+                let request = if with_id { request.id(id) } else { request };
+                let reserved = limiter.acquire_with(&key, request);
+                let settled = actual.is_none_or(|actual| {
+                    (limiter.settle(&key, Settle::new(id, actual)))
+                        .is_ok_and(|s| s.decision.is_allowed())
+                });
+                reserved.is_ok_and(|a| a.decision.is_allowed()) && settled
+            })
         }
         Some("governor") if bandwidths == 1 => {
             let quota = Quota::per_second(NonZeroU32::new(5).ok_or(usage)?)
