@@ -82,7 +82,6 @@ fn the_redis_script_matches_the_model_and_every_oracle_after_every_step() {
     let mut options = options();
     options.cases = state_machine::cases_from_env(24);
     options.ops_per_case = 1..30;
-    options.ops.settle = false;
     let registry = Registry::default();
     let outcome = state_machine::run(&|setup| registry.build("redis", setup), &options).unwrap();
     assert!(outcome.passed(), "{outcome}");

@@ -10,11 +10,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bucketproof_redis::{RedisAcquireError, RedisLimiter};
+use bucketproof_redis::{RedisAcquireError, RedisLimiter, RedisSettleError};
 
 use crate::subject::{Observed, Subject, SubjectError};
-use crate::subjects::core::{observe_acquired, observe_set, request, subject_error};
-use crate::trace::{Acquire, ConfigSpec, Setup};
+use crate::subjects::core::{
+    observe_acquired, observe_set, request, settle_error, settle_request, subject_error,
+};
+use crate::trace::{Acquire, ConfigSpec, Settle, Setup};
 
 /// Distinguishes subjects made by one process; the process id distinguishes processes.
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
@@ -102,6 +104,21 @@ impl Subject for RedisSubject {
             )
             .map_err(store)?;
         Ok(observe_acquired(&outcome.acquired))
+    }
+
+    fn settle(&mut self, settle: Settle) -> Result<Observed, SubjectError> {
+        let outcome = self
+            .runtime
+            .block_on(
+                self.limiter
+                    .settle_set(&settle.key.to_string(), settle_request(settle)),
+            )
+            .map_err(|error| match error {
+                RedisSettleError::Refused(error) => settle_error(error),
+                other => SubjectError::Store(other.to_string()),
+            })?;
+        let settled = &outcome.settled;
+        Ok(observe_set(&settled.decision, false, settled.replayed))
     }
 
     fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {
