@@ -378,7 +378,7 @@ impl<'a> Lockstep<'a> {
 
     /// The arrival curve of a settle: an allowed, fresh settlement adds `actual - charged` to every
     /// curve of the key, with `charged` what the subject reported charging that request (nothing
-    /// known: 0, so the whole actual counts).
+    /// known: 0, so the whole actual counts), and the request's cost is `actual` from then on.
     fn check_settled_arrival(&mut self, settle: Settle, observed: &Observed) -> Option<Violation> {
         let Settle {
             key,
@@ -386,8 +386,10 @@ impl<'a> Lockstep<'a> {
             actual,
             now,
         } = settle;
+        // Once settled, the request's net cost is its actual: a second fresh settlement of it (a
+        // refund twice) nets nothing more here, so the tokens it gave back show as over-admission.
         let net = if observed.allowed && !observed.replayed {
-            let charged = self.charged.get(&(key, request_id)).copied().unwrap_or(0);
+            let charged = (self.charged.insert((key, request_id), actual)).unwrap_or(0);
             i128::from(actual) - i128::from(charged)
         } else {
             0
