@@ -65,6 +65,7 @@ fn the_state_machine_kills_every_multi_limit_mutant_in_at_most_6_ops() {
     let mut options = options(config);
     options.ops = OpKinds {
         reconfigure: false,
+        settle: false,
         ..OpKinds::all()
     };
     options.keys = 2;
@@ -80,6 +81,35 @@ fn the_state_machine_kills_every_multi_limit_mutant_in_at_most_6_ops() {
             panic!("{name} survived the state machine: {caught}");
         };
         eprintln!("{name}: {} ops", trace.ops.len());
+        assert!(trace.ops.len() <= 6, "{name}: {caught}");
+    }
+}
+
+/// The classic refund mistakes of reserve-and-settle (refund twice, refund above capacity, refund
+/// another key's request) under the state machine: acquires with request ids and settles on two
+/// keys, with sweeps and forgets. Each is caught and shrunk to at most 6 ops; the real limiter
+/// passes the same cases (the control).
+#[test]
+fn the_state_machine_kills_every_refund_mutant_in_at_most_6_ops() {
+    let mut options = options(ConfigSpec::new(4, "3/2s"));
+    options.ops = OpKinds {
+        reconfigure: false,
+        ..OpKinds::all()
+    };
+    options.keys = 2;
+    options.request_ids = 2;
+    let control = outcome("core", &options);
+    assert!(control.passed(), "{control}");
+    for name in [
+        "mutant:refund-twice",
+        "mutant:refund-above-capacity",
+        "mutant:refund-other-keys-request",
+    ] {
+        let caught = outcome(name, &options);
+        let Outcome::Violated { trace, .. } = &caught else {
+            panic!("{name} survived the state machine: {caught}");
+        };
+        eprintln!("{name}: {} ops: {caught}", trace.ops.len());
         assert!(trace.ops.len() <= 6, "{name}: {caught}");
     }
 }
