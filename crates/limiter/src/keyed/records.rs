@@ -109,17 +109,23 @@ impl Records {
             .map(|record| &record.decision)
     }
 
-    /// The newest record of `request_id` live at the effective time `at`, to settle.
-    pub(super) fn live_mut(
-        &mut self,
+    /// The newest record of `request_id` live at the effective time `at`, and its position.
+    pub(super) fn live(
+        &self,
         request_id: RequestId,
         at: Nanos,
         window: Nanos,
-    ) -> Option<&mut Record> {
-        self.0
-            .iter_mut()
-            .rev()
-            .find(|record| record.id == request_id && is_live(record.stamped_at, at, window))
+    ) -> Option<(usize, &Record)> {
+        (self.0.iter().enumerate().rev())
+            .find(|(_, record)| record.id == request_id && is_live(record.stamped_at, at, window))
+    }
+
+    /// Settles the record at `position` (from [`Records::live`] under the same lock) with
+    /// `(actual, settlement)`.
+    pub(super) fn settle(&mut self, position: usize, actual: u64, settlement: Recorded) {
+        if let Some(record) = self.0.get_mut(position) {
+            record.settled = Some(Box::new((actual, settlement)));
+        }
     }
 
     /// True if any record is live at the effective time `at` (which keeps the key's bucket from

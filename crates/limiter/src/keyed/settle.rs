@@ -14,7 +14,7 @@ use std::hash::{BuildHasher, Hash};
 use super::records::Recorded;
 use super::shard::Shard;
 use super::{Limiter, RequestId, Settings, lock_shard};
-use crate::bucket::SettleAttempt;
+use crate::bucket::{SettleAttempt, settle};
 use crate::set::settle_set;
 use crate::{Clock, Decision, Decisions, Nanos, SettleError};
 
@@ -80,19 +80,25 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn settle(&self, key: &K, settle: Settle) -> Result<Settled, SettleError> {
-        let settled = self.settle_set(key, settle)?;
-        Ok(Settled {
-            decision: *settled.decision.binding(),
-            replayed: settled.replayed,
-        })
-    }
-
-    /// [`Limiter::settle`] with every bandwidth's part of the settlement.
-    pub fn settle_set(&self, key: &K, settle: Settle) -> Result<Settled<Decisions>, SettleError> {
         let now = settle.now.unwrap_or_else(|| self.clock.now());
         let hash = self.hasher.hash_one(key);
         let mut shard = lock_shard(self.shard(hash));
-        shard.settle(
+        let found = shard.find(hash, key);
+        if shard.holds_set(key, found, &self.settings) {
+            let settled = shard.settle_set(
+                hash,
+                key,
+                settle.request_id,
+                settle.actual,
+                now,
+                &self.settings,
+            )?;
+            return Ok(Settled {
+                decision: *settled.decision.binding(),
+                replayed: settled.replayed,
+            });
+        }
+        shard.settle_one(
             hash,
             key,
             settle.request_id,
@@ -101,11 +107,102 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
             &self.settings,
         )
     }
+
+    /// [`Limiter::settle`] with every bandwidth's part of the settlement.
+    pub fn settle_set(&self, key: &K, settle: Settle) -> Result<Settled<Decisions>, SettleError> {
+        let now = settle.now.unwrap_or_else(|| self.clock.now());
+        let hash = self.hasher.hash_one(key);
+        let mut shard = lock_shard(self.shard(hash));
+        let found = shard.find(hash, key);
+        if shard.holds_set(key, found, &self.settings) {
+            return shard.settle_set(
+                hash,
+                key,
+                settle.request_id,
+                settle.actual,
+                now,
+                &self.settings,
+            );
+        }
+        let settled = shard.settle_one(
+            hash,
+            key,
+            settle.request_id,
+            settle.actual,
+            now,
+            &self.settings,
+        )?;
+        Ok(Settled {
+            decision: Decisions::one(settled.decision),
+            replayed: settled.replayed,
+        })
+    }
+}
+
+/// What steps 2 and 3 found: a settled record's settlement to replay, or the open record's charge
+/// and place.
+enum Found {
+    Replay(Recorded),
+    Open { charged: u64, position: usize },
 }
 
 impl<K: Hash + Eq + Clone> Shard<K> {
-    /// The one settle of the keyed limiter (docs/semantics.md, "settle", steps 1 to 6).
-    pub(super) fn settle(
+    /// A key of one bandwidth (not a set key): steps 1 to 6 on its packed bucket with the crate's
+    /// single-bucket settle step, no set built.
+    pub(super) fn settle_one(
+        &mut self,
+        hash: u64,
+        key: &K,
+        request_id: RequestId,
+        actual: u64,
+        now: Nanos,
+        settings: &Settings<K>,
+    ) -> Result<Settled, SettleError> {
+        let (config, state, found) = self.current(hash, key, now, settings);
+        // Step 1, before anything else, against the key's config whether or not it is live.
+        if actual > config.capacity() {
+            return Err(SettleError::InvalidActual {
+                actual,
+                capacity: config.capacity(),
+            });
+        }
+        let Some((bucket, pos)) = found else {
+            return Err(SettleError::UnknownRequest);
+        };
+        let (charged, position) = match self.find_record(
+            key,
+            request_id,
+            actual,
+            now.max(bucket.last_refill),
+            settings,
+        )? {
+            Found::Replay(settlement) => {
+                return Ok(Settled {
+                    decision: settlement.decision(),
+                    replayed: true,
+                });
+            }
+            Found::Open { charged, position } => (charged, position),
+        };
+        let attempt = SettleAttempt {
+            charged,
+            actual,
+            now,
+        };
+        let (next, decision) = settle(&config, state, attempt).map_err(SettleError::from_step)?;
+        if decision.is_allowed() {
+            self.close_record(key, position, actual, Recorded::One(decision));
+        }
+        self.store(pos, key, next);
+        Ok(Settled {
+            decision,
+            replayed: false,
+        })
+    }
+
+    /// Any key, as a set (a key of one bandwidth as a set of one): steps 1 to 6 with the crate's
+    /// settle step over a set.
+    pub(super) fn settle_set(
         &mut self,
         hash: u64,
         key: &K,
@@ -114,8 +211,8 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         now: Nanos,
         settings: &Settings<K>,
     ) -> Result<Settled<Decisions>, SettleError> {
-        // Step 1, before anything else, against the key's config whether or not it is live.
         let (set, state, found) = self.current_set(hash, key, now, settings);
+        // Step 1, before anything else, against the key's config whether or not it is live.
         if actual > set.cost_bound() {
             return Err(SettleError::InvalidActual {
                 actual,
@@ -125,45 +222,74 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         let Some((bucket, pos)) = found else {
             return Err(SettleError::UnknownRequest);
         };
-        // Step 2: the live record, judged at the key's effective time.
-        let at = now.max(bucket.last_refill);
-        let window = settings.dedupe_window;
-        let record = (self.extras.get_mut(key))
-            .and_then(|extra| extra.requests.live_mut(request_id, at, window))
-            .ok_or(SettleError::UnknownRequest)?;
-        if !record.decision.is_allowed() {
-            return Err(SettleError::NotAdmitted);
-        }
-        // Step 3: settled once; the same actual replays.
-        if let Some(settled) = &record.settled {
-            let (settled_actual, settlement) = &**settled;
-            return if *settled_actual == actual {
-                Ok(Settled {
+        let (charged, position) = match self.find_record(
+            key,
+            request_id,
+            actual,
+            now.max(bucket.last_refill),
+            settings,
+        )? {
+            Found::Replay(settlement) => {
+                return Ok(Settled {
                     decision: settlement.decisions(),
                     replayed: true,
-                })
-            } else {
-                Err(SettleError::AlreadySettled {
-                    actual: *settled_actual,
-                })
-            };
-        }
-        // Steps 4 and 5: the one settle step.
+                });
+            }
+            Found::Open { charged, position } => (charged, position),
+        };
         let attempt = SettleAttempt {
-            charged: record.cost,
+            charged,
             actual,
             now,
         };
         let (next, decisions) =
             settle_set(&set, &state, attempt).map_err(SettleError::from_step)?;
-        // Step 6: an allowed settlement closes the record; a denied extra leaves it open.
         if decisions.is_allowed() {
-            record.settled = Some(Box::new((actual, Recorded::of(decisions.clone()))));
+            self.close_record(key, position, actual, Recorded::of(decisions.clone()));
         }
         self.store_set(pos, key, &set, &next);
         Ok(Settled {
             decision: decisions,
             replayed: false,
         })
+    }
+
+    /// Steps 2 and 3: the key's live record of `request_id` at its effective time `at`, admitted,
+    /// and either settled with this `actual` (a replay) or open.
+    fn find_record(
+        &self,
+        key: &K,
+        request_id: RequestId,
+        actual: u64,
+        at: Nanos,
+        settings: &Settings<K>,
+    ) -> Result<Found, SettleError> {
+        let requests = &self.extra(key).ok_or(SettleError::UnknownRequest)?.requests;
+        let (position, record) = requests
+            .live(request_id, at, settings.dedupe_window)
+            .ok_or(SettleError::UnknownRequest)?;
+        if !record.decision.is_allowed() {
+            return Err(SettleError::NotAdmitted);
+        }
+        match record.settled.as_deref() {
+            Some((settled_actual, settlement)) if *settled_actual == actual => {
+                Ok(Found::Replay(settlement.clone()))
+            }
+            Some((settled_actual, _)) => Err(SettleError::AlreadySettled {
+                actual: *settled_actual,
+            }),
+            None => Ok(Found::Open {
+                charged: record.cost,
+                position,
+            }),
+        }
+    }
+
+    /// Step 6 of an allowed settlement: the record at `position` is settled with `(actual,
+    /// settlement)`; its stamp and place do not change.
+    fn close_record(&mut self, key: &K, position: usize, actual: u64, settlement: Recorded) {
+        if let Some(extra) = self.extras.get_mut(key) {
+            extra.requests.settle(position, actual, settlement);
+        }
     }
 }
