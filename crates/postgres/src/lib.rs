@@ -43,6 +43,7 @@ mod limiter;
 mod peek;
 mod reconfigure;
 pub mod schema;
+mod settle;
 
 pub use bucketproof_limiter::outage::{Source, Unavailable};
 pub use builder::{MAX_RECORDS_PER_KEY, PgBuilder};

@@ -72,6 +72,7 @@ pub struct PgLimiter {
     pub(crate) cleanup: String,
     pub(crate) peek: String,
     pub(crate) reconfigure: String,
+    pub(crate) settle: String,
     pub(crate) forget: String,
     pub(crate) fallback: Fallback,
     /// The last key the cleanup examined (it goes on from there, wrapping around).
