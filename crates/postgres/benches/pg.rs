@@ -12,6 +12,13 @@
 //! call, what any design that writes the row once per decision pays at least. Subjects rotate within
 //! each of 3 rounds; each ratio is ours / that subject within a round, the median round is shown.
 //!
+//! Then reserve, then settle, in the same run (the same limiter, pool, keys, sequences and
+//! connection counts): each call of the sequence is an acquire of 2 with a fresh request id followed
+//! on the same connection by its settle at an actual of 1 (a refund of 1), each timed on its own;
+//! the table gives the mean and p99 of each and settle / acquire-with-id per decision (the median
+//! round). An acquire with an id is the fair peer: both rewrite the key's records. The limiter keeps
+//! 32 records per key (60 s), so no settle of the hot key finds its record pushed out.
+//!
 //! Last, server-side execution per decision without the round trip and the commit (`server_side`).
 //!
 //! Needs `DATABASE_URL` (prints a SKIP line without it). Run from a clone:
@@ -19,10 +26,11 @@
 //! (`-- --quick` for a short run). Figures: reports/bench-postgres.md.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bucketproof_limiter::internal::{Attempt, state_from_parts, transition};
-use bucketproof_limiter::{BucketState, Config, Nanos, Rate};
+use bucketproof_limiter::{BucketState, Config, Nanos, Rate, Request, Settle};
 use bucketproof_postgres::PgLimiter;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use rand_chacha::ChaCha8Rng;
@@ -185,6 +193,80 @@ async fn phase(
     }
 }
 
+/// One timed reserve-then-settle phase: per call of the sequence, an acquire of 2 with a fresh id,
+/// then its settle at 1 on the same task; each call's latency on its own.
+struct Reconciled {
+    acquire: Vec<Duration>,
+    settle: Vec<Duration>,
+    allowed: usize,
+    refunded: usize,
+}
+
+async fn reserve_settle(
+    ours: &Arc<PgLimiter>,
+    tasks: usize,
+    keys: &Arc<Vec<String>>,
+    sequence: &Arc<Vec<usize>>,
+    ids: &Arc<AtomicU64>,
+) -> Reconciled {
+    let per_task = sequence.len() / tasks;
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| {
+            let (ours, keys, sequence, ids) =
+                (ours.clone(), keys.clone(), sequence.clone(), ids.clone());
+            tokio::spawn(async move {
+                let mut run = Reconciled {
+                    acquire: Vec::with_capacity(per_task),
+                    settle: Vec::with_capacity(per_task),
+                    allowed: 0,
+                    refunded: 0,
+                };
+                for &i in &sequence[t * per_task..(t + 1) * per_task] {
+                    let id = ids.fetch_add(1, Ordering::Relaxed);
+                    let call = Instant::now();
+                    let reserved = (ours.acquire_with(&keys[i], Request::cost(2).id(id)))
+                        .await
+                        .unwrap();
+                    run.acquire.push(call.elapsed());
+                    run.allowed += usize::from(reserved.decision().is_allowed());
+                    let call = Instant::now();
+                    let settled = ours.settle(&keys[i], Settle::new(id, 1)).await;
+                    run.settle.push(call.elapsed());
+                    // Counted, not unwrapped: a record pushed out of the FIFO would show here.
+                    run.refunded +=
+                        usize::from(settled.is_ok_and(|s| s.decision.is_allowed() && !s.replayed));
+                }
+                run
+            })
+        })
+        .collect();
+    let mut all = Reconciled {
+        acquire: Vec::new(),
+        settle: Vec::new(),
+        allowed: 0,
+        refunded: 0,
+    };
+    for handle in handles {
+        let run = handle.await.unwrap();
+        all.acquire.extend(run.acquire);
+        all.settle.extend(run.settle);
+        all.allowed += run.allowed;
+        all.refunded += run.refunded;
+    }
+    all.acquire.sort();
+    all.settle.sort();
+    all
+}
+
+/// Mean and p99 of sorted latencies, in microseconds.
+fn mean_p99(sorted: &[Duration]) -> (f64, f64) {
+    let mean = sorted.iter().map(Duration::as_secs_f64).sum::<f64>() / sorted.len() as f64;
+    (
+        mean * 1e6,
+        sorted[sorted.len() * 99 / 100].as_secs_f64() * 1e6,
+    )
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -199,7 +281,16 @@ async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let (rounds, calls) = if quick { (1, 800) } else { (3, 4000) };
     let ns = format!("bp_bench_{}", std::process::id());
-    let ours = Arc::new(PgLimiter::connect(&url, &ns, config()).await.unwrap());
+    // 32 records per key: on the hot key, 8 connections reserving between one reserve and its settle
+    // must not push its record out of the FIFO (a settle of a pushed-out record is unknown).
+    let ours = Arc::new(
+        PgLimiter::builder(config())
+            .namespace(&ns)
+            .dedupe(Duration::from_secs(60), 32)
+            .connect(&url)
+            .await
+            .unwrap(),
+    );
     let manager = Manager::from_config(
         url.parse().unwrap(),
         NoTls,
@@ -233,8 +324,12 @@ async fn main() {
         "| keys | connections | subject | decisions/s | p99 | allowed (floor: rows updated) | ours / this |"
     );
     println!("|---|---:|---|---:|---:|---|---:|");
-    for (keys_name, sequence) in [("hot key", vec![0; calls]), ("10,000 uniform", uniform)] {
-        let sequence = Arc::new(sequence);
+    let sequences = [
+        ("hot key", Arc::new(vec![0; calls])),
+        ("10,000 uniform", Arc::new(uniform)),
+    ];
+    for (keys_name, sequence) in &sequences {
+        let sequence = sequence.clone();
         for tasks in [1, 8] {
             let mut results: [Vec<Phase>; 3] = [Vec::new(), Vec::new(), Vec::new()];
             for round in 0..rounds {
@@ -274,6 +369,44 @@ async fn main() {
                     sequence.len() / tasks * tasks
                 );
             }
+        }
+    }
+    // Reserve, then settle: the same limiter, pool, keys, sequences and connection counts.
+    println!();
+    println!(
+        "| keys | connections | acquire with id: mean / p99 | settle: mean / p99 | settle / acquire (mean) | admitted / refunded |"
+    );
+    println!("|---|---:|---:|---:|---:|---|");
+    let ids = Arc::new(AtomicU64::new(1));
+    for (keys_name, sequence) in &sequences {
+        for tasks in [1, 8] {
+            let runs: Vec<Reconciled> = {
+                let mut runs = Vec::new();
+                for _ in 0..rounds {
+                    runs.push(reserve_settle(&ours, tasks, &keys, sequence, &ids).await);
+                }
+                runs
+            };
+            let ratio = median(
+                (runs.iter())
+                    .map(|r| mean_p99(&r.settle).0 / mean_p99(&r.acquire).0)
+                    .collect(),
+            );
+            let of = |pick: fn(&Reconciled) -> &Vec<Duration>| {
+                let means = runs.iter().map(|r| mean_p99(pick(r)).0).collect();
+                let p99s = runs.iter().map(|r| mean_p99(pick(r)).1).collect();
+                (median(means), median(p99s))
+            };
+            let (acquire_mean, acquire_p99) = of(|r| &r.acquire);
+            let (settle_mean, settle_p99) = of(|r| &r.settle);
+            let counts: Vec<String> = (runs.iter())
+                .map(|r| format!("{}/{}", r.allowed, r.refunded))
+                .collect();
+            println!(
+                "| {keys_name} | {tasks} | {acquire_mean:.0} / {acquire_p99:.0} us | {settle_mean:.0} / {settle_p99:.0} us | {ratio:.2}x | {} of {} |",
+                counts.join(", "),
+                sequence.len() / tasks * tasks
+            );
         }
     }
     server_side(&baseline.pool, &ns).await;

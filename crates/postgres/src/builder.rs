@@ -108,6 +108,7 @@ impl PgBuilder {
             cleanup: namespace.fill(include_str!("cleanup.sql")),
             peek: namespace.fill(include_str!("peek.sql")),
             reconfigure: namespace.fill(include_str!("reconfigure.sql")),
+            settle: namespace.fill(include_str!("settle.sql")),
             forget: namespace.fill("DELETE FROM __NS__.buckets WHERE key = $1"),
             fallback: Fallback::new(self.unavailable),
             cleaned_up_to: std::sync::Mutex::new(String::new()),

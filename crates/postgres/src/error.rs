@@ -1,10 +1,12 @@
-//! The crate's errors: why a limiter could not be built, and why an acquire has no decision.
+//! The crate's errors: why a limiter could not be built, and why an acquire or a settle has no
+//! decision.
 //!
-//! Promises: an invalid cost is [`PgAcquireError::Invalid`] (the core's own error), a row on another
+//! Promises: an invalid cost is [`PgAcquireError::Invalid`] (the core's own error), a settle the core
+//! would refuse [`PgAcquireError::Settle`] (the core's own error, the same case), a row on another
 //! config [`PgAcquireError::ConfigMismatch`], a server that cannot be reached
 //! [`PgAcquireError::Unavailable`]: never a denial.
 
-use bucketproof_limiter::AcquireError;
+use bucketproof_limiter::{AcquireError, SettleError};
 
 /// Why [`crate::PgLimiter::connect`] failed; nothing was created.
 #[derive(Debug, thiserror::Error)]
@@ -43,18 +45,24 @@ pub enum BuildError {
     Postgres(#[from] tokio_postgres::Error),
 }
 
-/// Why an acquire has no decision.
+/// Why an acquire (or a settle, a peek, a reconfigure) has no answer.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PgAcquireError {
     /// An invalid cost (`0`, or above the key's smallest capacity): nothing changed.
     #[error(transparent)]
     Invalid(#[from] AcquireError),
+    /// A settle the core refuses, as the core names it (an actual above the key's capacity, no
+    /// live record of the request id, a denied request, a request settled with another actual):
+    /// nothing changed.
+    #[error(transparent)]
+    Settle(#[from] SettleError),
     /// The key's row is on another config (another limiter on the same namespace): nothing changed.
     #[error("the stored bucket is on another config: {0}")]
     ConfigMismatch(String),
     /// PostgreSQL could not be reached, or the connection broke before an answer (the call may or may
-    /// not have run), and the outage policy is to fail closed. Not a denial.
+    /// not have run), and the outage policy is to fail closed (a settle, which has no fallback:
+    /// always). Not a denial.
     #[error("PostgreSQL unavailable: {0}")]
     Unavailable(String),
     /// PostgreSQL answered with an error of its own.

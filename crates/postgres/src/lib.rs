@@ -5,7 +5,8 @@
 //! `acquire.rs` calls the transition (`acquire.sql`), with its retries and the outage policy (the
 //! same [`Unavailable`] as the Redis limiter's); `cleanup.rs` removes full rows a bounded step at a
 //! time (`cleanup.sql`); `peek.rs` reads without writing (`peek.sql`); `reconfigure.rs` gives a key a
-//! config of its own (`reconfigure.sql`); [`schema`] owns the namespace and the versioned tables and
+//! config of its own (`reconfigure.sql`); `settle.rs` reconciles an admitted request's charge with
+//! its actual cost (`settle.sql`, no outage fallback); [`schema`] owns the namespace and the versioned tables and
 //! functions (`schema.sql`); [`error`] the typed errors.
 //!
 //! The transition runs in the server as one PL/pgSQL function (`schema.sql`), called by one prepared
@@ -17,7 +18,7 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
-//! use bucketproof_limiter::{Config, Rate, Request, RequestId};
+//! use bucketproof_limiter::{Config, Rate, Request, RequestId, Settle};
 //! use bucketproof_postgres::PgLimiter;
 //!
 //! let config = Config::new(10, Rate::per_second(5))?;
@@ -31,6 +32,9 @@
 //! let request = Request::cost(2).id(RequestId(7));
 //! let first = limiter.acquire_with("alice", request).await?;
 //! assert_eq!(limiter.acquire_with("alice", request).await?.decision(), first.decision());
+//! // Reserve, then settle: the work cost 1, so 1 comes back, once however often it is retried.
+//! assert!(limiter.settle("alice", Settle::new(RequestId(7), 1)).await?.decision.is_allowed());
+//! assert!(limiter.settle("alice", Settle::new(RequestId(7), 1)).await?.replayed);
 //! limiter.cleanup(1_000).await?; // now and then: removes full rows, never blocks a decision
 //! # Ok(()) }
 //! ```
@@ -43,6 +47,7 @@ mod limiter;
 mod peek;
 mod reconfigure;
 pub mod schema;
+mod settle;
 
 pub use bucketproof_limiter::outage::{Source, Unavailable};
 pub use builder::{MAX_RECORDS_PER_KEY, PgBuilder};

@@ -4,7 +4,8 @@
 //! Owns: the [`PgLimiter`] type (its pool, its statements' texts, the config's words rendered once,
 //! the outage fallback), [`Outcome`], `forget`, and the one helper that runs a statement on a pooled
 //! connection. Each other job has a file: `builder` (settings, connecting), `acquire` (the
-//! transition's call, its retries and the outage policy), `cleanup`, `peek`, `reconfigure`.
+//! transition's call, its retries and the outage policy), `cleanup`, `peek`, `reconfigure`,
+//! `settle`.
 //!
 //! Promises: every decision equals the core's transition on the same state, unit for unit (the
 //! function computes in `numeric`, and the answer is rebuilt by the core and refused if it is no
@@ -72,6 +73,7 @@ pub struct PgLimiter {
     pub(crate) cleanup: String,
     pub(crate) peek: String,
     pub(crate) reconfigure: String,
+    pub(crate) settle: String,
     pub(crate) forget: String,
     pub(crate) fallback: Fallback,
     /// The last key the cleanup examined (it goes on from there, wrapping around).

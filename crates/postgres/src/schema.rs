@@ -1,7 +1,7 @@
 //! The namespace the crate's objects live in, and its versioned schema.
 //!
 //! Owns: [`Namespace`] (which names are accepted), [`SCHEMA_VERSION`], the DDL (`schema.sql`; the
-//! statement it serves is `acquire.sql`) and
+//! statements it serves are `acquire.sql`, `settle.sql` and `reconfigure.sql`) and
 //! `migrate`, which creates the schema in a namespace that has none and refuses one of another
 //! version.
 //!
@@ -13,8 +13,8 @@ use deadpool_postgres::Client;
 
 use crate::error::BuildError;
 
-/// The version of the tables this crate reads and writes (and of the statement that serves them).
-pub const SCHEMA_VERSION: i32 = 6;
+/// The version of the tables this crate reads and writes (and of the functions that serve them).
+pub const SCHEMA_VERSION: i32 = 7;
 
 const DDL: &str = include_str!("schema.sql");
 

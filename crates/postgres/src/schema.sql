@@ -1,12 +1,13 @@
--- bucketproof-postgres, schema version 6: the tables and the transition's function, created in the
--- namespace `__NS__` (a plain identifier, substituted by `schema.rs`) by `PgLimiter::connect`. The
--- client calls the function with one prepared statement (`acquire.sql`); the cleanup is `cleanup.sql`.
+-- bucketproof-postgres, schema version 7: the tables, the transition's function, settle's and
+-- reconfigure's, and the helpers they share, created in the namespace `__NS__` (a plain identifier,
+-- substituted by `schema.rs`) by `PgLimiter::connect`. The client calls each function with one
+-- prepared statement (`acquire.sql`, `settle.sql`, `reconfigure.sql`); the cleanup is `cleanup.sql`.
 --
 -- Numbers: balances are integers in units of 1/(q * 10^9) token and instants are integer nanoseconds,
 -- both `numeric` (exact, unbounded): nothing is ever rounded, and refill never divides.
 
 CREATE TABLE __NS__.bucketproof_schema (version integer NOT NULL);
-INSERT INTO __NS__.bucketproof_schema VALUES (6);
+INSERT INTO __NS__.bucketproof_schema VALUES (7);
 
 -- One row per key: the bucket (one balance per bandwidth, one cursor), its transition counter, the
 -- set it is on (per bandwidth: units per token / capacity units / p; a row is never read on another
@@ -18,9 +19,10 @@ CREATE TABLE __NS__.buckets (
   seq bigint NOT NULL,
   config text NOT NULL,
   -- Request-id records, oldest first, each [id, stamp, allowed, balances, cursor, now, cost, seq,
-  -- spec] (spec: the key's override when it was decided, null for the limiter's config)
-  -- (jsonb numbers are numeric: exact). Kept in the row so a retry racing its original is judged
-  -- under the same row lock.
+  -- spec] (spec: the key's override when it was decided, null for the limiter's config), and once
+  -- an allowed settle reconciled it, its settlement appended: [.., actual, balances, cursor, now,
+  -- spec] (the settle's report, so a retried settle answers it exactly) (jsonb numbers are numeric:
+  -- exact). Kept in the row so a retry racing its original is judged under the same row lock.
   records jsonb NOT NULL,
   -- The newest record's stamp + the dedupe window (NULL: no record).
   records_until numeric,
@@ -42,6 +44,72 @@ CREATE TABLE __NS__.buckets (
 -- or later, so a caller's clock that runs back never finds credit it had already used.
 CREATE TABLE __NS__.horizon (at numeric NOT NULL);
 INSERT INTO __NS__.horizon VALUES (0);
+
+-- The helpers the functions share (the one copy of each rule).
+
+-- The largest valid cost of a key of bandwidths `caps` / `units`: the smallest capacity in tokens.
+CREATE FUNCTION __NS__.cost_bound(caps numeric[], units numeric[]) RETURNS numeric
+LANGUAGE plpgsql IMMUTABLE AS $fn$
+DECLARE
+  v_bound numeric;
+BEGIN
+  FOR i IN 1..cardinality(caps) LOOP
+    v_bound := least(v_bound, div(caps[i], units[i]));
+  END LOOP;
+  RETURN v_bound;
+END
+$fn$;
+
+-- Every bandwidth refilled from `last` to `t` (t >= last), capped at its capacity.
+CREATE FUNCTION __NS__.refilled(
+  balances numeric[], last numeric, t numeric, caps numeric[], ps numeric[]
+) RETURNS numeric[] LANGUAGE plpgsql IMMUTABLE AS $fn$
+DECLARE
+  v_after numeric[] := balances;
+BEGIN
+  FOR i IN 1..cardinality(caps) LOOP
+    v_after[i] := least(caps[i], balances[i] + (t - last) * ps[i]);
+  END LOOP;
+  RETURN v_after;
+END
+$fn$;
+
+-- The key's live record of `rid` at its effective time `t` (a record is live while stamp + win >
+-- t; a window of 0 keeps nothing live) and its place (1-based) in `records`; NULL when none.
+CREATE FUNCTION __NS__.live_record(
+  records jsonb, rid text, t numeric, win numeric, OUT o_record jsonb, OUT o_pos integer
+) LANGUAGE plpgsql STABLE AS $fn$
+BEGIN
+  SELECT x.r, x.pos INTO o_record, o_pos
+    FROM jsonb_array_elements(records) WITH ORDINALITY AS x(r, pos)
+   WHERE x.r->>0 = rid AND (x.r->>1)::numeric + win > t
+   ORDER BY x.pos DESC LIMIT 1;
+END
+$fn$;
+
+-- When a row holding `after` at cursor `t` becomes removable: every bandwidth full again and no
+-- live record (`until`, the newest record's stamp + window; NULL: no record). NULL: never (a
+-- bandwidth that does not refill and is not full, or a key with an override).
+CREATE FUNCTION __NS__.removable_at(
+  after numeric[], t numeric, caps numeric[], ps numeric[], until numeric, overridden boolean
+) RETURNS numeric LANGUAGE plpgsql IMMUTABLE AS $fn$
+DECLARE
+  v_full numeric := t;
+BEGIN
+  IF overridden THEN
+    RETURN NULL;
+  END IF;
+  FOR i IN 1..cardinality(caps) LOOP
+    IF after[i] < caps[i] THEN
+      IF ps[i] = 0 THEN
+        RETURN NULL;
+      END IF;
+      v_full := greatest(v_full, t + div(caps[i] - after[i] + ps[i] - 1, ps[i]));
+    END IF;
+  END LOOP;
+  RETURN greatest(v_full, until);
+END
+$fn$;
 
 -- The whole transition (docs/semantics.md, acquire steps 1-6) in one call, atomic by the key's row
 -- lock, for a key of one or several bandwidths (one element of `caps`, `ps`, `units` and of a row's
@@ -78,9 +146,6 @@ DECLARE
   v_t numeric;
   v_hit jsonb;
   v_after numeric[];
-  v_full numeric;
-  v_never boolean := false;
-  v_valid boolean := cost >= 1;
   v_bound numeric;
   v_records jsonb;
   v_until numeric;
@@ -101,23 +166,16 @@ BEGIN
       FROM __NS__.buckets AS b WHERE b.key = k FOR UPDATE;
     EXIT WHEN FOUND;
     -- No row: a fresh bucket, full at max(now, horizon), then charged.
-    SELECT greatest(v_now, h.at) INTO o_cursor FROM __NS__.horizon AS h;
-    o_balances := caps;
-    v_full := o_cursor;
-    FOR i IN 1..v_n LOOP
-      o_balances[i] := caps[i] - cost * units[i];
-      v_valid := v_valid AND o_balances[i] >= 0;
-      v_bound := least(v_bound, div(caps[i], units[i]));
-      IF ps[i] = 0 THEN
-        v_never := true;
-      ELSE
-        v_full := greatest(v_full, o_cursor + div(cost * units[i] + ps[i] - 1, ps[i]));
-      END IF;
-    END LOOP;
-    IF NOT v_valid THEN
+    v_bound := __NS__.cost_bound(caps, units);
+    IF cost < 1 OR cost > v_bound THEN
       o_bound := v_bound;
       RETURN;
     END IF;
+    SELECT greatest(v_now, h.at) INTO o_cursor FROM __NS__.horizon AS h;
+    o_balances := caps;
+    FOR i IN 1..v_n LOOP
+      o_balances[i] := caps[i] - cost * units[i];
+    END LOOP;
     v_records := CASE WHEN v_recording
                       THEN jsonb_build_array(jsonb_build_array(rid, o_cursor, true, to_jsonb(o_balances),
                                                                o_cursor, v_now, cost, 1, NULL))
@@ -126,7 +184,7 @@ BEGIN
     INSERT INTO __NS__.buckets AS b
            (key, balances, last_refill, seq, config, records, records_until, expires_at)
       VALUES (k, o_balances, o_cursor, 1, fp, v_records, v_until,
-              CASE WHEN v_never THEN NULL ELSE greatest(v_full, v_until) END)
+              __NS__.removable_at(o_balances, o_cursor, caps, ps, v_until, false))
       ON CONFLICT (key) DO NOTHING;
     IF FOUND THEN
       o_allowed := true;
@@ -148,26 +206,15 @@ BEGIN
     ps := v_override_ps;
     units := v_override_units;
     v_n := cardinality(caps);
-    v_never := true;
   END IF;
-  v_bound := NULL;
-  v_t := greatest(v_now, v_last);
-  -- Refill every bandwidth to t and check the cost against each (nothing is written yet).
-  v_after := v_balances;
-  o_allowed := true;
-  FOR i IN 1..v_n LOOP
-    v_after[i] := least(caps[i], v_balances[i] + (v_t - v_last) * ps[i]);
-    o_allowed := o_allowed AND v_after[i] >= cost * units[i];
-    v_valid := v_valid AND cost * units[i] <= caps[i];
-    v_bound := least(v_bound, div(caps[i], units[i]));
-  END LOOP;
-  IF NOT v_valid THEN
+  v_bound := __NS__.cost_bound(caps, units);
+  IF cost < 1 OR cost > v_bound THEN
     o_bound := v_bound;
     RETURN;
   END IF;
+  v_t := greatest(v_now, v_last);
   IF v_recording THEN
-    SELECT r INTO v_hit FROM jsonb_array_elements(v_records) AS x(r)
-     WHERE r->>0 = rid AND (r->>1)::numeric + win > v_t LIMIT 1;
+    v_hit := (__NS__.live_record(v_records, rid, v_t, win)).o_record;
     IF v_hit IS NOT NULL THEN
       o_allowed := (v_hit->>2)::boolean;
       o_balances := ARRAY(SELECT jsonb_array_elements_text(v_hit->3))::numeric[];
@@ -180,19 +227,17 @@ BEGIN
       RETURN;
     END IF;
   END IF;
-  v_full := v_t;
+  -- Refill every bandwidth to t, allow iff each covers the cost, charge each if allowed.
+  v_after := __NS__.refilled(v_balances, v_last, v_t, caps, ps);
+  o_allowed := true;
   FOR i IN 1..v_n LOOP
-    IF o_allowed THEN
-      v_after[i] := v_after[i] - cost * units[i];
-    END IF;
-    IF v_after[i] < caps[i] THEN
-      IF ps[i] = 0 THEN
-        v_never := true;
-      ELSE
-        v_full := greatest(v_full, v_t + div(caps[i] - v_after[i] + ps[i] - 1, ps[i]));
-      END IF;
-    END IF;
+    o_allowed := o_allowed AND v_after[i] >= cost * units[i];
   END LOOP;
+  IF o_allowed THEN
+    FOR i IN 1..v_n LOOP
+      v_after[i] := v_after[i] - cost * units[i];
+    END LOOP;
+  END IF;
   o_seq := v_seq + 1;
   IF v_recording THEN
     SELECT coalesce(jsonb_agg(kept.r ORDER BY kept.pos), '[]'::jsonb) INTO v_records
@@ -207,14 +252,138 @@ BEGIN
     UPDATE __NS__.buckets AS b
        SET balances = v_after, last_refill = v_t, seq = o_seq, records = v_records,
            records_until = v_until,
-           expires_at = CASE WHEN v_never THEN NULL ELSE greatest(v_full, v_until) END
+           expires_at = __NS__.removable_at(v_after, v_t, caps, ps, v_until,
+                                            v_override_caps IS NOT NULL)
      WHERE b.key = k;
   ELSE
     UPDATE __NS__.buckets AS b
        SET balances = v_after, last_refill = v_t, seq = o_seq,
-           expires_at = CASE WHEN v_never THEN NULL ELSE greatest(v_full, v_until) END
+           expires_at = __NS__.removable_at(v_after, v_t, caps, ps, v_until,
+                                            v_override_caps IS NOT NULL)
      WHERE b.key = k;
   END IF;
+  o_balances := v_after;
+  o_cursor := v_t;
+END
+$fn$;
+
+-- settle (docs/semantics.md, "settle"), under the key's row lock: reconcile the charge of the live
+-- record of `rid` with `actual`. Never creates a row. `o_status`: 'ok' (a settlement: `o_allowed`,
+-- `o_balances`, `o_cursor`, `o_now`, `o_charged`, `o_spec` are its report; `o_replayed` when it is
+-- the recorded one), or an error that changed nothing: 'unknown' (no row, or no live record of
+-- `rid`), 'mismatch' (the row is on another config), 'invalid' (`actual` above `o_bound`, the key's
+-- smallest capacity), 'not_admitted' (the record's acquire was denied), 'settled' (settled already
+-- with `o_actual`, another actual). Otherwise: refill every bandwidth to t = max(now, last); actual
+-- <= charged gives back charged - actual to each, capped at its capacity; actual > charged decides
+-- the extra as acquire does (all bandwidths or none). An allowed settlement is appended to the
+-- record (its stamp and place unchanged); a denied extra leaves it open (the refill is written).
+-- The row's records_until is unchanged, so it stays unremovable while the record is live.
+CREATE FUNCTION __NS__.settle(
+  k text, rid text, actual numeric, injected_now numeric, caps numeric[], ps numeric[],
+  units numeric[], fp text, win numeric,
+  OUT o_status text, OUT o_bound numeric, OUT o_allowed boolean, OUT o_balances numeric[],
+  OUT o_cursor numeric, OUT o_now numeric, OUT o_charged numeric, OUT o_actual numeric,
+  OUT o_replayed boolean, OUT o_spec text
+) LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_now numeric := coalesce(injected_now, trunc(extract(epoch FROM clock_timestamp()) * 1000000000));
+  v_n integer := cardinality(caps);
+  v_balances numeric[];
+  v_last numeric;
+  v_seq bigint;
+  v_config text;
+  v_records jsonb;
+  v_until numeric;
+  v_override_caps numeric[];
+  v_override_ps numeric[];
+  v_override_units numeric[];
+  v_t numeric;
+  v_hit jsonb;
+  v_pos integer;
+  v_after numeric[];
+  v_extra numeric;
+  i integer;
+BEGIN
+  o_replayed := false;
+  o_now := v_now;
+  o_actual := actual;
+  SELECT b.balances, b.last_refill, b.seq, b.config, b.records, b.records_until,
+         b.override_caps, b.override_ps, b.override_units, b.override_spec
+    INTO v_balances, v_last, v_seq, v_config, v_records, v_until,
+         v_override_caps, v_override_ps, v_override_units, o_spec
+    FROM __NS__.buckets AS b WHERE b.key = k FOR UPDATE;
+  IF NOT FOUND THEN
+    o_status := 'unknown';
+    RETURN;
+  END IF;
+  IF v_config <> fp THEN
+    o_status := 'mismatch';
+    RETURN;
+  END IF;
+  IF v_override_caps IS NOT NULL THEN
+    caps := v_override_caps;
+    ps := v_override_ps;
+    units := v_override_units;
+    v_n := cardinality(caps);
+  END IF;
+  o_bound := __NS__.cost_bound(caps, units);
+  IF actual > o_bound THEN
+    o_status := 'invalid';
+    RETURN;
+  END IF;
+  v_t := greatest(v_now, v_last);
+  SELECT l.o_record, l.o_pos INTO v_hit, v_pos FROM __NS__.live_record(v_records, rid, v_t, win) AS l;
+  IF v_hit IS NULL THEN
+    o_status := 'unknown';
+    RETURN;
+  END IF;
+  IF NOT (v_hit->>2)::boolean THEN
+    o_status := 'not_admitted';
+    RETURN;
+  END IF;
+  o_charged := (v_hit->>6)::numeric;
+  IF v_hit->>9 IS NOT NULL THEN
+    o_actual := (v_hit->>9)::numeric;
+    IF o_actual <> actual THEN
+      o_status := 'settled';
+      RETURN;
+    END IF;
+    o_status := 'ok';
+    o_allowed := true;
+    o_balances := ARRAY(SELECT jsonb_array_elements_text(v_hit->10))::numeric[];
+    o_cursor := (v_hit->>11)::numeric;
+    o_now := (v_hit->>12)::numeric;
+    o_spec := v_hit->>13;
+    o_replayed := true;
+    RETURN;
+  END IF;
+  v_after := __NS__.refilled(v_balances, v_last, v_t, caps, ps);
+  o_allowed := true;
+  IF actual <= o_charged THEN
+    FOR i IN 1..v_n LOOP
+      v_after[i] := least(caps[i], v_after[i] + (o_charged - actual) * units[i]);
+    END LOOP;
+  ELSE
+    v_extra := actual - o_charged;
+    FOR i IN 1..v_n LOOP
+      o_allowed := o_allowed AND v_after[i] >= v_extra * units[i];
+    END LOOP;
+    IF o_allowed THEN
+      FOR i IN 1..v_n LOOP
+        v_after[i] := v_after[i] - v_extra * units[i];
+      END LOOP;
+    END IF;
+  END IF;
+  IF o_allowed THEN
+    v_records := jsonb_set(v_records, ARRAY[(v_pos - 1)::text],
+                           v_hit || jsonb_build_array(actual, to_jsonb(v_after), v_t, v_now, o_spec));
+  END IF;
+  UPDATE __NS__.buckets AS b
+     SET balances = v_after, last_refill = v_t, seq = v_seq + 1, records = v_records,
+         expires_at = __NS__.removable_at(v_after, v_t, caps, ps, v_until,
+                                          v_override_caps IS NOT NULL)
+   WHERE b.key = k;
+  o_status := 'ok';
   o_balances := v_after;
   o_cursor := v_t;
 END
@@ -262,7 +431,7 @@ BEGIN
     RETURN;
   END IF;
   v_t := greatest(v_now, v_last);
-  v_balance := least(v_cap, v_balance + (v_t - v_last) * v_p);
+  v_balance := (__NS__.refilled(ARRAY[v_balance], v_last, v_t, ARRAY[v_cap], ARRAY[v_p]))[1];
   o_version := o_version + 1;
   UPDATE __NS__.buckets AS b
      SET balances = ARRAY[least(new_cap, div(v_balance * new_unit, v_unit))], last_refill = v_t,
