@@ -114,7 +114,6 @@ fn the_postgres_limiter_matches_the_model_and_every_oracle_after_every_step() {
     // 200 cases: fewer missed a fresh bucket that ignored the cleanup's horizon (planted).
     options.cases = state_machine::cases_from_env(200);
     options.ops_per_case = 1..30;
-    options.ops.settle = false;
     let registry = Registry::default();
     let outcome = state_machine::run(&|setup| registry.build("postgres", setup), &options).unwrap();
     assert!(outcome.passed(), "{outcome}");

@@ -313,7 +313,9 @@ BEGIN
          v_override_caps, v_override_ps, v_override_units, o_spec
     FROM __NS__.buckets AS b WHERE b.key = k FOR UPDATE;
   IF NOT FOUND THEN
-    o_status := 'unknown';
+    -- Step 1 comes first, against the config a fresh key would have: then unknown.
+    o_bound := __NS__.cost_bound(caps, units);
+    o_status := CASE WHEN actual > o_bound THEN 'invalid' ELSE 'unknown' END;
     RETURN;
   END IF;
   IF v_config <> fp THEN

@@ -180,8 +180,8 @@ async fn every_settle_error_changes_nothing_and_no_row_is_ever_created() {
     };
     let ns = namespace("settle_errors");
     let limiter = limiter(&url, &ns).await;
-    // No row: unknown, and none is made.
-    for actual in [0, 3, 11] {
+    // No row: unknown, and none is made; an actual above the capacity is refused first (step 1).
+    for actual in [0, 3] {
         assert_eq!(
             settle_error(
                 limiter
@@ -191,6 +191,10 @@ async fn every_settle_error_changes_nothing_and_no_row_is_ever_created() {
             SettleError::UnknownRequest
         );
     }
+    assert!(matches!(
+        settle_error(limiter.settle("none", Settle::new(1u64, 11).at(0)).await),
+        SettleError::InvalidActual { actual: 11, .. }
+    ));
     assert_eq!(row(&url, &ns, "none").await, None);
     reserve(&limiter, "a", 1, 4, 0).await;
     reserve(&limiter, "b", 9, 4, 0).await;

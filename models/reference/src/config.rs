@@ -130,7 +130,7 @@ pub enum ModelError {
     },
     /// reconfigure step 4: "Invalid new config -> error, nothing changes." Also returned by [`ModelConfig::new`].
     InvalidConfig(ConfigError),
-    /// settle step 1: "`actual > capacity` (the smallest capacity for a set) -> `Err(InvalidCost)`".
+    /// settle step 1: "`actual > capacity` (the smallest capacity for a set) -> `Err(InvalidActual)`".
     InvalidActual {
         /// The actual cost given.
         actual: u64,

@@ -354,7 +354,8 @@ impl Model {
     }
 
     /// settle(key, request_id, actual, now), docs/semantics.md "settle":
-    /// 1. "`actual > capacity` (the smallest capacity for a set) -> `Err(InvalidCost)`" ([`ModelError::InvalidActual`]).
+    /// 1. "`actual > capacity` (the smallest capacity for a set) -> `Err(InvalidActual)`, judged against the key's
+    ///    config whether or not it holds state, before anything else."
     /// 2. "The key's live record of `request_id`, judged as in acquire step 2 at `t = max(now, last_refill)`. None
     ///    ... -> `Err(UnknownRequest)`. A record of a denied acquire -> `Err(NotAdmitted)`."
     /// 3. "A record already settled with `actual'`: `actual' == actual` returns the recorded settlement unchanged

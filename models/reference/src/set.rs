@@ -137,7 +137,7 @@ impl ModelSetBucket {
 
     /// settle steps 1 and 4-6 on a set, for a record whose acquire charged `charged`:
     ///
-    /// 1. "`actual > capacity` (the smallest capacity for a set) -> `Err(InvalidCost)`. `actual == 0` is valid."
+    /// 1. "`actual > capacity` (the smallest capacity for a set) -> `Err(InvalidActual)`". "`actual == 0` is valid".
     /// 4. "Refill as acquire step 3 (written back even when the extra is denied)."
     /// 5. "`actual <= charged`: refund `charged - actual` to every bandwidth, `tokens_i = min(capacity_i, tokens_i
     ///    + charged - actual)`, and the settlement is allowed. ... `actual > charged`: the extra `actual - charged`

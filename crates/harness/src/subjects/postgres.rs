@@ -13,8 +13,10 @@ use bucketproof_limiter::Request;
 use bucketproof_postgres::{PgAcquireError, PgLimiter};
 
 use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
-use crate::subjects::core::{observe_acquired, observe_set, subject_error};
-use crate::trace::{Acquire, ConfigSpec, Setup};
+use crate::subjects::core::{
+    observe_acquired, observe_set, settle_error, settle_request, subject_error,
+};
+use crate::trace::{Acquire, ConfigSpec, Settle, Setup};
 
 /// Distinguishes subjects made by one process; the process id distinguishes processes.
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
@@ -34,6 +36,7 @@ pub struct PostgresSubject {
 fn store(error: PgAcquireError) -> SubjectError {
     match error {
         PgAcquireError::Invalid(error) => subject_error(error),
+        PgAcquireError::Settle(error) => settle_error(error),
         other => SubjectError::Store(other.to_string()),
     }
 }
@@ -107,6 +110,15 @@ impl Subject for PostgresSubject {
             ));
         }
         Ok(observe_acquired(&outcome.binding().acquired))
+    }
+
+    fn settle(&mut self, settle: Settle) -> Result<Observed, SubjectError> {
+        let key = settle.key.to_string();
+        let settled = self
+            .runtime
+            .block_on(self.limiter().settle_set(&key, settle_request(settle)))
+            .map_err(store)?;
+        Ok(observe_set(&settled.decision, false, settled.replayed))
     }
 
     fn forget(&mut self, key: u64) -> Result<(), SubjectError> {
