@@ -361,8 +361,8 @@ impl Model {
     /// 3. "A record already settled with `actual'`: `actual' == actual` returns the recorded settlement unchanged
     ///    (`replayed`), nothing changes; otherwise `Err(AlreadySettled { actual' })`."
     /// 4. - 6. [`ModelSetBucket::settle`]; "An allowed settlement marks the record settled with `(actual,
-    ///    settlement)`; its stamp does not change ..., nor does its place in the FIFO. A denied extra leaves the
-    ///    record open." "Settle never creates a key."
+    ///         settlement)`; its stamp does not change ..., nor does its place in the FIFO. A denied extra leaves
+    ///         the record open." "Settle never creates a key."
     pub fn settle(
         &mut self,
         key: u64,

@@ -16,7 +16,7 @@ use bucketproof_model::{Model, Rational, cmp_whole};
 use super::events::{Before, Event, Events};
 use super::sample::Sampler;
 use super::{Divergence, RunOptions};
-use crate::oracle::arrival::{Allowance, ArrivalCurve, CurveConfig, Recreation};
+use crate::oracle::arrival::{Allowance, ArrivalBreach, ArrivalCurve, CurveConfig, Recreation};
 use crate::oracle::differential::{Admission, compare_acquire};
 use crate::oracle::eviction::{Creation, Dropped, Refusal};
 use crate::oracle::replay::{Replays, Retry};
@@ -394,24 +394,9 @@ impl<'a> Lockstep<'a> {
         } else {
             0
         };
-        let (position, breach) = (self.arrivals.iter_mut().enumerate())
-            .filter(|(_, curve)| curve.knows(key))
-            .find_map(|(position, curve)| {
-                Some((position, curve.observe_net(key, now, net).err()?))
-            })?;
-        self.divergence.arrival_breaches += 1;
-        Some(Violation::new(
-            OracleKind::ArrivalCurve,
-            format!(
-                "admitted more than the arrival curve allows on key {} (bandwidth {position}, after a settle)",
-                breach.key
-            ),
-            format!(
-                "<= {} units over [{}, {}]",
-                breach.bound_units, breach.from, breach.to
-            ),
-            format!("{} units", breach.admitted_units),
-        ))
+        self.observe_arrival(key, " after a settle", |curve| {
+            curve.observe_net(key, now, net)
+        })
     }
 
     fn inspect_for_invariants(&mut self, key: u64) -> Inspection {
@@ -676,12 +661,21 @@ impl<'a> Lockstep<'a> {
         if observed.replayed {
             return None;
         }
+        self.observe_arrival(key, "", |curve| curve.observe(acquire, observed.allowed))
+    }
+
+    /// Feeds every curve that knows `key` through `observe` and reports the first breach (which
+    /// bandwidth, for a key of several; `after` ends the message).
+    fn observe_arrival(
+        &mut self,
+        key: u64,
+        after: &str,
+        mut observe: impl FnMut(&mut ArrivalCurve) -> Result<(), ArrivalBreach>,
+    ) -> Option<Violation> {
         let several = self.model.bandwidths_of(key).len() > 1;
         let (position, breach) = (self.arrivals.iter_mut().enumerate())
             .filter(|(_, curve)| curve.knows(key))
-            .find_map(|(position, curve)| {
-                Some((position, curve.observe(acquire, observed.allowed).err()?))
-            })?;
+            .find_map(|(position, curve)| Some((position, observe(curve).err()?)))?;
         self.divergence.arrival_breaches += 1;
         let bandwidth = if several {
             format!(" (bandwidth {position})")
@@ -691,7 +685,7 @@ impl<'a> Lockstep<'a> {
         Some(Violation::new(
             OracleKind::ArrivalCurve,
             format!(
-                "admitted more than the arrival curve allows on key {}{bandwidth}",
+                "admitted more than the arrival curve allows on key {}{bandwidth}{after}",
                 breach.key
             ),
             format!(

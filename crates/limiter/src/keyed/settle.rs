@@ -12,7 +12,7 @@
 use std::hash::{BuildHasher, Hash};
 
 use super::records::Recorded;
-use super::shard::Shard;
+use super::shard::{PackedBucket, Shard};
 use super::{Limiter, RequestId, Settings, lock_shard};
 use crate::bucket::{SettleAttempt, settle};
 use crate::set::settle_set;
@@ -139,11 +139,15 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     }
 }
 
-/// What steps 2 and 3 found: a settled record's settlement to replay, or the open record's charge
-/// and place.
+/// What steps 1 to 3 found: a settled record's settlement to replay, or the open record's charge
+/// and place, and the key's position.
 enum Found {
     Replay(Recorded),
-    Open { charged: u64, position: usize },
+    Open {
+        charged: u64,
+        record: usize,
+        pos: usize,
+    },
 }
 
 impl<K: Hash + Eq + Clone> Shard<K> {
@@ -159,45 +163,37 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         settings: &Settings<K>,
     ) -> Result<Settled, SettleError> {
         let (config, state, found) = self.current(hash, key, now, settings);
-        // Step 1, before anything else, against the key's config whether or not it is live.
-        if actual > config.capacity() {
-            return Err(SettleError::InvalidActual {
-                actual,
-                capacity: config.capacity(),
-            });
-        }
-        let Some((bucket, pos)) = found else {
-            return Err(SettleError::UnknownRequest);
-        };
-        let (charged, position) = match self.find_record(
+        let (charged, record, pos) = match self.find_record(
             key,
+            found,
+            config.capacity(),
             request_id,
             actual,
-            now.max(bucket.last_refill),
+            now,
             settings,
         )? {
-            Found::Replay(settlement) => {
-                return Ok(Settled {
-                    decision: settlement.decision(),
-                    replayed: true,
-                });
-            }
-            Found::Open { charged, position } => (charged, position),
+            Found::Replay(settlement) => return Ok(Settled::replay(settlement.decision())),
+            Found::Open {
+                charged,
+                record,
+                pos,
+            } => (charged, record, pos),
         };
-        let attempt = SettleAttempt {
-            charged,
-            actual,
-            now,
-        };
-        let (next, decision) = settle(&config, state, attempt).map_err(SettleError::from_step)?;
-        if decision.is_allowed() {
-            self.close_record(key, position, actual, Recorded::One(decision));
-        }
+        let (next, decision) = settle(
+            &config,
+            state,
+            SettleAttempt {
+                charged,
+                actual,
+                now,
+            },
+        )
+        .map_err(SettleError::from_step)?;
+        self.close_record(key, record, actual, decision.is_allowed(), || {
+            Recorded::One(decision)
+        });
         self.store(pos, key, next);
-        Ok(Settled {
-            decision,
-            replayed: false,
-        })
+        Ok(Settled::fresh(decision))
     }
 
     /// Any key, as a set (a key of one bandwidth as a set of one): steps 1 to 6 with the crate's
@@ -212,58 +208,61 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         settings: &Settings<K>,
     ) -> Result<Settled<Decisions>, SettleError> {
         let (set, state, found) = self.current_set(hash, key, now, settings);
-        // Step 1, before anything else, against the key's config whether or not it is live.
-        if actual > set.cost_bound() {
-            return Err(SettleError::InvalidActual {
-                actual,
-                capacity: set.cost_bound(),
-            });
-        }
-        let Some((bucket, pos)) = found else {
-            return Err(SettleError::UnknownRequest);
-        };
-        let (charged, position) = match self.find_record(
+        let (charged, record, pos) = match self.find_record(
             key,
+            found,
+            set.cost_bound(),
             request_id,
             actual,
-            now.max(bucket.last_refill),
+            now,
             settings,
         )? {
-            Found::Replay(settlement) => {
-                return Ok(Settled {
-                    decision: settlement.decisions(),
-                    replayed: true,
-                });
-            }
-            Found::Open { charged, position } => (charged, position),
+            Found::Replay(settlement) => return Ok(Settled::replay(settlement.decisions())),
+            Found::Open {
+                charged,
+                record,
+                pos,
+            } => (charged, record, pos),
         };
-        let attempt = SettleAttempt {
-            charged,
-            actual,
-            now,
-        };
-        let (next, decisions) =
-            settle_set(&set, &state, attempt).map_err(SettleError::from_step)?;
-        if decisions.is_allowed() {
-            self.close_record(key, position, actual, Recorded::of(decisions.clone()));
-        }
+        let (next, decisions) = settle_set(
+            &set,
+            &state,
+            SettleAttempt {
+                charged,
+                actual,
+                now,
+            },
+        )
+        .map_err(SettleError::from_step)?;
+        self.close_record(key, record, actual, decisions.is_allowed(), || {
+            Recorded::of(decisions.clone())
+        });
         self.store_set(pos, key, &set, &next);
-        Ok(Settled {
-            decision: decisions,
-            replayed: false,
-        })
+        Ok(Settled::fresh(decisions))
     }
 
-    /// Steps 2 and 3: the key's live record of `request_id` at its effective time `at`, admitted,
-    /// and either settled with this `actual` (a replay) or open.
+    /// Steps 1 to 3: the actual within `bound` (judged first, whether or not the key is live),
+    /// then the live key's live record of `request_id` at its effective time, admitted, and either
+    /// settled with this `actual` (a replay) or open.
+    #[allow(clippy::too_many_arguments)]
     fn find_record(
         &self,
         key: &K,
+        found: Option<(PackedBucket, usize)>,
+        bound: u64,
         request_id: RequestId,
         actual: u64,
-        at: Nanos,
+        now: Nanos,
         settings: &Settings<K>,
     ) -> Result<Found, SettleError> {
+        if actual > bound {
+            return Err(SettleError::InvalidActual {
+                actual,
+                capacity: bound,
+            });
+        }
+        let (bucket, pos) = found.ok_or(SettleError::UnknownRequest)?;
+        let at = now.max(bucket.last_refill);
         let requests = &self.extra(key).ok_or(SettleError::UnknownRequest)?.requests;
         let (position, record) = requests
             .live(request_id, at, settings.dedupe_window)
@@ -280,16 +279,40 @@ impl<K: Hash + Eq + Clone> Shard<K> {
             }),
             None => Ok(Found::Open {
                 charged: record.cost,
-                position,
+                record: position,
+                pos,
             }),
         }
     }
 
-    /// Step 6 of an allowed settlement: the record at `position` is settled with `(actual,
-    /// settlement)`; its stamp and place do not change.
-    fn close_record(&mut self, key: &K, position: usize, actual: u64, settlement: Recorded) {
-        if let Some(extra) = self.extras.get_mut(key) {
-            extra.requests.settle(position, actual, settlement);
+    /// Step 6: an allowed settlement closes the record at `position` with `(actual, settlement)`,
+    /// its stamp and place unchanged; a denied extra leaves it open.
+    fn close_record(
+        &mut self,
+        key: &K,
+        position: usize,
+        actual: u64,
+        allowed: bool,
+        settlement: impl FnOnce() -> Recorded,
+    ) {
+        if allowed && let Some(extra) = self.extras.get_mut(key) {
+            extra.requests.settle(position, actual, settlement());
+        }
+    }
+}
+
+impl<D> Settled<D> {
+    fn fresh(decision: D) -> Settled<D> {
+        Settled {
+            decision,
+            replayed: false,
+        }
+    }
+
+    fn replay(decision: D) -> Settled<D> {
+        Settled {
+            decision,
+            replayed: true,
         }
     }
 }
