@@ -39,11 +39,12 @@
 //!   open; the layer does not retry it): the key has used `actual - estimate` more than it was
 //!   charged. That is reported ([`RateLimitLayer::on_settle`], [`SettleReport::unpaid`]) and, with
 //!   feature `metrics`, counted (`layer_metrics`).
-//! - **A failed settle** (the record left the limiter's dedupe window or its per-key FIFO, an actual
-//!   above the capacity, ...): nothing changes, the estimate stays charged, the response is returned,
-//!   and the error is reported the same way. `actual` answering `None` (e.g. no `Content-Length`), an
-//!   inner service that fails, or a response future dropped before it completes settle nothing: the
-//!   estimate stays charged.
+//! - **A failed settle** ([`SettleFailure`]: the record left the limiter's dedupe window or its
+//!   per-key FIFO, an actual above the capacity, a shared store unreachable or answering with no
+//!   settlement, ...): nothing changes, the estimate stays charged, the response is returned, and
+//!   the error is reported the same way. A settle is never retried by the layer. `actual` answering
+//!   `None` (e.g. no `Content-Length`), an inner service that fails, or a response future dropped
+//!   before it completes settle nothing: the estimate stays charged.
 //!
 //! Fields are only ever written to the header section, never to trailers (draft-11 Sections 3.1 and
 //! 4.1). `pk` is the keyed hash of the limiter key ([`crate::pk`]) under [`Advertiser::policy`], the
@@ -67,8 +68,8 @@ use crate::pk::PartitionKeyHasher;
 use crate::problem;
 use crate::profile::Profile;
 use crate::set::{Part, SetOutcome};
-use crate::source::{DecisionSource, Outcome, SettleSource, SourceError};
-use bucketproof_limiter::{Decisions, RequestId, Settle, SettleError, Settled};
+use crate::source::{DecisionSource, Outcome, SettleFailure, SettleSource, SourceError};
+use bucketproof_limiter::{Decisions, RequestId, Settle, Settled};
 
 /// Set to `?1` (a Structured Field Boolean) on every response decided while the limiter's store was
 /// unavailable and a fallback (local budget, fail-open) decided instead, or while the store recovered
@@ -414,8 +415,9 @@ pub struct SettleReport {
     pub actual: u64,
     /// The source's answer: an allowed settlement (the refund given, or the extra charged), a
     /// denied one (the extra was not covered: nothing charged, see [`SettleReport::unpaid`]), or
-    /// why it could not settle (nothing changed: the estimate stays charged).
-    pub result: Result<Settled<Decisions>, SettleError>,
+    /// why it could not settle ([`SettleFailure`]: refused by the rule, or the store unavailable or
+    /// failing; the estimate stays charged).
+    pub result: Result<Settled<Decisions>, SettleFailure>,
 }
 
 impl SettleReport {
@@ -460,7 +462,7 @@ trait Settles<K>: Send + Sync {
         &'a self,
         key: &'a K,
         settle: Settle,
-    ) -> RefFuture<'a, Result<Settled<Decisions>, SettleError>>;
+    ) -> RefFuture<'a, Result<Settled<Decisions>, SettleFailure>>;
 }
 
 impl<K, T: SettleSource<K>> Settles<K> for T {
@@ -477,7 +479,7 @@ impl<K, T: SettleSource<K>> Settles<K> for T {
         &'a self,
         key: &'a K,
         settle: Settle,
-    ) -> RefFuture<'a, Result<Settled<Decisions>, SettleError>> {
+    ) -> RefFuture<'a, Result<Settled<Decisions>, SettleFailure>> {
         Box::pin(SettleSource::settle_set(self, key, settle))
     }
 }

@@ -21,7 +21,10 @@
 //! Reserve, then settle ([`SettleSource`]): a source that can decide with a request id and later
 //! reconcile that request's charge with its actual cost (docs/semantics.md, "settle"). The in-memory
 //! [`Limiter`] implements it; the layer uses it when built with
-//! [`crate::layer::RateLimitLayer::settle`].
+//! [`crate::layer::RateLimitLayer::settle`]. A settle that did not happen is a [`SettleFailure`]:
+//! the rule refused it ([`SettleFailure::Refused`]), or the store could not be reached or did not
+//! answer with a settlement ([`SettleFailure::Unavailable`], [`SettleFailure::Store`], the same two
+//! store cases as [`SourceError`]).
 //!
 //! This module also owns the glue from one limiter [`Decision`] to the advertised numbers
 //! ([`Outcome::advertised`], [`Outcome::retry_after_secs`]), using [`crate::mapping`]'s rounding;
@@ -78,6 +81,29 @@ pub enum SourceError {
     Unavailable(String),
     /// The backing store answered with something that is not a decision (a refused script, a
     /// bucket written under another config, a malformed reply).
+    #[error("limiter store failed: {0}")]
+    Store(String),
+}
+
+/// Why a source could not settle a reservation ([`SettleSource::settle_set`]). None of these
+/// changed the key: the estimate stays charged. A denied extra is no error (it is an `Ok` settlement
+/// with a denied decision).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettleFailure {
+    /// The rule refused the settle (docs/semantics.md, "settle"): no live record of the request id
+    /// on the key (its dedupe window or per-key records passed, the key was forgotten, or a
+    /// fallback decided the reservation and kept no record in the store), a denied reservation, a
+    /// request settled already with another actual, an actual above the capacity.
+    #[error(transparent)]
+    Refused(#[from] SettleError),
+    /// The backing store could not be reached (a settle has no fallback). Whether the settle ran
+    /// is unknown; a settle with the same actual, while the record is live, would replay it or
+    /// make it.
+    #[error("limiter store unavailable, settle not confirmed: {0}")]
+    Unavailable(String),
+    /// The backing store answered with something that is not a settlement (a key written under
+    /// another config, a refused script or statement, a malformed reply).
     #[error("limiter store failed: {0}")]
     Store(String),
 }
@@ -294,12 +320,14 @@ pub trait SettleSource<K>: DecisionSource<K> {
 
     /// Reconciles the charge of the reservation `settle.request_id` on `key` with `settle.actual`
     /// (the limiter's `settle_set`): a refund when it is lower, the extra by the normal rule when it
-    /// is higher (a denied extra charges nothing and is `Ok` with a denied decision).
+    /// is higher (a denied extra charges nothing and is `Ok` with a denied decision). An error
+    /// ([`SettleFailure`]) leaves the estimate charged: a refusal or a store error changed
+    /// nothing, and an unavailable store's last attempt is not known to have run.
     fn settle_set<'a>(
         &'a self,
         key: &'a K,
         settle: Settle,
-    ) -> impl Future<Output = Result<Settled<Decisions>, SettleError>> + Send + 'a;
+    ) -> impl Future<Output = Result<Settled<Decisions>, SettleFailure>> + Send + 'a;
 }
 
 impl<K, C> SettleSource<K> for Limiter<K, C>
@@ -322,8 +350,8 @@ where
         &'a self,
         key: &'a K,
         settle: Settle,
-    ) -> impl Future<Output = Result<Settled<Decisions>, SettleError>> + Send + 'a {
-        std::future::ready(Limiter::settle_set(self, key, settle))
+    ) -> impl Future<Output = Result<Settled<Decisions>, SettleFailure>> + Send + 'a {
+        std::future::ready(Limiter::settle_set(self, key, settle).map_err(SettleFailure::from))
     }
 }
 
@@ -341,7 +369,7 @@ impl<K, T: SettleSource<K> + ?Sized> SettleSource<K> for Arc<T> {
         &'a self,
         key: &'a K,
         settle: Settle,
-    ) -> impl Future<Output = Result<Settled<Decisions>, SettleError>> + Send + 'a {
+    ) -> impl Future<Output = Result<Settled<Decisions>, SettleFailure>> + Send + 'a {
         (**self).settle_set(key, settle)
     }
 }
