@@ -24,9 +24,10 @@
 //!
 //! ## Reserve, then settle
 //!
-//! With [`RateLimitLayer::settle`] (a [`SettleSource`], e.g. the in-memory limiter) the cost of a
-//! request is an *estimate*, reserved at admission under a request id the layer makes
-//! ([`request_id`]); once the inner service has answered, `actual(response head)` gives what the work
+//! With [`RateLimitLayer::settle`] (a [`SettleSource`]: the in-memory limiter, or a Redis or
+//! PostgreSQL limiter shared by every instance) the cost of a request is an *estimate*, reserved at
+//! admission under a request id the layer makes ([`request_id`]: unique across the instances
+//! sharing a store, see there); once the inner service has answered, `actual(response head)` gives what the work
 //! really cost, and the layer settles (docs/semantics.md, "settle"): a lower actual gives the
 //! difference back (never above capacity), a higher one charges the extra by the normal rule.
 //! - **The fields describe the reservation.** A response's `RateLimit` (and a 429's `Retry-After`)
@@ -45,6 +46,13 @@
 //!   the error is reported the same way. A settle is never retried by the layer. `actual` answering
 //!   `None` (e.g. no `Content-Length`), an inner service that fails, or a response future dropped
 //!   before it completes settle nothing: the estimate stays charged.
+//! - **A shared store's outage.** At admission the source's outage policy decides, as without
+//!   settling (fail-closed: a 503, nothing to settle). A reservation a fallback decided (flagged
+//!   degraded) has no record in the store, so its settle fails (`Refused(UnknownRequest)` once the
+//!   store is back, `Unavailable` while it is away) and the estimate stays as the fallback charged
+//!   it. An outage between admission and settle fails the settle as `Unavailable`: the estimate
+//!   stays charged in the store. The settle runs before the response is returned, so while a store
+//!   is away each settled response also waits for the source's attempts and timeouts.
 //!
 //! Fields are only ever written to the header section, never to trailers (draft-11 Sections 3.1 and
 //! 4.1). `pk` is the keyed hash of the limiter key ([`crate::pk`]) under [`Advertiser::policy`], the
@@ -384,8 +392,10 @@ where
     /// the `Content-Length` with [`QuotaUnit::ContentBytes`].
     ///
     /// The source must keep request-id records for at least the longest response time and for as
-    /// many requests in flight per key as there are (the limiter's `Builder::dedupe`; its default
-    /// is 60 s and 8): a settle whose record is gone fails and leaves the estimate charged.
+    /// many requests in flight per key as there are (the limiters' `dedupe` builder option; its
+    /// default is 60 s and 8, for the in-memory limiter, Redis and PostgreSQL alike): a settle
+    /// whose record is gone fails and leaves the estimate charged. On a shared store that count is
+    /// per key across every instance.
     pub fn settle(
         mut self,
         actual: impl Fn(&http::response::Parts) -> Option<u64> + Send + Sync + 'static,
