@@ -24,9 +24,10 @@
 //!
 //! ## Reserve, then settle
 //!
-//! With [`RateLimitLayer::settle`] (a [`SettleSource`], e.g. the in-memory limiter) the cost of a
-//! request is an *estimate*, reserved at admission under a request id the layer makes
-//! ([`request_id`]); once the inner service has answered, `actual(response head)` gives what the work
+//! With [`RateLimitLayer::settle`] (a [`SettleSource`]: the in-memory limiter, or a Redis or
+//! PostgreSQL limiter shared by every instance) the cost of a request is an *estimate*, reserved at
+//! admission under a request id the layer makes ([`request_id`]: unique across the instances
+//! sharing a store, see there); once the inner service has answered, `actual(response head)` gives what the work
 //! really cost, and the layer settles (docs/semantics.md, "settle"): a lower actual gives the
 //! difference back (never above capacity), a higher one charges the extra by the normal rule.
 //! - **The fields describe the reservation.** A response's `RateLimit` (and a 429's `Retry-After`)
@@ -39,11 +40,19 @@
 //!   open; the layer does not retry it): the key has used `actual - estimate` more than it was
 //!   charged. That is reported ([`RateLimitLayer::on_settle`], [`SettleReport::unpaid`]) and, with
 //!   feature `metrics`, counted (`layer_metrics`).
-//! - **A failed settle** (the record left the limiter's dedupe window or its per-key FIFO, an actual
-//!   above the capacity, ...): nothing changes, the estimate stays charged, the response is returned,
-//!   and the error is reported the same way. `actual` answering `None` (e.g. no `Content-Length`), an
-//!   inner service that fails, or a response future dropped before it completes settle nothing: the
-//!   estimate stays charged.
+//! - **A failed settle** ([`SettleFailure`]: the record left the limiter's dedupe window or its
+//!   per-key FIFO, an actual above the capacity, a shared store unreachable or answering with no
+//!   settlement, ...): nothing changes, the estimate stays charged, the response is returned, and
+//!   the error is reported the same way. A settle is never retried by the layer. `actual` answering
+//!   `None` (e.g. no `Content-Length`), an inner service that fails, or a response future dropped
+//!   before it completes settle nothing: the estimate stays charged.
+//! - **A shared store's outage.** At admission the source's outage policy decides, as without
+//!   settling (fail-closed: a 503, nothing to settle). A reservation a fallback decided (flagged
+//!   degraded) has no record in the store, so its settle fails (`Refused(UnknownRequest)` once the
+//!   store is back, `Unavailable` while it is away) and the estimate stays as the fallback charged
+//!   it. An outage between admission and settle fails the settle as `Unavailable`: the estimate
+//!   stays charged in the store. The settle runs before the response is returned, so while a store
+//!   is away each settled response also waits for the source's attempts and timeouts.
 //!
 //! Fields are only ever written to the header section, never to trailers (draft-11 Sections 3.1 and
 //! 4.1). `pk` is the keyed hash of the limiter key ([`crate::pk`]) under [`Advertiser::policy`], the
@@ -52,8 +61,8 @@
 use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
@@ -67,8 +76,8 @@ use crate::pk::PartitionKeyHasher;
 use crate::problem;
 use crate::profile::Profile;
 use crate::set::{Part, SetOutcome};
-use crate::source::{DecisionSource, Outcome, SettleSource, SourceError};
-use bucketproof_limiter::{Decisions, RequestId, Settle, SettleError, Settled};
+use crate::source::{DecisionSource, Outcome, SettleFailure, SettleSource, SourceError};
+use bucketproof_limiter::{Decisions, RequestId, Settle, Settled};
 
 /// Set to `?1` (a Structured Field Boolean) on every response decided while the limiter's store was
 /// unavailable and a fallback (local budget, fail-open) decided instead, or while the store recovered
@@ -383,8 +392,10 @@ where
     /// the `Content-Length` with [`QuotaUnit::ContentBytes`].
     ///
     /// The source must keep request-id records for at least the longest response time and for as
-    /// many requests in flight per key as there are (the limiter's `Builder::dedupe`; its default
-    /// is 60 s and 8): a settle whose record is gone fails and leaves the estimate charged.
+    /// many requests in flight per key as there are (the limiters' `dedupe` builder option; its
+    /// default is 60 s and 8, for the in-memory limiter, Redis and PostgreSQL alike): a settle
+    /// whose record is gone fails and leaves the estimate charged. On a shared store that count is
+    /// per key across every instance.
     pub fn settle(
         mut self,
         actual: impl Fn(&http::response::Parts) -> Option<u64> + Send + Sync + 'static,
@@ -414,8 +425,9 @@ pub struct SettleReport {
     pub actual: u64,
     /// The source's answer: an allowed settlement (the refund given, or the extra charged), a
     /// denied one (the extra was not covered: nothing charged, see [`SettleReport::unpaid`]), or
-    /// why it could not settle (nothing changed: the estimate stays charged).
-    pub result: Result<Settled<Decisions>, SettleError>,
+    /// why it could not settle ([`SettleFailure`]: refused by the rule, or the store unavailable or
+    /// failing; the estimate stays charged).
+    pub result: Result<Settled<Decisions>, SettleFailure>,
 }
 
 impl SettleReport {
@@ -432,17 +444,59 @@ impl SettleReport {
     }
 }
 
-/// The high 64 bits of every [`request_id`]: an id built from a `u64` never has them.
-const REQUEST_ID_TAG: u128 = 0x6275_636b_6574_7072 << 64;
-
 /// The low 64 bits of the next [`request_id`]: a process-wide counter.
 static NEXT_REQUEST: AtomicU64 = AtomicU64::new(0);
 
-/// A fresh request id for one reservation of the layer: unique within the process (the scope of
-/// the in-memory limiter's records), and never equal to an id a caller builds from a `u64`, so it
-/// cannot replay another caller's record on a shared limiter.
+/// The high 64 bits of every [`request_id`] of this process: drawn once, on the first reservation.
+static INSTANCE: OnceLock<u64> = OnceLock::new();
+
+/// Replaces a drawn instance nonce of 0, which would make ids a caller builds from a `u64`.
+const ZERO_NONCE: u64 = 0x6275_636b_6574_7072;
+
+/// A fresh request id for one reservation of the layer.
+///
+/// The high 64 bits are this process's instance nonce, drawn once from the operating system's
+/// random source (`getrandom`, through `rand_core::OsRng`) and never 0; the low 64 bits count the
+/// process's reservations. So an id is
+/// - unique within the process (the scope of the in-memory limiter's records);
+/// - unique across the processes sharing a store (Redis, PostgreSQL), whose records of every
+///   instance live side by side: two instances, or one instance and its own restart (which starts
+///   counting from 0 again while its previous run's records are still live), collide only if
+///   their nonces are equal, about one chance in 2^64 per pair;
+/// - never equal to an id a caller builds from a `u64` (its high bits are 0), so it cannot replay
+///   another caller's record on a shared limiter.
+///
+/// If the operating system has no randomness to give, the nonce falls back to one built from the
+/// time, the process id and std's per-process hash keys: still distinct per process in practice,
+/// never a panic.
 pub fn request_id() -> RequestId {
-    RequestId(REQUEST_ID_TAG | u128::from(NEXT_REQUEST.fetch_add(1, Ordering::Relaxed)))
+    let instance = *INSTANCE.get_or_init(instance_nonce);
+    let count = NEXT_REQUEST.fetch_add(1, Ordering::Relaxed);
+    RequestId(u128::from(instance) << 64 | u128::from(count))
+}
+
+/// This process's instance nonce (see [`request_id`]).
+fn instance_nonce() -> u64 {
+    use rand_core::RngCore;
+    let mut bytes = [0; 8];
+    let drawn = match rand_core::OsRng.try_fill_bytes(&mut bytes) {
+        Ok(()) => u64::from_le_bytes(bytes),
+        Err(_) => fallback_nonce(),
+    };
+    if drawn == 0 { ZERO_NONCE } else { drawn }
+}
+
+/// A nonce without the operating system's random source: the wall clock, the process id and std's
+/// randomly keyed hasher (keys it seeds per process as best it can).
+fn fallback_nonce() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    hasher.write_u128(nanos);
+    hasher.write_u32(std::process::id());
+    hasher.finish()
 }
 
 type RefFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -460,7 +514,7 @@ trait Settles<K>: Send + Sync {
         &'a self,
         key: &'a K,
         settle: Settle,
-    ) -> RefFuture<'a, Result<Settled<Decisions>, SettleError>>;
+    ) -> RefFuture<'a, Result<Settled<Decisions>, SettleFailure>>;
 }
 
 impl<K, T: SettleSource<K>> Settles<K> for T {
@@ -477,7 +531,7 @@ impl<K, T: SettleSource<K>> Settles<K> for T {
         &'a self,
         key: &'a K,
         settle: Settle,
-    ) -> RefFuture<'a, Result<Settled<Decisions>, SettleError>> {
+    ) -> RefFuture<'a, Result<Settled<Decisions>, SettleFailure>> {
         Box::pin(SettleSource::settle_set(self, key, settle))
     }
 }
@@ -689,5 +743,29 @@ fn error_response<B: From<String>>(policy: &PolicyName, err: &SourceError) -> Re
                 "The rate limiter's store is unavailable.",
             ),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every id of the process carries the one nonce, never 0 (no id a caller builds from a `u64`),
+    /// and a counter that never repeats.
+    #[test]
+    fn request_ids_are_the_instance_nonce_and_a_counter() {
+        let ids: Vec<u128> = (0..3).map(|_| request_id().0).collect();
+        let nonce = ids[0] >> 64;
+        assert_ne!(nonce, 0);
+        assert!(ids.iter().all(|id| id >> 64 == nonce), "{ids:x?}");
+        let counts: Vec<u64> = ids.iter().map(|id| *id as u64).collect();
+        assert!(counts.windows(2).all(|w| w[0] < w[1]), "{counts:?}");
+    }
+
+    /// The nonce is drawn, not fixed: a fresh draw is another number (equal once in 2^64).
+    #[test]
+    fn instance_nonces_are_drawn_per_process() {
+        assert_ne!(instance_nonce(), instance_nonce());
+        assert_ne!(fallback_nonce(), 0);
     }
 }

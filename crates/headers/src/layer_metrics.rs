@@ -22,17 +22,23 @@
 //! - `bucketproof_http_settles_total{policy, result}`, `result` one of `settled` (the refund given or
 //!   the extra charged), `extra_denied` (the extra was not covered: nothing charged, the response
 //!   returned all the same) and `failed` (the source could not settle: the estimate stays charged);
+//! - `bucketproof_http_settle_failures_total{policy, reason}`: of the `failed` ones, why
+//!   ([`SettleFailure`]): `refused` (the rule refused it: no live record, an actual above the
+//!   capacity, ...), `unavailable` (the shared store could not be reached) or `store` (it answered
+//!   with no settlement);
 //! - `bucketproof_http_unpaid_total{policy}`: the sum of the denied extras, in the quota's unit: what
 //!   keys used beyond what they were charged ([`SettleReport::unpaid`]).
 //!
 //! Emitting costs a few registry look-ups per response, on the HTTP path, never in the limiter.
 //!
 //! [`DEGRADED_HEADER`]: crate::layer::DEGRADED_HEADER
+//! [`SettleFailure`]: crate::source::SettleFailure
 
 use http::StatusCode;
 
 use crate::layer::{Advertisement, Advertiser, SettleReport};
 use crate::set::SetOutcome;
+use crate::source::SettleFailure;
 
 /// Emits one response's numbers: its status, whether a fallback decided it, and, for a decided
 /// response (`decided` = its advertisement and outcome), every item's advertised and enforced
@@ -80,6 +86,15 @@ pub(crate) fn settle(advertiser: &Advertiser, report: &SettleReport) {
     };
     let labels = [("policy", policy.clone()), ("result", result.to_owned())];
     metrics::counter!("bucketproof_http_settles_total", &labels).increment(1);
+    if let Err(failure) = &report.result {
+        let reason = match failure {
+            SettleFailure::Refused(_) => "refused",
+            SettleFailure::Unavailable(_) => "unavailable",
+            SettleFailure::Store(_) => "store",
+        };
+        let labels = [("policy", policy.clone()), ("reason", reason.to_owned())];
+        metrics::counter!("bucketproof_http_settle_failures_total", &labels).increment(1);
+    }
     let unpaid = report.unpaid();
     if unpaid > 0 {
         metrics::counter!("bucketproof_http_unpaid_total", "policy" => policy).increment(unpaid);

@@ -14,9 +14,9 @@
 //!   is never more permissive than the limiter;
 //! - [`pk`]: partition keys as a keyed hash (HMAC-SHA256) of the limiter key, never the raw id;
 //! - [`merge`]: how an intermediary combines an origin's fields with its own stricter limiter;
-//! - [`source`] and [`layer`]: a tower `Layer` that limits requests with a keyed limiter, and can
-//!   reserve an estimated cost at admission and settle it on the response
-//!   ([`layer::RateLimitLayer::settle`]);
+//! - [`source`] and [`layer`]: a tower `Layer` that limits requests with a keyed limiter (in
+//!   memory, or shared by every instance in Redis or PostgreSQL), and can reserve an estimated cost
+//!   at admission and settle it on the response ([`layer::RateLimitLayer::settle`]), on any of them;
 //!   `layer_metrics` (feature `metrics`): the layer's numbers per response through the `metrics`
 //!   facade (responses by status, fallback-decided ones, advertised next to enforced limits);
 //! - [`set`]: a key of several bandwidths on the wire: one item per bandwidth in each field, named

@@ -20,8 +20,13 @@
 //!
 //! Reserve, then settle ([`SettleSource`]): a source that can decide with a request id and later
 //! reconcile that request's charge with its actual cost (docs/semantics.md, "settle"). The in-memory
-//! [`Limiter`] implements it; the layer uses it when built with
-//! [`crate::layer::RateLimitLayer::settle`].
+//! [`Limiter`], the `RedisLimiter` and the `PgLimiter` implement it; the layer uses it when built
+//! with [`crate::layer::RateLimitLayer::settle`]. A settle that did not happen is a
+//! [`SettleFailure`]: the rule refused it ([`SettleFailure::Refused`]), or the store could not be
+//! reached or did not answer with a settlement ([`SettleFailure::Unavailable`],
+//! [`SettleFailure::Store`], the same two store cases as [`SourceError`]). A settle has no outage
+//! fallback on either store: a reservation a fallback decided has no record there, and its settle
+//! fails (see the store modules).
 //!
 //! This module also owns the glue from one limiter [`Decision`] to the advertised numbers
 //! ([`Outcome::advertised`], [`Outcome::retry_after_secs`]), using [`crate::mapping`]'s rounding;
@@ -82,6 +87,29 @@ pub enum SourceError {
     Store(String),
 }
 
+/// Why a source could not settle a reservation ([`SettleSource::settle_set`]). None of these
+/// changed the key: the estimate stays charged. A denied extra is no error (it is an `Ok` settlement
+/// with a denied decision).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SettleFailure {
+    /// The rule refused the settle (docs/semantics.md, "settle"): no live record of the request id
+    /// on the key (its dedupe window or per-key records passed, the key was forgotten, or a
+    /// fallback decided the reservation and kept no record in the store), a denied reservation, a
+    /// request settled already with another actual, an actual above the capacity.
+    #[error(transparent)]
+    Refused(#[from] SettleError),
+    /// The backing store could not be reached (a settle has no fallback). Whether the settle ran
+    /// is unknown; a settle with the same actual, while the record is live, would replay it or
+    /// make it.
+    #[error("limiter store unavailable, settle not confirmed: {0}")]
+    Unavailable(String),
+    /// The backing store answered with something that is not a settlement (a key written under
+    /// another config, a refused script or statement, a malformed reply).
+    #[error("limiter store failed: {0}")]
+    Store(String),
+}
+
 impl From<AcquireError> for SourceError {
     fn from(e: AcquireError) -> SourceError {
         match e {
@@ -101,10 +129,12 @@ impl From<AcquireError> for SourceError {
 /// instance behind the layer.
 #[cfg(feature = "redis")]
 pub mod redis {
-    use bucketproof_redis::{RedisAcquireError, RedisLimiter};
+    use bucketproof_limiter::{Decisions, Request, RequestId, Settle, Settled};
+    use bucketproof_redis::{RedisAcquireError, RedisLimiter, RedisSettleError};
 
     use super::{
-        DecisionSource, Outcome, SetOutcome, SourceError, store_degraded, store_set_outcome,
+        DecisionSource, Outcome, SetOutcome, SettleFailure, SettleSource, SourceError,
+        store_degraded, store_set_outcome,
     };
 
     /// Keys are the Redis user ids. A decision made by a fallback while Redis is unreachable (the
@@ -127,18 +157,75 @@ pub mod redis {
         }
 
         async fn decide_set(&self, key: &String, cost: u64) -> Result<SetOutcome, SourceError> {
-            if self.bandwidths().single().is_some() {
-                return self.decide(key, cost).await.map(SetOutcome::single);
-            }
-            let outcome = self.acquire_set(key, cost).await.map_err(source_error)?;
+            decide_request(self, key, Request::cost(cost)).await
+        }
+    }
+
+    /// Reserve, then settle on Redis: one quota shared by every instance, so a refund given back
+    /// by one instance is spent by the others.
+    ///
+    /// [`SettleSource::reserve_set`] is [`DecisionSource::decide_set`] with the request id (the
+    /// limiter's `acquire_with` / `acquire_set_with`), so the store records the decision under it;
+    /// [`SettleSource::settle_set`] is the limiter's `settle_set`, one script call, atomic with
+    /// every acquire and settle of the key. The ids must be unique across every instance on the
+    /// store (the layer's [`crate::layer::request_id`] are), and the limiter keeps the records for
+    /// its dedupe window and per-key count (`RedisBuilder::dedupe`, the in-memory defaults).
+    ///
+    /// An outage at reserve time follows the limiter's policy, as for any decision: fail-closed is
+    /// [`SourceError::Unavailable`] (503, nothing to settle); a fallback (`LocalBudget`,
+    /// `FailOpen`) decides locally and records nothing in Redis, so the settle of such a
+    /// reservation finds no record ([`SettleFailure::Refused`] with `UnknownRequest`, or
+    /// [`SettleFailure::Unavailable`] while Redis stays away): it is reported failed and the
+    /// estimate stays as the fallback decided it. An outage at settle time is
+    /// [`SettleFailure::Unavailable`] after the limiter's attempts: the estimate stays charged in
+    /// Redis (unless the last attempt ran there unseen: a settle's effect is then unknown).
+    impl SettleSource<String> for RedisLimiter {
+        async fn reserve_set(
+            &self,
+            key: &String,
+            cost: u64,
+            request_id: RequestId,
+        ) -> Result<SetOutcome, SourceError> {
+            decide_request(self, key, Request::cost(cost).id(request_id)).await
+        }
+
+        async fn settle_set(
+            &self,
+            key: &String,
+            settle: Settle,
+        ) -> Result<Settled<Decisions>, SettleFailure> {
+            let outcome = RedisLimiter::settle_set(self, key, settle)
+                .await
+                .map_err(settle_failure)?;
+            Ok(outcome.settled)
+        }
+    }
+
+    /// One decision over every bandwidth for `request` (at the server's time), as the layer
+    /// advertises it: a key of one bandwidth takes `acquire_with`, as `decide` does.
+    async fn decide_request(
+        limiter: &RedisLimiter,
+        key: &str,
+        request: Request,
+    ) -> Result<SetOutcome, SourceError> {
+        let cost = request.cost;
+        if limiter.bandwidths().single().is_some() {
+            let outcome = (limiter.acquire_with(key, request).await).map_err(source_error)?;
             let degraded = store_degraded(outcome.source, outcome.recovering);
-            Ok(store_set_outcome(
-                self.bandwidths(),
-                outcome.decisions(),
+            return Ok(SetOutcome::single(Outcome::of(
+                outcome.decision(),
                 cost,
                 degraded,
-            ))
+            )));
         }
+        let outcome = (limiter.acquire_set_with(key, request).await).map_err(source_error)?;
+        let degraded = store_degraded(outcome.source, outcome.recovering);
+        Ok(store_set_outcome(
+            limiter.bandwidths(),
+            outcome.decisions(),
+            cost,
+            degraded,
+        ))
     }
 
     fn source_error(error: RedisAcquireError) -> SourceError {
@@ -149,16 +236,28 @@ pub mod redis {
             other => SourceError::Store(other.to_string()),
         }
     }
+
+    fn settle_failure(error: RedisSettleError) -> SettleFailure {
+        match error {
+            RedisSettleError::Refused(refused) => SettleFailure::Refused(refused),
+            RedisSettleError::Unavailable { .. } => SettleFailure::Unavailable(error.to_string()),
+            // Redis answered, but not with a settlement (another config, a refused script, a
+            // malformed reply): nothing settled.
+            other => SettleFailure::Store(other.to_string()),
+        }
+    }
 }
 
 /// A [`bucketproof_postgres::PgLimiter`] as a source (feature `postgres`): one quota shared by
 /// every instance behind the layer, in the database they already run.
 #[cfg(feature = "postgres")]
 pub mod postgres {
+    use bucketproof_limiter::{Decisions, Request, RequestId, Settle, Settled};
     use bucketproof_postgres::{PgAcquireError, PgLimiter};
 
     use super::{
-        DecisionSource, Outcome, SetOutcome, SourceError, store_degraded, store_set_outcome,
+        DecisionSource, Outcome, SetOutcome, SettleFailure, SettleSource, SourceError,
+        store_degraded, store_set_outcome,
     };
 
     /// Keys are the limiter's user ids. A decision made by a fallback while PostgreSQL is unavailable
@@ -179,16 +278,64 @@ pub mod postgres {
         }
 
         async fn decide_set(&self, key: &String, cost: u64) -> Result<SetOutcome, SourceError> {
-            // One statement for one bandwidth or several: a set of one unnamed bandwidth comes out
-            // as the single part `decide` would give.
-            let outcome = self.acquire_set(key, cost).await.map_err(source_error)?;
-            Ok(store_set_outcome(
-                self.bandwidths(),
-                outcome.decisions(),
-                cost,
-                store_degraded(outcome.source, false),
-            ))
+            decide_request(self, key, Request::cost(cost)).await
         }
+    }
+
+    /// Reserve, then settle on PostgreSQL: one quota shared by every instance on the namespace.
+    ///
+    /// [`SettleSource::reserve_set`] is [`DecisionSource::decide_set`] with the request id (the
+    /// limiter's `acquire_set_with`), so the key's row records the decision under it;
+    /// [`SettleSource::settle_set`] is the limiter's `settle_set`, one call under the row's lock.
+    /// The ids must be unique across every instance on the namespace (the layer's
+    /// [`crate::layer::request_id`] are), and the limiter keeps the records for its dedupe window
+    /// and per-key count (`PgBuilder::dedupe`, the in-memory defaults).
+    ///
+    /// An outage at reserve time follows the limiter's policy, as for any decision: fail-closed is
+    /// [`SourceError::Unavailable`] (503, nothing to settle); a fallback (`LocalBudget`,
+    /// `FailOpen`) decides locally and records nothing in the row, so the settle of such a
+    /// reservation finds no record ([`SettleFailure::Refused`] with `UnknownRequest`, or
+    /// [`SettleFailure::Unavailable`] while PostgreSQL stays away): it is reported failed and the
+    /// estimate stays as the fallback decided it. An outage at settle time is
+    /// [`SettleFailure::Unavailable`] after the limiter's attempts: the estimate stays charged in
+    /// the row (unless the last attempt committed unseen: a settle's effect is then unknown).
+    impl SettleSource<String> for PgLimiter {
+        async fn reserve_set(
+            &self,
+            key: &String,
+            cost: u64,
+            request_id: RequestId,
+        ) -> Result<SetOutcome, SourceError> {
+            decide_request(self, key, Request::cost(cost).id(request_id)).await
+        }
+
+        async fn settle_set(
+            &self,
+            key: &String,
+            settle: Settle,
+        ) -> Result<Settled<Decisions>, SettleFailure> {
+            PgLimiter::settle_set(self, key, settle)
+                .await
+                .map_err(settle_failure)
+        }
+    }
+
+    /// One decision over every bandwidth for `request` (at the server's time), as the layer
+    /// advertises it. One statement for one bandwidth or several: a set of one unnamed bandwidth
+    /// comes out as the single part `decide` would give.
+    async fn decide_request(
+        limiter: &PgLimiter,
+        key: &str,
+        request: Request,
+    ) -> Result<SetOutcome, SourceError> {
+        let cost = request.cost;
+        let outcome = (limiter.acquire_set_with(key, request).await).map_err(source_error)?;
+        Ok(store_set_outcome(
+            limiter.bandwidths(),
+            outcome.decisions(),
+            cost,
+            store_degraded(outcome.source, false),
+        ))
     }
 
     fn source_error(error: PgAcquireError) -> SourceError {
@@ -198,6 +345,16 @@ pub mod postgres {
             // PostgreSQL answered, but not with a decision (a row on another config, a refused
             // statement, a malformed reply): as unusable as no answer, and no denial.
             other => SourceError::Store(other.to_string()),
+        }
+    }
+
+    fn settle_failure(error: PgAcquireError) -> SettleFailure {
+        match error {
+            PgAcquireError::Settle(refused) => SettleFailure::Refused(refused),
+            PgAcquireError::Unavailable(_) => SettleFailure::Unavailable(error.to_string()),
+            // PostgreSQL answered, but not with a settlement (a row on another config, a refused
+            // statement, a malformed reply): nothing settled.
+            other => SettleFailure::Store(other.to_string()),
         }
     }
 }
@@ -281,10 +438,13 @@ where
 /// reconcile that request's charge with its actual cost (docs/semantics.md, "settle").
 ///
 /// The in-memory [`Limiter`] implements it (it needs its request-id records on, the default: see
-/// `Builder::dedupe`). The shared stores do not yet.
+/// `Builder::dedupe`), and so do the `RedisLimiter` (module `redis`) and the `PgLimiter` (module
+/// `postgres`), whose records are shared by every instance on the store: there the request ids
+/// must be unique across instances, not only within a process ([`crate::layer::request_id`] is).
 pub trait SettleSource<K>: DecisionSource<K> {
     /// [`DecisionSource::decide_set`] for `cost`, recording the decision under `request_id` so that
-    /// [`SettleSource::settle_set`] can find it; an admitted reservation is charged `cost` now.
+    /// [`SettleSource::settle_set`] can find it; an admitted reservation is charged `cost` now. An
+    /// outage follows the source's outage policy, as for `decide_set`.
     fn reserve_set<'a>(
         &'a self,
         key: &'a K,
@@ -294,12 +454,14 @@ pub trait SettleSource<K>: DecisionSource<K> {
 
     /// Reconciles the charge of the reservation `settle.request_id` on `key` with `settle.actual`
     /// (the limiter's `settle_set`): a refund when it is lower, the extra by the normal rule when it
-    /// is higher (a denied extra charges nothing and is `Ok` with a denied decision).
+    /// is higher (a denied extra charges nothing and is `Ok` with a denied decision). An error
+    /// ([`SettleFailure`]) leaves the estimate charged: a refusal or a store error changed
+    /// nothing, and an unavailable store's last attempt is not known to have run.
     fn settle_set<'a>(
         &'a self,
         key: &'a K,
         settle: Settle,
-    ) -> impl Future<Output = Result<Settled<Decisions>, SettleError>> + Send + 'a;
+    ) -> impl Future<Output = Result<Settled<Decisions>, SettleFailure>> + Send + 'a;
 }
 
 impl<K, C> SettleSource<K> for Limiter<K, C>
@@ -322,8 +484,8 @@ where
         &'a self,
         key: &'a K,
         settle: Settle,
-    ) -> impl Future<Output = Result<Settled<Decisions>, SettleError>> + Send + 'a {
-        std::future::ready(Limiter::settle_set(self, key, settle))
+    ) -> impl Future<Output = Result<Settled<Decisions>, SettleFailure>> + Send + 'a {
+        std::future::ready(Limiter::settle_set(self, key, settle).map_err(SettleFailure::from))
     }
 }
 
@@ -341,7 +503,7 @@ impl<K, T: SettleSource<K> + ?Sized> SettleSource<K> for Arc<T> {
         &'a self,
         key: &'a K,
         settle: Settle,
-    ) -> impl Future<Output = Result<Settled<Decisions>, SettleError>> + Send + 'a {
+    ) -> impl Future<Output = Result<Settled<Decisions>, SettleFailure>> + Send + 'a {
         (**self).settle_set(key, settle)
     }
 }

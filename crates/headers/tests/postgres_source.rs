@@ -1,6 +1,7 @@
 //! The tower layer on a [`PgLimiter`] (feature `postgres`): one quota shared by every instance, a
-//! PostgreSQL outage answered by the limiter's policy, no store error disguised as a 429, and a key
-//! of several bandwidths advertised one item per bandwidth.
+//! PostgreSQL outage answered by the limiter's policy, no store error disguised as a 429, a key of
+//! several bandwidths advertised one item per bandwidth, and reserve-then-settle on the shared row
+//! (an outage during a settle reported failed, the estimate kept).
 //!
 //! Needs `DATABASE_URL` (a loud SKIP without it; `BUCKETPROOF_REQUIRE_POSTGRES` set makes that a
 //! failure):
@@ -10,6 +11,7 @@
 //! drops it when it passes.
 
 mod proxy;
+mod settling;
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -20,7 +22,7 @@ use std::time::Duration;
 
 use bucketproof_headers::PolicyName;
 use bucketproof_headers::layer::{DEGRADED_HEADER, RateLimitLayer};
-use bucketproof_headers::source::SourceError;
+use bucketproof_headers::source::{SettleFailure, SourceError};
 use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Rate};
 use bucketproof_postgres::{PgLimiter, Unavailable};
 use http::{Request, Response, StatusCode};
@@ -328,4 +330,171 @@ async fn a_key_of_two_bandwidths_advertises_one_item_per_bandwidth() {
         "the minute's wait, not the burst's: {retry}"
     );
     drop_namespace(&url, &namespace).await;
+}
+
+/// A limiter of `capacity` tokens, one more per minute (nothing refills during a test), on
+/// `namespace`, for reserving and settling.
+async fn settling_instance(
+    url: &str,
+    namespace: &str,
+    capacity: u64,
+    policy: Unavailable,
+) -> PgLimiter {
+    let config = Config::new(capacity, Rate::per(1, Duration::from_secs(60)).unwrap()).unwrap();
+    PgLimiter::builder(config)
+        .namespace(namespace)
+        .on_unavailable(policy)
+        .connect(url)
+        .await
+        .expect("connects")
+}
+
+/// `user`'s balance in PostgreSQL now, read by a limiter of its own.
+async fn balance(limiter: &PgLimiter, user: &str) -> u64 {
+    limiter.peek(user, None).await.unwrap().remaining.whole()
+}
+
+/// Two instances reserve and settle on one shared row: a refund given back by one is spent by the
+/// other, an extra charged by one is seen by the other, and neither instance's ids replay the
+/// other's records.
+#[tokio::test]
+async fn two_instances_reserve_and_settle_on_one_shared_balance() {
+    let test = "two_instances_reserve_and_settle_on_one_shared_balance";
+    let Some(url) = database_url(test) else {
+        return;
+    };
+    let namespace = namespace("settle");
+    let a = settling_instance(&url, &namespace, 100, Unavailable::FailClosed).await;
+    let b = settling_instance(&url, &namespace, 100, Unavailable::FailClosed).await;
+    let direct = settling_instance(&url, &namespace, 100, Unavailable::FailClosed).await;
+    let (layer_a, reports_a) = settling::layer(a, 10);
+    let (layer_b, reports_b) = settling::layer(b, 10);
+    let mut svc_a = layer_a.layer(tower::service_fn(settling::worked));
+    let mut svc_b = layer_b.layer(tower::service_fn(settling::worked));
+
+    // a reserves 10 of 100, the work costs 3: 7 come back.
+    let first = settling::call(&mut svc_a, "u", 3).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert!(first.headers().get(DEGRADED_HEADER).is_none());
+    assert_eq!(settling::advertised(&first), 90, "the reservation");
+    assert_eq!(
+        settling::summary(&reports_a, 0),
+        (10, 3, 0, Some((true, 97)))
+    );
+    assert_eq!(balance(&direct, "u").await, 97);
+    // b reserves on what a gave back, the work costs 25: 15 more are charged.
+    let second = settling::call(&mut svc_b, "u", 25).await;
+    assert_eq!(settling::advertised(&second), 87);
+    assert_eq!(
+        settling::summary(&reports_b, 0),
+        (10, 25, 0, Some((true, 72)))
+    );
+    // a decides on what b's extra left.
+    let third = settling::call(&mut svc_a, "u", 10).await;
+    assert_eq!(settling::advertised(&third), 62);
+    assert_eq!(
+        settling::summary(&reports_a, 1),
+        (10, 10, 0, Some((true, 62)))
+    );
+    assert_eq!(balance(&direct, "u").await, 62);
+    direct.drop_namespace().await.unwrap();
+}
+
+/// An extra the shared row cannot cover: the response is returned, nothing is charged (the balance
+/// stays at 0), the shortfall is reported unpaid, and the next request on either instance is denied.
+#[tokio::test]
+async fn a_denied_extra_on_the_shared_store_is_returned_and_reported_unpaid() {
+    let test = "a_denied_extra_on_the_shared_store_is_returned_and_reported_unpaid";
+    let Some(url) = database_url(test) else {
+        return;
+    };
+    let namespace = namespace("unpaid");
+    let a = settling_instance(&url, &namespace, 20, Unavailable::FailClosed).await;
+    let b = settling_instance(&url, &namespace, 20, Unavailable::FailClosed).await;
+    let direct = settling_instance(&url, &namespace, 20, Unavailable::FailClosed).await;
+    let (layer_a, _) = settling::layer(a, 10);
+    let (layer_b, reports_b) = settling::layer(b, 10);
+    let mut svc_a = layer_a.layer(tower::service_fn(settling::worked));
+    let mut svc_b = layer_b.layer(tower::service_fn(settling::worked));
+
+    assert_eq!(
+        settling::call(&mut svc_a, "u", 10).await.status(),
+        StatusCode::OK
+    );
+    // b reserves the last 10; the work costs 20, an extra of 10 that nothing covers.
+    let resp = settling::call(&mut svc_b, "u", 20).await;
+    assert_eq!(resp.status(), StatusCode::OK, "the response is returned");
+    assert_eq!(settling::advertised(&resp), 0);
+    assert_eq!(
+        settling::summary(&reports_b, 0),
+        (10, 20, 10, Some((false, 0)))
+    );
+    assert_eq!(balance(&direct, "u").await, 0, "never below 0");
+    assert_eq!(
+        settling::call(&mut svc_a, "u", 1).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    direct.drop_namespace().await.unwrap();
+}
+
+/// PostgreSQL gone between the reservation and the settle (the work itself cuts the proxy): the
+/// response is returned, the settle is reported failed as unavailable, and the estimate stays
+/// charged in the row. A reservation a local budget decided while PostgreSQL was gone has no record
+/// there: its settle fails too, and the estimate stays as the budget charged it.
+#[tokio::test]
+async fn an_outage_during_settle_is_reported_failed_and_the_estimate_stays_charged() {
+    let test = "an_outage_during_settle_is_reported_failed_and_the_estimate_stays_charged";
+    let Some(url) = database_url(test) else {
+        return;
+    };
+    let namespace = namespace("settle_outage");
+    let proxy = Arc::new(Proxy::start(upstream(&url)).await);
+    let via_proxy = through(&url, proxy.addr);
+    let budget = Config::new(20, Rate::ZERO).unwrap();
+    let limiter = settling_instance(
+        &via_proxy,
+        &namespace,
+        100,
+        Unavailable::LocalBudget { budget },
+    )
+    .await;
+    let direct = settling_instance(&url, &namespace, 100, Unavailable::FailClosed).await;
+    let (layer, reports) = settling::layer(limiter, 10);
+    let cut = Arc::clone(&proxy);
+    let mut svc = layer.layer(tower::service_fn(move |req| {
+        cut.cut();
+        settling::worked(req)
+    }));
+
+    let resp = settling::call(&mut svc, "u", 3).await;
+    assert_eq!(resp.status(), StatusCode::OK, "the response is returned");
+    assert!(
+        resp.headers().get(DEGRADED_HEADER).is_none(),
+        "PostgreSQL decided"
+    );
+    assert_eq!(settling::advertised(&resp), 90);
+    assert_eq!(settling::summary(&reports, 0), (10, 3, 0, None));
+    let failure = reports.lock().unwrap()[0].result.clone().unwrap_err();
+    assert!(
+        matches!(failure, SettleFailure::Unavailable(_)),
+        "{failure:?}"
+    );
+    assert_eq!(
+        balance(&direct, "u").await,
+        90,
+        "the estimate stays charged"
+    );
+
+    // The local budget decides (flagged); no record in the row, nothing settled there.
+    let fallback = settling::call(&mut svc, "u", 3).await;
+    assert_eq!(fallback.status(), StatusCode::OK);
+    assert_eq!(fallback.headers()[DEGRADED_HEADER], "?1");
+    assert_eq!(settling::advertised(&fallback), 10, "the local budget's");
+    let failure = reports.lock().unwrap()[1].result.clone().unwrap_err();
+    assert!(
+        matches!(failure, SettleFailure::Unavailable(_)),
+        "{failure:?}"
+    );
+    assert_eq!(balance(&direct, "u").await, 90);
+    direct.drop_namespace().await.unwrap();
 }

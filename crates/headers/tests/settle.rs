@@ -6,6 +6,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use bucketproof_headers::layer::{RateLimitLayer, SettleReport};
+use bucketproof_headers::source::SettleFailure;
 use bucketproof_headers::{PolicyName, Profile, RateLimit};
 use bucketproof_limiter::{
     Bandwidth, Bandwidths, Clock, Config, Limiter, ManualClock, Rate, SettleError, Wait,
@@ -215,7 +216,11 @@ async fn a_denied_extra_returns_the_response_charges_nothing_and_is_reported_unp
 #[tokio::test]
 async fn a_failed_settle_or_no_actual_leaves_the_estimate_charged() {
     let limiter = limiter(20);
+    #[cfg(feature = "metrics")]
+    let recorder = Arc::new(metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder());
     let (layer, reports) = layer(&limiter, 4);
+    #[cfg(feature = "metrics")]
+    let layer = layer.metrics_recorder(recorder.clone());
     let mut svc = layer.layer(tower::service_fn(sized));
     // No Content-Length: nothing to settle, nothing reported, the estimate stays.
     assert_eq!(call(&mut svc, None).await.status(), StatusCode::OK);
@@ -230,12 +235,25 @@ async fn a_failed_settle_or_no_actual_leaves_the_estimate_charged() {
     let reports = reports.lock().unwrap();
     assert_eq!(
         reports[0].result,
-        Err(SettleError::InvalidActual {
+        Err(SettleFailure::Refused(SettleError::InvalidActual {
             actual: 21,
             capacity: 20
-        })
+        }))
     );
     assert_eq!(reports[0].unpaid(), 0);
+    #[cfg(feature = "metrics")]
+    {
+        let text = recorder.handle().render();
+        let has = |line: &str| text.lines().any(|l| l == line);
+        assert!(
+            has(r#"bucketproof_http_settles_total{policy="api.v1",result="failed"} 1"#),
+            "{text}"
+        );
+        assert!(
+            has(r#"bucketproof_http_settle_failures_total{policy="api.v1",reason="refused"} 1"#),
+            "{text}"
+        );
+    }
 }
 
 #[tokio::test]
