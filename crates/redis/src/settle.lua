@@ -37,7 +37,7 @@
 --   bandwidth only; o_version = 0: none, the default config). A replay sends the recorded settlement.
 --   The caller rebuilds the exact settlement with the core's stored_settlement(s).
 
-local _, _, fmt, before, _, server_time, _, _, _, _, key_ttl = helpers()
+local _, _, fmt, before, _, server_time, _, _, _, _, key_ttl = helpers(true)
 if string.sub(ARGV[1], 1, 1) == 's' then
   now_s, now_n = server_time()
 else
