@@ -30,8 +30,9 @@ local function refill(b, cap, p, ls, ln, ts, tn)
 end
 
 -- The helpers of the less travelled paths: floordiv, ceildiv, fmt, before, ms_until, server_time,
--- recovering, recovery_start, recovery_policy, store_record, key_ttl (in that order).
-local function helpers()
+-- recovering, recovery_start, recovery_policy, store_record, key_ttl (in that order); with `lean`, the
+-- same list without recovering, recovery_start, recovery_policy and store_record (nil in their places).
+local function helpers(lean)
   -- floor(a / b) for integers 0 <= a, 1 <= b with a + b <= 2^53. The double quotient rounds at most to the
   -- next integer above the true floor, never below it; the exact products k*b <= a + b correct it.
   local function floordiv(a, b)
@@ -70,6 +71,37 @@ local function helpers()
   local function server_time()
     local tm = redis.call('TIME')
     return tonumber(tm[1]), tonumber(tm[2]) * 1000
+  end
+
+  -- The ms a key refilled to (ts, tn) must live from now, before any floor and unclamped: until every
+  -- bandwidth i (balance bal[i] of caps[i], ps[i] units per ns) is full as seen from now (the cursor's
+  -- lag included), and never before its newest request-id record dies at (xs, xn) (xs nil or < 0:
+  -- none). nil when it must not expire: a bandwidth that can never refill (p = 0) is not full.
+  -- (bucket.lua computes the same for its one bandwidth inline, so that its common path makes no
+  -- function.)
+  local function key_ttl(bal, caps, ps, ts, tn, xs, xn)
+    local longest = 0
+    for i = 1, #bal do
+      if bal[i] < caps[i] then
+        if ps[i] == 0 then return nil end
+        local reset = ceildiv(caps[i] - bal[i], ps[i])
+        if reset > longest then longest = reset end
+      end
+    end
+    local lag_s, lag_n = ts - now_s, tn - now_n
+    if lag_n < 0 then lag_s = lag_s - 1; lag_n = lag_n + E9 end
+    local ttl = lag_s * 1000 + ceildiv(lag_n + longest, 1000000)
+    if xs and xs >= 0 then
+      local rttl = ms_until(now_s, now_n, xs, xn)
+      if rttl > ttl then ttl = rttl end
+    end
+    return ttl
+  end
+
+  -- A caller that creates no bucket and keeps no FIFO (settle.lua) asks for the helpers above only:
+  -- the four below are not made.
+  if lean then
+    return floordiv, ceildiv, fmt, before, ms_until, server_time, nil, nil, nil, nil, key_ttl
   end
 
   -- Whether a bucket created at now is recovering from its slot's loss at (rs, rn): the bucket emptied at
@@ -140,31 +172,6 @@ local function helpers()
       qh = qh + 1
     end
     redis.call('HSET', hash, 'qh', qh, 'qt', qt, 'qc', qc)
-  end
-
-  -- The ms a key refilled to (ts, tn) must live from now, before any floor and unclamped: until every
-  -- bandwidth i (balance bal[i] of caps[i], ps[i] units per ns) is full as seen from now (the cursor's
-  -- lag included), and never before its newest request-id record dies at (xs, xn) (xs nil or < 0:
-  -- none). nil when it must not expire: a bandwidth that can never refill (p = 0) is not full.
-  -- (bucket.lua computes the same for its one bandwidth inline, so that its common path makes no
-  -- function.)
-  local function key_ttl(bal, caps, ps, ts, tn, xs, xn)
-    local longest = 0
-    for i = 1, #bal do
-      if bal[i] < caps[i] then
-        if ps[i] == 0 then return nil end
-        local reset = ceildiv(caps[i] - bal[i], ps[i])
-        if reset > longest then longest = reset end
-      end
-    end
-    local lag_s, lag_n = ts - now_s, tn - now_n
-    if lag_n < 0 then lag_s = lag_s - 1; lag_n = lag_n + E9 end
-    local ttl = lag_s * 1000 + ceildiv(lag_n + longest, 1000000)
-    if xs and xs >= 0 then
-      local rttl = ms_until(now_s, now_n, xs, xn)
-      if rttl > ttl then ttl = rttl end
-    end
-    return ttl
   end
 
   return floordiv, ceildiv, fmt, before, ms_until, server_time, recovering, recovery_start,

@@ -23,9 +23,12 @@
 -- (or WRONGTYPE) the key is of another layout or config.
 --
 -- A record keeps its acquire's fields (bucket.lua's or set.lua's, which hold its cost) and, once an
--- allowed settle closed it, the settlement after them, the same fields as the reply below without its
--- code: actual,t_s,t_n,now_s,now_n,seq,charged,n,b_1..b_n,o_version,o_capacity,o_p,o_q. Its slot
--- (its FIFO place) and expiry do not change. A denied extra leaves it open.
+-- allowed settle closed it, the settlement after them: a comma, then the same fields as the reply below
+-- with the actual in place of its code (actual,t_s,t_n,now_s,now_n,seq,charged,n,b_1..b_n,o_version,
+-- o_capacity,o_p,o_q), packed with `struct` as little-endian doubles as bucket.lua packs a bucket
+-- (exact, and no number printed as decimal text, which costs more than the rest of the close). The
+-- acquire's fields before it stay text, so an acquire's replay and the FIFO read them as before. Its
+-- slot (its FIFO place) and expiry do not change. A denied extra leaves it open.
 --
 -- Reply: {code, t_s, t_n, now_s, now_n, seq, charged, n, b_1, ..., b_n, o_version, o_capacity, o_p, o_q}
 --   code = allowed + 2 * replayed; t the cursor max(now, last) after the settle; seq the key's
@@ -34,7 +37,7 @@
 --   bandwidth only; o_version = 0: none, the default config). A replay sends the recorded settlement.
 --   The caller rebuilds the exact settlement with the core's stored_settlement(s).
 
-local _, _, fmt, before, _, server_time, _, _, _, _, key_ttl = helpers()
+local _, _, fmt, before, _, server_time, _, _, _, _, key_ttl = helpers(true)
 if string.sub(ARGV[1], 1, 1) == 's' then
   now_s, now_n = server_time()
 else
@@ -114,34 +117,52 @@ if actual > bound then return redis.error_reply('BPACTUAL ' .. fmt(bound)) end
 if absent then return redis.error_reply('BPUNKNOWN no such key') end
 
 -- Step 2: the key's live record of the id, judged at its effective time max(now, cursor), as a replay is.
+-- Only the fields a settle reads are converted to numbers (each tonumber is a measurable share of the
+-- call): the expiry, the verdict and the cost; bucket.lua's record also its override's version and q,
+-- set.lua's its n (its 3n parts are skipped unread). `tail` is what follows them: '' for an open record,
+-- ',<settlement>' for a settled one.
 local rec = redis.call('HGET', KEYS[2], 'r' .. rid)
 if not rec then return redis.error_reply('BPUNKNOWN no record') end
-local f = {}
-for x in string.gmatch(rec, '[^,]+') do f[#f + 1] = tonumber(x) end
+local ex_s, ex_n, ok, cost, rov, rq, tail
+if one then
+  -- slot,exp_s,exp_n,allowed,b,t_s,t_n,seq,now_s,now_n,cost,o_version,o_capacity,o_p,o_q
+  ex_s, ex_n, ok, cost, rov, rq, tail = string.match(rec, '^[^,]*,([^,]*),([^,]*),([^,]*),'
+    .. '[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,([^,]*),([^,]*),[^,]*,[^,]*,([^,]*)(.*)$')
+else
+  -- slot,exp_s,exp_n,allowed,t_s,t_n,now_s,now_n,seq,cost,n,(b_i,reset_i,retry_i) for i = 1..n
+  local rn, at
+  ex_s, ex_n, ok, cost, rn, at = string.match(rec, '^[^,]*,([^,]*),([^,]*),([^,]*),'
+    .. '[^,]*,[^,]*,[^,]*,[^,]*,[^,]*,([^,]*),([^,]*)()')
+  if at then
+    -- at: the comma before b_1; each step moves to the comma after the next part.
+    for _ = 1, 3 * tonumber(rn) do at = string.find(rec, ',', at + 1, true) or #rec + 1 end
+    tail = string.sub(rec, at)
+  end
+end
+if not tail then return redis.error_reply('BPCONFIG the stored record is of another layout') end
 local es, en = now_s, now_n
 if before(es, en, ls, ln) then es, en = ls, ln end
-if not before(es, en, f[2], f[3]) then return redis.error_reply('BPUNKNOWN record expired') end
-if f[4] ~= 1 then return redis.error_reply('BPNOTADMITTED the acquire was denied') end
+if not before(es, en, tonumber(ex_s), tonumber(ex_n)) then
+  return redis.error_reply('BPUNKNOWN record expired')
+end
+if ok ~= '1' then return redis.error_reply('BPNOTADMITTED the acquire was denied') end
 
--- What the acquire charged, in whole tokens, and where the settlement starts in the record: bucket.lua's
--- record holds the cost in units of the config it was decided on (its override's, or the default's);
--- set.lua's in whole tokens.
-local charged, base
+-- What the acquire charged, in whole tokens: bucket.lua's record holds the cost in units of the config
+-- it was decided on (its override's, or the default's); set.lua's in whole tokens.
+local charged = tonumber(cost)
 if one then
   local unit = default_unit
-  if f[12] > 0 then unit = f[15] * E9 end
-  charged = f[11] / unit
-  base = 16
-else
-  charged = f[10]
-  base = 12 + 3 * f[11]
+  if rov ~= '0' then unit = tonumber(rq) * E9 end
+  charged = charged / unit
 end
 
 -- Step 3: settled once; the same actual replays the recorded settlement, another is an error.
-if f[base] then
-  if f[base] ~= actual then return redis.error_reply('BPSETTLED ' .. fmt(f[base])) end
-  local reply = {1 + 2}
-  for j = base + 1, #f do reply[#reply + 1] = f[j] end
+if tail ~= '' then
+  local reply = {struct.unpack('<' .. string.rep('d', (#tail - 1) / 8), tail, 2)}
+  -- struct.unpack's last value is the position after the settlement, not a field.
+  reply[#reply] = nil
+  if reply[1] ~= actual then return redis.error_reply('BPSETTLED ' .. fmt(reply[1])) end
+  reply[1] = 1 + 2
   return reply
 end
 
@@ -206,8 +227,12 @@ local reply = {allowed, ts, tn, now_s, now_n, seq, charged, nb}
 for i = 1, nb do reply[#reply + 1] = bal[i] end
 for _, x in ipairs({ov, ocap, op, oq}) do reply[#reply + 1] = x end
 if allowed == 1 then
-  local settled = {fmt(actual)}
-  for j = 2, #reply do settled[j] = fmt(reply[j]) end
-  redis.call('HSET', KEYS[2], 'r' .. rid, rec .. ',' .. table.concat(settled, ','))
+  -- The settlement, the reply with the actual for its code, packed after a comma as little-endian
+  -- doubles (exact: every field is an integer below 2^53), as bucket.lua packs a bucket: no number
+  -- printed as decimal text.
+  reply[1] = actual
+  redis.call('HSET', KEYS[2], 'r' .. rid, rec .. ',' .. struct.pack('<' .. string.rep('d', #reply),
+    unpack(reply)))
+  reply[1] = allowed
 end
 return reply
