@@ -27,7 +27,10 @@
 //! - `bucket`: [`BucketState`], [`Decision`] and the single transition every front end uses;
 //! - `bandwidths` and `set`: a key's [`Bandwidths`] (1 to 8 bandwidths, all of which must cover a cost)
 //!   and the transition over them, [`SetState`] and [`Decisions`];
-//! - [`keyed`]: the sharded keyed [`Limiter`] with its memory bound, expiry and request ids;
+//! - [`keyed`]: the sharded keyed [`Limiter`] with its memory bound, expiry and request ids, and
+//!   reserve-then-settle ([`Limiter::settle`]: an acquire with a request id reserves an estimate; the
+//!   settle gives back what the work did not use, at most once and never above capacity, or charges
+//!   the extra by the ordinary rule);
 //! - [`direct`]: [`DirectLimiter`], one bucket behind a spin lock (the one-key case, no map);
 //! - [`clock`]: [`Clock`], [`MonotonicClock`], [`ManualClock`];
 //! - [`outage`]: the shared-state front ends' outage policy ([`outage::Unavailable`]) and its fallback;
