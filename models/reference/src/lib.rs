@@ -14,7 +14,8 @@
 //!   reconfiguration by identity. [`ModelDecisions`]: every bandwidth's part of a decision, the largest waits, and
 //!   the binding part.
 //! - [`Model`]: the keyed limiter over `u64` keys built on that one transition: request-id dedupe (window and
-//!   per-key FIFO, a record holding the whole decision), per-key override sets and versions, forget, expiry
+//!   per-key FIFO, a record holding the whole decision, its cost and its settlement), settle, per-key override
+//!   sets and versions, forget, expiry
 //!   (`is_evictable_at`, `sweep`, `evict`). A key of one bandwidth answers exactly as the single-bucket rules.
 //!
 //! What it promises:
@@ -66,6 +67,23 @@
 //! assert_eq!(denied.decision.retry_after(), Some(ModelWait::After(58 * S)), "daily binds");
 //! assert!(model.acquire(7, 60 * S, 2, None)?.decisions.is_allowed());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+//! Reserve, then settle: an acquire with a request id charges an estimate; its settle gives back what the work did
+//! not use (never above capacity, at most once) or charges the extra by the ordinary rule.
+//!
+//! ```
+//! use bucketproof_model::{Model, ModelConfig, ModelError, Rational};
+//!
+//! const S: u64 = 1_000_000_000;
+//! let mut model = Model::new(ModelConfig::new(10, 1, 1)?, 60 * S, 8); // ids live 60 s, 8 per key
+//! model.acquire(7, 0, 6, Some(1))?; // reserve 6 of 10
+//! let refund = model.settle(7, 0, 1, 2)?; // the work cost 2: 4 come back
+//! assert_eq!(refund.decision.remaining(), &Rational::from(8u8));
+//! assert!(model.settle(7, 0, 1, 2)?.replayed); // a retried settle replays, refunds nothing more
+//! assert_eq!(model.settle(7, 0, 1, 0), Err(ModelError::AlreadySettled { actual: 2 }));
+//! assert_eq!(model.settle(8, 0, 1, 0), Err(ModelError::UnknownRequest)); // another key's request
+//! # Ok::<(), ModelError>(())
 //! ```
 
 #![warn(missing_docs)]
