@@ -3,7 +3,8 @@
 //! **What it owns:** [`Pacing`] (how a waiting acquire behaves: an optional deadline and an optional
 //! seeded jitter), [`WaitError`], the [`Verdict`] trait every front end's decision implements, and
 //! the one retry rule ([`Waiter`]), which the blocking loop ([`blocking`]) and the async loop
-//! (`until_ready`, feature `tokio`) both follow, whatever limiter they drive.
+//! ([`pace`], and `until_ready` on tokio's timer, feature `tokio`) both follow, whatever limiter they
+//! drive: the in-memory ones here, the Redis and PostgreSQL limiters in their crates.
 //!
 //! **What it promises:**
 //! - an attempt is an ordinary acquire: a denial consumes nothing, so waiting holds no reservation and
@@ -206,23 +207,38 @@ pub fn blocking<D: Verdict, E>(
     }
 }
 
-/// Attempts until allowed, sleeping on tokio's timer between attempts by the retry rule. Cancellation
-/// safe as long as `attempt` is (see the module doc).
-#[cfg(feature = "tokio")]
-pub async fn until_ready<D: Verdict, E, F>(
+/// Attempts until allowed, awaiting `sleep` between attempts by the retry rule: the building block of
+/// every async form, whatever its timer. The shared-state front ends' `until_ready` pass tokio's sleep;
+/// a caller with an injected clock passes a sleep that moves it (and attempts at that clock's time).
+pub async fn pace<D: Verdict, E, F, S>(
     pacing: Pacing,
     mut attempt: impl FnMut() -> F,
+    mut sleep: impl FnMut(Duration) -> S,
 ) -> Result<D, WaitError<D, E>>
 where
     F: std::future::Future<Output = Result<D, E>>,
+    S: std::future::Future<Output = ()>,
 {
     let mut waiter = Waiter::new(pacing);
     loop {
         match waiter.next(attempt().await) {
             Next::Return(result) => return result,
-            Next::Sleep(duration) => tokio::time::sleep(duration).await,
+            Next::Sleep(duration) => sleep(duration).await,
         }
     }
+}
+
+/// Attempts until allowed, sleeping on tokio's timer between attempts by the retry rule. Cancellation
+/// safe as long as `attempt` is (see the module doc).
+#[cfg(feature = "tokio")]
+pub async fn until_ready<D: Verdict, E, F>(
+    pacing: Pacing,
+    attempt: impl FnMut() -> F,
+) -> Result<D, WaitError<D, E>>
+where
+    F: std::future::Future<Output = Result<D, E>>,
+{
+    pace(pacing, attempt, tokio::time::sleep).await
 }
 
 /// A [`crate::Clock`] that reads tokio's clock (nanoseconds since this clock was made), so that a

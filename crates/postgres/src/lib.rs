@@ -48,6 +48,7 @@ mod peek;
 mod reconfigure;
 pub mod schema;
 mod settle;
+mod wait;
 
 pub use bucketproof_limiter::outage::{Source, Unavailable};
 pub use builder::{MAX_RECORDS_PER_KEY, PgBuilder};

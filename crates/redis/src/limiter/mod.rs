@@ -57,6 +57,7 @@ mod reconfigure;
 mod settle;
 mod stats;
 mod stored;
+mod wait;
 
 pub use bucketproof_limiter::outage::{Source, Unavailable};
 pub use builder::{MAX_RECORDS_PER_KEY, RedisBuilder};
