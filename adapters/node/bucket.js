@@ -2,9 +2,9 @@
 // The Node.js reference adapter: an exact keyed token bucket that speaks the subject protocol,
 // version 1 (docs/subject-protocol.md), on stdin/stdout.
 //
-// Owns: the bucket rules of docs/semantics.md (acquire, reconfigure, forget, sweep, the key bound
-// with its four policies, request-id records, keys of several bandwidths: up to 8 per key, one
-// shared cursor, charged all or none), the parsing of request lines and the writing of
+// Owns: the bucket rules of docs/semantics.md (acquire, settle of a reserved request, reconfigure,
+// forget, sweep, the key bound with its four policies, request-id records, keys of several
+// bandwidths: up to 8 per key, one shared cursor, charged all or none), the parsing of request lines and the writing of
 // replies. Promises: every number the limiter sees is a BigInt, so nothing rounds or overflows
 // (times and keys go up to 2^64 - 1); a balance is a whole number of units of 1/(q * 10^9) token, so a nanosecond of
 // refill at p/q tokens per second is exactly p units and every wait is ceil(deficit / p) ns; it
@@ -40,6 +40,7 @@ const BUGS = {
   'floor-wait': 'waits rounded down instead of up',
   'no-horizon': 'a dropped key comes back fresh at now, even when the clock ran backwards',
   'charge-covering': 'a denial of a key of several bandwidths charges the bandwidths that covered the cost',
+  'refund-twice': 'a settle ignores that its request was settled already, so a retried settle refunds again',
 };
 
 // A request the adapter cannot read: the harness made a mistake or speaks another protocol.
@@ -182,6 +183,7 @@ const REQUESTS = {
     key: 'u64', now_ns: 'u64', cost: 'u64', request_id: '?u64', inspect: '?bool',
     probe_retry: '?bool', retry_slack_ns: '?u64',
   },
+  settle: { key: 'u64', now_ns: 'u64', request_id: 'u64', actual: 'u64', inspect: '?bool' },
   reconfigure: { key: 'u64', now_ns: 'u64', config: 'config', inspect: '?bool' },
   forget: { key: 'u64' },
   sweep: { now_ns: 'u64' },
@@ -333,7 +335,8 @@ class Limiter {
     this.sweepPerOp = Number(min(setup.sweep_per_op, 1024n));
     this.window = setup.dedupe_window_ns;
     this.perKey = Number(min(setup.dedupe_per_key, 1n << 32n));
-    // key (BigInt) -> { units, last, override (a config or null), records [{ id, at, decision }] }.
+    // key (BigInt) -> { units, last, override (a config or null), records [{ id, at, decision,
+    // charged (the acquire's cost, null if denied), settled (null, or { actual, decision }) }] }.
     // Map order is the order the amortized sweep and the room scan visit: a visited entry that stays
     // moves to the back, so the scans rotate through the table.
     this.entries = new Map();
@@ -526,6 +529,27 @@ class Limiter {
       throw new Refusal('key_limit', `${this.maxKeys} keys held`);
     }
     const { units: refilled, last: t } = this.refilled(entry || this.fresh(key, config, now), config, now);
+    const { units, decision } = this.decide(config, now, t, refilled, cost);
+    if (created) {
+      entry = { units, last: t, override: null, records: [] };
+      this.insert(key, entry, now);
+    } else {
+      entry.units = units;
+      entry.last = t;
+    }
+    if (requestId !== undefined && this.window > 0n && this.perKey > 0) {
+      // A new record of an id replaces its older (dead) one, which must not hold a FIFO slot.
+      entry.records = entry.records.filter((record) => record.id !== requestId);
+      const charged = decision.allowed ? cost : null;
+      entry.records.push({ id: requestId, at: t, decision, charged, settled: null });
+      while (entry.records.length > this.perKey) entry.records.shift();
+    }
+    return { decision, created, replayed: false };
+  }
+
+  // Steps 4 and 5 of acquire for `cost` on the balances `refilled` at effective time `t`: the
+  // balances after the decision (charged all or none) and the decision.
+  decide(config, now, t, refilled, cost) {
     const { bands } = config;
     const costUnits = bands.map((band) => cost * band.unit);
     const covers = refilled.map((units, i) => this.admits(units, costUnits[i]));
@@ -545,20 +569,50 @@ class Limiter {
     const decision = { ...parts[binding(parts, units, bands)] };
     decision.allowed = allowed;
     if (parts.length > 1) decision.parts = parts;
-    if (created) {
-      entry = { units, last: t, override: null, records: [] };
-      this.insert(key, entry, now);
+    return { units, decision };
+  }
+
+  // settle of docs/semantics.md: reconciles the charge of the admitted request `requestId` with
+  // `actual`, a refund (capped at capacity, never more than the charge) or an extra decided as an
+  // acquire of `actual - charged`. An allowed settlement closes the record where it is (stamp and
+  // FIFO place unchanged); a denied extra leaves it open. Errors change nothing.
+  // Returns { decision, replayed }.
+  settle(key, now, requestId, actual) {
+    const entry = this.entries.get(key);
+    const config = this.configOf(entry);
+    if (actual > config.capacity) {
+      throw new Refusal('invalid_cost', `actual ${actual} is above the capacity ${config.capacity}`);
+    }
+    const at = entry === undefined ? now : max(now, entry.last);
+    const record = entry === undefined ? undefined
+      : entry.records.find((r) => r.id === requestId && this.isLive(r, at));
+    if (record === undefined) {
+      throw new Refusal('unknown_request', `key ${key} holds no live record of request ${requestId}`);
+    }
+    if (record.charged === null) {
+      throw new Refusal('not_admitted', `request ${requestId} was denied: it charged nothing`);
+    }
+    if (record.settled !== null && this.bug !== 'refund-twice') {
+      if (record.settled.actual !== actual) {
+        throw new Refusal('already_settled',
+          `request ${requestId} was settled already with actual ${record.settled.actual}`);
+      }
+      return { decision: record.settled.decision, replayed: true };
+    }
+    const { units: refilled, last: t } = this.refilled(entry, config, now);
+    const { charged } = record;
+    let result;
+    if (actual <= charged) {
+      const back = charged - actual;
+      const refunded = refilled.map((held, i) => min(config.bands[i].capUnits, held + back * config.bands[i].unit));
+      result = this.decide(config, now, t, refunded, 0n);
     } else {
-      entry.units = units;
-      entry.last = t;
+      result = this.decide(config, now, t, refilled, actual - charged);
     }
-    if (requestId !== undefined && this.window > 0n && this.perKey > 0) {
-      // A new record of an id replaces its older (dead) one, which must not hold a FIFO slot.
-      entry.records = entry.records.filter((record) => record.id !== requestId);
-      entry.records.push({ id: requestId, at: t, decision });
-      while (entry.records.length > this.perKey) entry.records.shift();
-    }
-    return { decision, created, replayed: false };
+    entry.units = result.units;
+    entry.last = t;
+    if (result.decision.allowed) record.settled = { actual, decision: result.decision };
+    return { decision: result.decision, replayed: false };
   }
 
   // Whether an acquire of `cost` at `now` would be admitted with no other traffic; records nothing.
@@ -624,6 +678,18 @@ function answer(request, reply, stateOf) {
   }
 }
 
+// The decision fields of an acquire's or a settle's reply, each followed by a comma.
+function decisionText(decision) {
+  let text = `"allowed":${decision.allowed},"remaining":${decision.remaining},`
+    + `"retry_after_ns":${wait(decision.retryAfter)},"reset_after_ns":${wait(decision.resetAfter)},`;
+  if (decision.parts) {
+    const parts = decision.parts.map((part) => `{"remaining":${part.remaining},`
+      + `"retry_after_ns":${wait(part.retryAfter)},"reset_after_ns":${wait(part.resetAfter)}}`);
+    text += `"bandwidths":[${parts.join(',')}],`;
+  }
+  return text;
+}
+
 class Server {
   constructor(bug) {
     this.bug = bug;
@@ -640,7 +706,7 @@ class Server {
       const name = this.bug ? `node-bucket+${this.bug}` : 'node-bucket';
       return `"protocol":1,"name":"${name}","version":"1.0.0","capabilities":{"reconfigure":true,`
         + '"forget":true,"sweep":true,"inspect":true,"would_allow":true,"request_ids":true,'
-        + '"evicts":true,"batch":1024,"bandwidths":8},"profile":{"name":"exact"}';
+        + '"evicts":true,"batch":1024,"bandwidths":8,"settle":true},"profile":{"name":"exact"}';
     }
     if (request.op === 'setup') {
       this.limiter = null;
@@ -658,14 +724,7 @@ class Server {
       case 'acquire': {
         const before = request.inspect ? limiter.state(key) : null;
         const { decision, created, replayed } = limiter.acquire(key, now, request.cost, request.request_id);
-        let text = `"allowed":${decision.allowed},"remaining":${decision.remaining},`
-          + `"retry_after_ns":${wait(decision.retryAfter)},"reset_after_ns":${wait(decision.resetAfter)},`;
-        if (decision.parts) {
-          const parts = decision.parts.map((part) => `{"remaining":${part.remaining},`
-            + `"retry_after_ns":${wait(part.retryAfter)},"reset_after_ns":${wait(part.resetAfter)}}`);
-          text += `"bandwidths":[${parts.join(',')}],`;
-        }
-        text += `"created":${created},"replayed":${replayed}`;
+        let text = `${decisionText(decision)}"created":${created},"replayed":${replayed}`;
         if (request.inspect) text += `,"before":${before},"after":${limiter.state(key)}`;
         const w = decision.retryAfter;
         if (request.probe_retry && !replayed && !decision.allowed && w !== NEVER) {
@@ -674,6 +733,13 @@ class Server {
           const early = w === 0n ? null : limiter.wouldAllow(key, now + w - 1n, request.cost);
           text += `,"retry":{"at":${at},"before":${early}}`;
         }
+        return text;
+      }
+      case 'settle': {
+        const before = request.inspect ? limiter.state(key) : null;
+        const { decision, replayed } = limiter.settle(key, now, request.request_id, request.actual);
+        let text = `${decisionText(decision)}"replayed":${replayed}`;
+        if (request.inspect) text += `,"before":${before},"after":${limiter.state(key)}`;
         return text;
       }
       case 'reconfigure': {

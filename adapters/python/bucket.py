@@ -2,7 +2,7 @@
 """The Python reference adapter: an exact keyed token bucket speaking the subject protocol, version 1.
 
 What it owns: one independent implementation of docs/semantics.md (acquire with request-id records,
-reconfigure, forget, sweep, the key bound with its four policies, the eviction horizon, and keys of
+settle of a reserved request, reconfigure, forget, sweep, the key bound with its four policies, the eviction horizon, and keys of
 several bandwidths: up to 8 per key, one shared cursor, charged all or none) and the protocol of
 docs/subject-protocol.md over stdin/stdout (batched: it answers everything it has read, then flushes
 once).
@@ -53,6 +53,7 @@ BUGS = {
     "retry-floor": "waits are rounded down instead of up",
     "no-horizon": "a dropped key comes back fresh at now, even under a clock that ran backwards",
     "charge-covering": "a denial of a key of several bandwidths charges the bandwidths that covered the cost",
+    "refund-twice": "a settle ignores that its request was settled already, so a retried settle refunds again",
 }
 
 
@@ -92,7 +93,7 @@ class Bands:
 class Entry:
     """One held key: balance `n` (a list, one count of units per bandwidth of its config), the one
     refill cursor `last`, an override config (None: the default; an override pins the key) and
-    request-id records {id: (stamp, reply part)}, oldest first."""
+    request-id records {id: Record}, oldest first."""
 
     __slots__ = ("key", "n", "last", "cfg", "recs")
 
@@ -102,6 +103,20 @@ class Entry:
         self.last = last
         self.cfg = None
         self.recs = None
+
+
+class Record:
+    """One request-id record: its stamp (the acquire's effective time), the acquire's decision fields
+    (replayed as they are), what it charged (None for a denial) and, once an allowed settle closed
+    it, that settle's `(actual, decision fields)`."""
+
+    __slots__ = ("stamp", "body", "charged", "settled")
+
+    def __init__(self, stamp, body, charged):
+        self.stamp = stamp
+        self.body = body
+        self.charged = charged
+        self.settled = None
 
 
 def u64(obj, name):
@@ -267,8 +282,8 @@ class Limiter:
                 return None  # some bandwidth is not full at j
         if e.recs:
             window = self.window
-            for stamp, _ in e.recs.values():
-                if j < stamp + window:
+            for record in e.recs.values():
+                if j < record.stamp + window:
                     return None
         return j
 
@@ -406,7 +421,8 @@ class Limiter:
     def decide(self, bands, now, t, ns, cost):
         """Step 4 and 5 for every bandwidth: the balances after the decision (charged all or none)
         and the reply's decision fields (the binding part's, then for several bandwidths every
-        part), and the whole decision's retry-after (None for "never"; absent when allowed)."""
+        part), the whole decision's retry-after (None for "never", and when allowed) and whether it
+        is allowed."""
         costs = [cost * cfg.units for cfg in bands.parts]
         covers = [self.admits(n, c) for n, c in zip(ns, costs)]
         allowed = all(covers)
@@ -443,7 +459,7 @@ class Limiter:
                 ns = [max(0, n - c) for n, c in zip(ns, costs)]
             elif self.bug == "charge-covering":
                 ns = [n - c if ok else n for n, c, ok in zip(ns, costs, covers)]
-        return ns, body, None if allowed else waits[bind]
+        return ns, body, None if allowed else waits[bind], allowed
 
     def acquire(self, rid, key, now, cost, request_id, inspect, probe, slack):
         e = self.table.get(key)
@@ -453,12 +469,12 @@ class Limiter:
             return error(rid, "invalid_cost", f"cost {cost} is not in [1, {bands.cap}]", shown)
         if request_id is not None and e is not None and e.recs:
             record = e.recs.get(request_id)
-            if record is not None and max(now, e.last) < record[0] + self.window:
+            if record is not None and max(now, e.last) < record.stamp + self.window:
                 tail = ""
                 if inspect:
                     shown = self.state(e)
                     tail = f',"before":{shown},"after":{shown}'
-                return f'{{"id":{rid},{record[1]},"created":false,"replayed":true{tail}}}'
+                return f'{{"id":{rid},{record.body},"created":false,"replayed":true{tail}}}'
         created = e is None
         if created:
             if not self.room_for_new_key(now):
@@ -469,7 +485,7 @@ class Limiter:
         else:
             before = self.state(e) if inspect else None
         ns, t = self.refilled(e, bands, now)
-        ns, body, retry = self.decide(bands, now, t, ns, cost)
+        ns, body, retry, allowed = self.decide(bands, now, t, ns, cost)
         e.n, e.last = ns, t
         if request_id is not None and self.window and self.per_key:
             recs = e.recs
@@ -477,7 +493,7 @@ class Limiter:
                 recs = e.recs = {}
             elif request_id in recs:
                 del recs[request_id]  # the new record replaces the old one, at the newest place
-            recs[request_id] = (t, body)
+            recs[request_id] = Record(t, body, cost if allowed else None)
             while len(recs) > self.per_key:
                 del recs[next(iter(recs))]
         tail = ""
@@ -489,6 +505,43 @@ class Limiter:
             ok_before = "null" if retry == 0 else bool_text(self.would_allow(key, now + retry - 1, cost))
             tail += f',"retry":{{"at":{bool_text(ok_at)},"before":{ok_before}}}'
         return f'{{"id":{rid},{body},"created":{bool_text(created)},"replayed":false{tail}}}'
+
+    def settle(self, rid, key, now, request_id, actual, inspect):
+        """Reconciles the charge of the admitted request `request_id` with `actual`: a refund
+        (capped at capacity, never more than the charge) or an extra decided as an acquire of
+        `actual - charged`. An allowed settlement closes the record in place (its stamp and FIFO
+        place stay); a denied extra leaves it open. Errors change nothing."""
+        e = self.table.get(key)
+        bands = self.default if e is None or e.cfg is None else e.cfg
+        shown = self.state(e) if inspect else None
+        if actual > bands.cap:
+            return error(rid, "invalid_cost", f"actual {actual} is above the capacity {bands.cap}", shown)
+        record = None if e is None or not e.recs else e.recs.get(request_id)
+        if record is None or max(now, e.last) >= record.stamp + self.window:
+            return error(rid, "unknown_request", f"key {key} holds no live record of request {request_id}",
+                         shown)
+        if record.charged is None:
+            return error(rid, "not_admitted", f"request {request_id} was denied: it charged nothing", shown)
+        if record.settled is not None and self.bug != "refund-twice":
+            settled_actual, settled_body = record.settled
+            if settled_actual != actual:
+                return error(rid, "already_settled",
+                             f"request {request_id} was settled already with actual {settled_actual}", shown)
+            tail = "" if shown is None else f',"before":{shown},"after":{shown}'
+            return f'{{"id":{rid},{settled_body},"replayed":true{tail}}}'
+        ns, t = self.refilled(e, bands, now)
+        charged = record.charged
+        if actual <= charged:
+            back = charged - actual
+            ns = [min(cfg.cap_units, n + back * cfg.units) for n, cfg in zip(ns, bands.parts)]
+            ns, body, _, allowed = self.decide(bands, now, t, ns, 0)
+        else:
+            ns, body, _, allowed = self.decide(bands, now, t, ns, actual - charged)
+        e.n, e.last = ns, t
+        if allowed:
+            record.settled = (actual, body)
+        tail = "" if shown is None else f',"before":{shown},"after":{self.state(e)}'
+        return f'{{"id":{rid},{body},"replayed":false{tail}}}'
 
     def reconfigure(self, rid, key, now, new, inspect):
         e = self.table.get(key)
@@ -535,6 +588,9 @@ class Limiter:
             slack = u64(obj, "retry_slack_ns") if obj.get("retry_slack_ns") is not None else 0
             return self.acquire(rid, u64(obj, "key"), u64(obj, "now_ns"), u64(obj, "cost"), request_id,
                                 flag(obj, "inspect"), flag(obj, "probe_retry"), slack)
+        if op == "settle":
+            return self.settle(rid, u64(obj, "key"), u64(obj, "now_ns"), u64(obj, "request_id"),
+                               u64(obj, "actual"), flag(obj, "inspect"))
         if op == "would_allow":
             allowed = self.would_allow(u64(obj, "key"), u64(obj, "now_ns"), u64(obj, "cost"))
             return f'{{"id":{rid},"allowed":{bool_text(allowed)}}}'
@@ -562,7 +618,7 @@ class Limiter:
             name = "py-bucket" if self.bug is None else f"py-bucket+{self.bug}"
             return (f'{{"id":{rid},"protocol":1,"name":"{name}","version":"1.0","capabilities":'
                     '{"reconfigure":true,"forget":true,"sweep":true,"inspect":true,"would_allow":true,'
-                    '"request_ids":true,"evicts":true,"batch":1024,"bandwidths":8},'
+                    '"request_ids":true,"evicts":true,"batch":1024,"bandwidths":8,"settle":true},'
                     '"profile":{"name":"exact"}}')
         return f'{{"id":{rid},"ok":true}}'
 
@@ -587,6 +643,7 @@ SHAPES = {
     "hello": _shape(("protocol",)),
     "setup": _shape(("config", "max_keys", "policy", "sweep_per_op", "dedupe_window_ns", "dedupe_per_key")),
     "acquire": _shape(("key", "now_ns", "cost"), ("request_id", "inspect", "probe_retry", "retry_slack_ns")),
+    "settle": _shape(("key", "now_ns", "request_id", "actual"), ("inspect",)),
     "reconfigure": _shape(("key", "now_ns", "config"), ("inspect",)),
     "forget": _shape(("key",)),
     "sweep": _shape(("now_ns",)),

@@ -8,7 +8,8 @@
 use std::time::Duration;
 
 use bucketproof_limiter::{
-    AcquireError, Config, EvictionPolicy, Limiter, Rate, Request, Wait as Waited,
+    AcquireError, Config, Decision, EvictionPolicy, Limiter, Rate, Request, Settle, SettleError,
+    Wait as Waited,
 };
 
 use crate::reply::{Capabilities, ErrorKind, Profile, Refusal};
@@ -41,6 +42,7 @@ impl Subject for Core {
         evicts: true,
         batch: 1024,
         bandwidths: 1,
+        settle: true,
     };
     // Integer units of `1 / (q * 10^9)` token: no decision rounds.
     const PROFILE: Profile = Profile { name: "exact" };
@@ -78,16 +80,22 @@ impl Subject for Core {
         let mut request = Request::cost(cost).at(now);
         request.request_id = request_id.map(Into::into);
         let acquired = self.limiter.acquire_with(&key, request).map_err(refusal)?;
-        let decision = acquired.decision;
-        let (numer, denom) = decision.remaining().as_ratio();
         Ok(Outcome {
-            allowed: decision.is_allowed(),
-            remaining: Ratio { numer, denom },
-            retry_after: decision.retry_after().map(wait),
-            reset_after: Some(wait(decision.reset_after())),
             created: Some(acquired.created),
-            replayed: acquired.replayed,
+            ..outcome(&acquired.decision, acquired.replayed)
         })
+    }
+
+    fn settle(
+        &mut self,
+        key: u64,
+        now: u64,
+        request_id: u64,
+        actual: u64,
+    ) -> Result<Outcome, Refusal> {
+        let settle = Settle::new(request_id, actual).at(now);
+        let settled = self.limiter.settle(&key, settle).map_err(settle_refusal)?;
+        Ok(outcome(&settled.decision, settled.replayed))
     }
 
     fn reconfigure(&mut self, key: u64, now: u64, config: &[Bandwidth]) -> Result<(), Refusal> {
@@ -165,6 +173,32 @@ fn refusal(error: AcquireError) -> Refusal {
         _ => ErrorKind::Store,
     };
     Refusal::new(kind, error.to_string())
+}
+
+/// The protocol's error for a refused settle.
+fn settle_refusal(error: SettleError) -> Refusal {
+    let kind = match error {
+        SettleError::InvalidActual { .. } => ErrorKind::InvalidCost,
+        SettleError::UnknownRequest => ErrorKind::UnknownRequest,
+        SettleError::NotAdmitted => ErrorKind::NotAdmitted,
+        SettleError::AlreadySettled { .. } => ErrorKind::AlreadySettled,
+        // A refusal this adapter does not know yet: the subject's failure, never a denial.
+        _ => ErrorKind::Store,
+    };
+    Refusal::new(kind, error.to_string())
+}
+
+/// A decision as the protocol reports it (`created` unknown).
+fn outcome(decision: &Decision, replayed: bool) -> Outcome {
+    let (numer, denom) = decision.remaining().as_ratio();
+    Outcome {
+        allowed: decision.is_allowed(),
+        remaining: Ratio { numer, denom },
+        retry_after: decision.retry_after().map(wait),
+        reset_after: Some(wait(decision.reset_after())),
+        created: None,
+        replayed,
+    }
 }
 
 fn wait(waited: Waited) -> Wait {

@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde::de::Error as _;
 
 use crate::request::{
-    Acquire, Forget, Hello, Inspect, Reconfigure, Request, Reset, Setup, Sweep, WouldAllow,
+    Acquire, Forget, Hello, Inspect, Reconfigure, Request, Reset, Settle, Setup, Sweep, WouldAllow,
 };
 use crate::values::{Bandwidth, Policy};
 
@@ -32,6 +32,7 @@ enum Op {
     Hello,
     Setup,
     Acquire,
+    Settle,
     Reconfigure,
     Forget,
     Sweep,
@@ -46,6 +47,7 @@ impl Op {
             Op::Hello => "hello",
             Op::Setup => "setup",
             Op::Acquire => "acquire",
+            Op::Settle => "settle",
             Op::Reconfigure => "reconfigure",
             Op::Forget => "forget",
             Op::Sweep => "sweep",
@@ -67,6 +69,7 @@ struct Fields {
     now_ns: Option<u64>,
     cost: Option<u64>,
     request_id: Option<u64>,
+    actual: Option<u64>,
     inspect: Option<bool>,
     probe_retry: Option<bool>,
     config: Option<Vec<Bandwidth>>,
@@ -91,6 +94,7 @@ impl Fields {
             ("now_ns", self.now_ns.is_some()),
             ("cost", self.cost.is_some()),
             ("request_id", self.request_id.is_some()),
+            ("actual", self.actual.is_some()),
             ("inspect", self.inspect.is_some()),
             ("probe_retry", self.probe_retry.is_some()),
             ("config", self.config.is_some()),
@@ -125,6 +129,7 @@ impl Fields {
                 "inspect",
                 "probe_retry",
             ],
+            Op::Settle => &["key", "now_ns", "request_id", "actual", "inspect"],
             Op::Reconfigure => &["key", "now_ns", "config", "inspect"],
             Op::Forget | Op::Inspect => &["key"],
             Op::Sweep => &["now_ns"],
@@ -156,6 +161,14 @@ impl Fields {
                 request_id: self.request_id,
                 inspect: self.inspect.unwrap_or(false),
                 probe_retry: self.probe_retry.unwrap_or(false),
+            }),
+            Op::Settle => Request::Settle(Settle {
+                id,
+                key: need(self.key, "key")?,
+                now_ns: need(self.now_ns, "now_ns")?,
+                request_id: need(self.request_id, "request_id")?,
+                actual: need(self.actual, "actual")?,
+                inspect: self.inspect.unwrap_or(false),
             }),
             Op::Reconfigure => Request::Reconfigure(Reconfigure {
                 id,
@@ -204,6 +217,21 @@ mod tests {
             panic!("not an acquire")
         };
         assert!(acquire.request_id.is_none() && !acquire.inspect && !acquire.probe_retry);
+    }
+
+    #[test]
+    fn a_settle_parses_and_needs_its_request_id_and_actual() {
+        let line = br#"{"id":9,"op":"settle","key":3,"now_ns":5,"request_id":41,"actual":0,"inspect":true}"#;
+        let Request::Settle(settle) = request(line).unwrap() else {
+            panic!("not a settle")
+        };
+        assert_eq!((settle.key, settle.request_id, settle.actual), (3, 41, 0));
+        assert!(settle.inspect);
+        assert!(request(br#"{"id":9,"op":"settle","key":3,"now_ns":5,"actual":1}"#).is_err());
+        assert!(request(br#"{"id":9,"op":"settle","key":3,"now_ns":5,"request_id":1}"#).is_err());
+        let foreign =
+            br#"{"id":9,"op":"settle","key":3,"now_ns":5,"request_id":1,"actual":1,"cost":1}"#;
+        assert!(request(foreign).is_err());
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub enum Reply {
     Done(DoneReply),
     /// To `acquire`.
     Acquire(AcquireReply),
+    /// To `settle`.
+    Settle(SettleReply),
     /// To `inspect`.
     Inspect(InspectReply),
     /// To `would_allow`.
@@ -66,6 +68,8 @@ pub struct Capabilities {
     pub batch: u32,
     /// The most bandwidths per key.
     pub bandwidths: u32,
+    /// `settle` requests (optional in the protocol: false when left out).
+    pub settle: bool,
 }
 
 /// What the subject promises: `exact` is checked decision by decision against the model; a
@@ -131,6 +135,30 @@ pub struct AcquireReply {
     /// `"probe_retry":true`, a denial with a finite wait, not a replay: the retry probes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetryProbe>,
+}
+
+/// A settle's decision: shaped as an acquire's, without `created` and the retry probes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SettleReply {
+    /// Request id.
+    pub id: u64,
+    /// The charge was reconciled (a refund, or an extra that was covered and charged).
+    pub allowed: bool,
+    /// The balance after the settlement.
+    pub remaining: Ratio,
+    /// A denied extra: the wait until the same settle succeeds; `null` when allowed.
+    pub retry_after_ns: Option<Wait>,
+    /// The wait until the bucket is full again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reset_after_ns: Option<Wait>,
+    /// The request was settled already with the same actual: the recorded settlement.
+    pub replayed: bool,
+    /// `"inspect":true` only: the state just before (`null`: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before: Option<Option<State>>,
+    /// `"inspect":true` only: the state just after (`null`: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<Option<State>>,
 }
 
 /// `would_allow` of the same key and cost, asked of the state just after a denial with wait `w`.
@@ -203,6 +231,12 @@ pub enum ErrorKind {
     InvalidCost,
     /// A new key at the key bound: nothing changed.
     KeyLimit,
+    /// A settle of a request id the key holds no live record of.
+    UnknownRequest,
+    /// A settle of a request whose acquire was denied.
+    NotAdmitted,
+    /// A settle of a request settled already with another actual.
+    AlreadySettled,
     /// The subject cannot do this (the run is skipped).
     Unsupported,
     /// The subject's store failed.

@@ -15,6 +15,8 @@ pub enum Request {
     Setup(Setup),
     /// Take tokens.
     Acquire(Acquire),
+    /// Reconcile a reserved request's charge with its actual cost.
+    Settle(Settle),
     /// Give one key its own config.
     Reconfigure(Reconfigure),
     /// Drop everything about one key.
@@ -36,6 +38,7 @@ impl Request {
             Request::Hello(r) => r.id,
             Request::Setup(r) => r.id,
             Request::Acquire(r) => r.id,
+            Request::Settle(r) => r.id,
             Request::Reconfigure(r) => r.id,
             Request::Forget(r) => r.id,
             Request::Sweep(r) => r.id,
@@ -51,6 +54,7 @@ impl Request {
             Request::Hello(_) => "hello",
             Request::Setup(_) => "setup",
             Request::Acquire(_) => "acquire",
+            Request::Settle(_) => "settle",
             Request::Reconfigure(_) => "reconfigure",
             Request::Forget(_) => "forget",
             Request::Sweep(_) => "sweep",
@@ -106,6 +110,23 @@ pub struct Acquire {
     pub inspect: bool,
     /// For a denial with a finite wait `w`: would the same acquire pass at `now + w` and `now + w - 1`.
     pub probe_retry: bool,
+}
+
+/// Settle the admitted request `request_id` on `key` at `actual` whole tokens, at `now_ns`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settle {
+    /// Request id.
+    pub id: u64,
+    /// The key.
+    pub key: u64,
+    /// The harness's clock.
+    pub now_ns: u64,
+    /// The request id its acquire carried.
+    pub request_id: u64,
+    /// What the work really cost (0 gives the whole charge back).
+    pub actual: u64,
+    /// Report the key's state before and after.
+    pub inspect: bool,
 }
 
 /// Move `key` to its own `config` at `now_ns`.

@@ -10,9 +10,9 @@
 use crate::error::ProtocolError;
 use crate::reply::{
     AcquireReply, DoneReply, ErrorKind, ErrorReply, HelloReply, InspectReply, Refusal, Reply,
-    RetryProbe, WouldAllowReply,
+    RetryProbe, SettleReply, WouldAllowReply,
 };
-use crate::request::{Acquire, Hello, Reconfigure, Request};
+use crate::request::{Acquire, Hello, Reconfigure, Request, Settle};
 use crate::subject::Subject;
 use crate::values::Wait;
 
@@ -137,6 +137,9 @@ fn operate<S: Subject>(subject: &mut S, request: Request) -> Reply {
             }
             answer_acquire(subject, acquire)
         }
+        Request::Settle(_) if !caps.settle => unsupported("settle"),
+        Request::Settle(settle) if settle.inspect && !caps.inspect => unsupported("inspect"),
+        Request::Settle(settle) => answer_settle(subject, settle),
         Request::Reconfigure(_) if !caps.reconfigure => unsupported("reconfigure"),
         Request::Reconfigure(reconfigure) if reconfigure.inspect && !caps.inspect => {
             unsupported("inspect")
@@ -214,6 +217,38 @@ fn answer_acquire<S: Subject>(subject: &mut S, acquire: Acquire) -> Reply {
         after,
         retry,
     })
+}
+
+fn answer_settle<S: Subject>(subject: &mut S, settle: Settle) -> Reply {
+    let Settle {
+        id,
+        key,
+        now_ns,
+        request_id,
+        actual,
+        inspect,
+    } = settle;
+    let before = inspect.then(|| subject.inspect(key));
+    let outcome = subject.settle(key, now_ns, request_id, actual);
+    let after = inspect.then(|| subject.inspect(key));
+    match outcome {
+        Ok(outcome) => Reply::Settle(SettleReply {
+            id,
+            allowed: outcome.allowed,
+            remaining: outcome.remaining,
+            retry_after_ns: outcome.retry_after,
+            reset_after_ns: outcome.reset_after,
+            replayed: outcome.replayed,
+            before,
+            after,
+        }),
+        Err(error) => Reply::Error(ErrorReply {
+            id,
+            error,
+            before,
+            after,
+        }),
+    }
 }
 
 fn answer_reconfigure<S: Subject>(subject: &mut S, reconfigure: Reconfigure) -> Reply {

@@ -5,7 +5,7 @@
 //! session (`session.rs`) composes them into replies (the `inspect` and retry probes of an acquire
 //! are `inspect` and `would_allow` calls made right after it), so a subject writes each rule once.
 
-use crate::reply::{Capabilities, Profile, Refusal};
+use crate::reply::{Capabilities, ErrorKind, Profile, Refusal};
 use crate::request::Setup;
 use crate::values::{Bandwidth, Ratio, State, Wait};
 
@@ -31,6 +31,19 @@ pub trait Subject: Sized {
         cost: u64,
         request_id: Option<u64>,
     ) -> Result<Outcome, Refusal>;
+
+    /// Settle the admitted request `request_id` of `key` at `actual` whole tokens at `now`
+    /// (docs/semantics.md, "settle"): a refund or an extra, as an [`Outcome`] (`created` unknown);
+    /// `replayed` for a repeat with the same actual. Only asked if [`Capabilities::settle`].
+    fn settle(
+        &mut self,
+        _key: u64,
+        _now: u64,
+        _request_id: u64,
+        _actual: u64,
+    ) -> Result<Outcome, Refusal> {
+        Err(Refusal::new(ErrorKind::Unsupported, "no settle"))
+    }
 
     /// Give `key` its own `config` at `now` (creating it, at the key bound, if it holds no state);
     /// a config of more bandwidths than [`Capabilities::bandwidths`] is `unsupported`.

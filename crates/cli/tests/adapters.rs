@@ -18,12 +18,22 @@ const ADAPTERS: [(&str, &str, &[&str]); 2] = [
     (
         "python3",
         "adapters/python/bucket.py",
-        &["strict-greater", "charge-denied", "charge-covering"],
+        &[
+            "strict-greater",
+            "charge-denied",
+            "charge-covering",
+            "refund-twice",
+        ],
     ),
     (
         "node",
         "adapters/node/bucket.js",
-        &["strict-greater", "charge-denied", "charge-covering"],
+        &[
+            "strict-greater",
+            "charge-denied",
+            "charge-covering",
+            "refund-twice",
+        ],
     ),
 ];
 

@@ -328,7 +328,8 @@ fn loose_objects(text: &str, n: usize, out: &mut Extracted) {
 fn reply_for(op: &str) -> &'static str {
     match op {
         "hello" => "hello_reply",
-        "acquire" => "acquire_reply",
+        // A settle's reply has an acquire's decision fields.
+        "acquire" | "settle" => "acquire_reply",
         "inspect" => "inspect_reply",
         "would_allow" => "would_allow_reply",
         _ => "ok_reply",
@@ -504,6 +505,12 @@ fn edge_messages_are_accepted() {
                 {"remaining":"1/4","retry_after_ns":750_000_000,"reset_after_ns":750_000_000},
                 {"remaining":29,"retry_after_ns":0,"reset_after_ns":10_000_000_000_u64}]})),
         (Role::Request, json!({"id":0,"op":"hello","protocol":[1,2]})),
+        (Role::Request, json!({"id":max,"op":"settle","key":max,"now_ns":max,"request_id":max,"actual":0})),
+        (Role::Reply, json!({"id":8,"allowed":true,"remaining":"3/1","retry_after_ns":null,"replayed":true})),
+        (Role::Reply, json!({"id":0,"protocol":1,"name":"n","version":"v",
+            "capabilities":{"reconfigure":true,"forget":true,"sweep":true,"inspect":true,"would_allow":true,
+                            "request_ids":true,"evicts":false,"batch":1,"bandwidths":8,"settle":true},
+            "profile":{"name":"exact"}})),
         (Role::Reply, json!({"id":2,"allowed":true,"remaining":0.5,"retry_after_ns":null})),
         (Role::Reply, json!({"id":2,"allowed":false,"remaining":3,"retry_after_ns":"never","reset_after_ns":null,
             "created":null,"replayed":null,"retry":{"at":false,"before":null}})),
@@ -526,7 +533,8 @@ fn edge_messages_are_accepted() {
                             "request_ids":true,"evicts":false,"batch":256,"bandwidths":1},
             "profile":{"name":"safety","tolerance":null}})),
     ];
-    for kind in ["invalid_cost", "key_limit", "unsupported", "store"] {
+    for kind in ["invalid_cost", "key_limit", "unknown_request", "not_admitted", "already_settled",
+                 "unsupported", "store"] {
         cases.push((Role::Reply, json!({"id":5,"error":{"kind":kind,"message":""}})));
     }
     for (role, message) in cases {
@@ -593,6 +601,10 @@ fn malformed_messages_are_rejected() {
         ("an error reply with a field of another reply", Role::Reply, r#"{"id":1,"error":{"kind":"store","message":"m"},"allowed":false}"#.into()),
         ("unknown error kind", Role::Reply, r#"{"id":1,"error":{"kind":"oops","message":"m"}}"#.into()),
         ("error without message", Role::Reply, r#"{"id":1,"error":{"kind":"store"}}"#.into()),
+        ("settle without actual", Role::Request, r#"{"id":8,"op":"settle","key":3,"now_ns":1,"request_id":4}"#.into()),
+        ("settle without request_id", Role::Request, r#"{"id":8,"op":"settle","key":3,"now_ns":1,"actual":4}"#.into()),
+        ("settle with a cost", Role::Request, r#"{"id":8,"op":"settle","key":3,"now_ns":1,"request_id":4,"actual":1,"cost":1}"#.into()),
+        ("settle capability as a string", Role::Reply, hello.replace(r#""bandwidths":1"#, r#""bandwidths":1,"settle":"yes""#)),
         ("hello without a capability", Role::Reply, hello.replace(r#","bandwidths":1"#, "")),
         ("batch 0", Role::Reply, hello.replace(r#""batch":256"#, r#""batch":0"#)),
         ("exact profile with a field", Role::Reply, profile(r#"{"name":"exact","starts":"full"}"#)),

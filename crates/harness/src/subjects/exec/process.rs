@@ -130,6 +130,7 @@ impl Process {
                     evicts: false,
                     batch: 1,
                     bandwidths: 1,
+                    settle: false,
                 },
                 profile: Profile::exact(),
             },

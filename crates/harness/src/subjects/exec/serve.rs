@@ -14,9 +14,10 @@ use super::wire::{
     Capabilities, Reply, Request, RetryProbe, VERSIONS, WireAmount, WireError, WirePart, WireState,
     WireWait,
 };
+use crate::subject::Observed;
 use crate::subject::{Inspection, Subject, SubjectError};
 use crate::subjects::Registry;
-use crate::trace::{Acquire, BandwidthSpec, ConfigSpec, Setup};
+use crate::trace::{Acquire, BandwidthSpec, ConfigSpec, Settle, Setup};
 
 /// The server stopped on a request it cannot read, or its pipes failed.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +51,18 @@ pub fn serve(
         .map_err(|e| ServeError::Subject(e.to_string()))?;
     let evicts = probe.may_evict();
     let profile = probe.profile();
+    // A subject without settle says so to any settle; one with it answers this one with a refusal
+    // (the key holds no record), changing nothing.
+    let mut probe = probe;
+    let settles = !matches!(
+        probe.settle(Settle {
+            key: 0,
+            request_id: 0,
+            actual: 1,
+            now: 0,
+        }),
+        Err(SubjectError::Unsupported(_))
+    );
     drop(probe);
     // A subject that cannot be built for two bandwidths holds one per key.
     let pair = ConfigSpec::set([BandwidthSpec::new(1, "1/s"), BandwidthSpec::new(2, "1/s")]);
@@ -97,6 +110,7 @@ pub fn serve(
                     evicts,
                     batch: 1024,
                     bandwidths: held,
+                    settle: settles,
                 });
                 reply.profile = Some(profile.clone());
             }
@@ -171,23 +185,8 @@ fn answer(subject: &mut dyn Subject, request: Request, reply: &mut Reply) {
                 reply.before = Some(state(subject.inspect(key)));
             }
             subject.acquire(acquire).map(|observed| {
-                reply.allowed = Some(observed.allowed);
-                reply.remaining = Some(WireAmount::of(observed.remaining));
-                reply.retry_after_ns = Some(observed.retry_after.map(wire_wait));
-                reply.reset_after_ns = observed.reset_after.map(wire_wait);
-                if !observed.bandwidths.is_empty() {
-                    reply.bandwidths = Some(
-                        (observed.bandwidths.iter())
-                            .map(|part| WirePart {
-                                remaining: WireAmount::of(part.remaining),
-                                retry_after_ns: part.retry_after.map(wire_wait),
-                                reset_after_ns: part.reset_after.map(wire_wait),
-                            })
-                            .collect(),
-                    );
-                }
+                decision(&observed, reply);
                 reply.created = observed.created;
-                reply.replayed = Some(observed.replayed);
                 if inspect {
                     reply.after = Some(state(subject.inspect(key)));
                 }
@@ -207,6 +206,31 @@ fn answer(subject: &mut dyn Subject, request: Request, reply: &mut Reply) {
                             .then(|| subject.would_allow(at(retry_at - 1)))
                             .flatten(),
                     });
+                }
+            })
+        }
+        Request::Settle {
+            key,
+            now_ns,
+            request_id,
+            actual,
+            inspect,
+            ..
+        } => {
+            inspected = inspect.then_some(key);
+            if inspect {
+                reply.before = Some(state(subject.inspect(key)));
+            }
+            let settle = Settle {
+                key,
+                request_id,
+                actual,
+                now: now_ns,
+            };
+            subject.settle(settle).map(|observed| {
+                decision(&observed, reply);
+                if inspect {
+                    reply.after = Some(state(subject.inspect(key)));
                 }
             })
         }
@@ -264,6 +288,26 @@ fn answer(subject: &mut dyn Subject, request: Request, reply: &mut Reply) {
     }
 }
 
+/// The decision fields of an acquire's or a settle's reply.
+fn decision(observed: &Observed, reply: &mut Reply) {
+    reply.allowed = Some(observed.allowed);
+    reply.remaining = Some(WireAmount::of(observed.remaining));
+    reply.retry_after_ns = Some(observed.retry_after.map(wire_wait));
+    reply.reset_after_ns = observed.reset_after.map(wire_wait);
+    if !observed.bandwidths.is_empty() {
+        reply.bandwidths = Some(
+            (observed.bandwidths.iter())
+                .map(|part| WirePart {
+                    remaining: WireAmount::of(part.remaining),
+                    retry_after_ns: part.retry_after.map(wire_wait),
+                    reset_after_ns: part.reset_after.map(wire_wait),
+                })
+                .collect(),
+        );
+    }
+    reply.replayed = Some(observed.replayed);
+}
+
 fn spec_of(config: &[super::wire::Bandwidth]) -> ConfigSpec {
     ConfigSpec::set(config.iter().map(|b| {
         let rate = match b.rate_per_s.split_once('/') {
@@ -301,14 +345,11 @@ fn wire_error(error: &SubjectError) -> WireError {
     let kind = match error {
         SubjectError::InvalidCost => "invalid_cost",
         SubjectError::KeyLimitReached => "key_limit",
+        SubjectError::UnknownRequest => "unknown_request",
+        SubjectError::NotAdmitted => "not_admitted",
+        SubjectError::AlreadySettled => "already_settled",
         SubjectError::Unsupported(_) => "unsupported",
-        // The protocol has no settle, so its refusals never cross it.
-        SubjectError::Store(_)
-        | SubjectError::Build(_)
-        | SubjectError::Broken(_)
-        | SubjectError::UnknownRequest
-        | SubjectError::NotAdmitted
-        | SubjectError::AlreadySettled => "store",
+        SubjectError::Store(_) | SubjectError::Build(_) | SubjectError::Broken(_) => "store",
     };
     WireError {
         kind: kind.into(),

@@ -5,7 +5,7 @@
 //! acquire carrying its own probes (`inspect`: the key's state before and after; `probe_retry`: the
 //! retry-after pair). The runner's `inspect` and `would_allow` calls around an op are then answered
 //! from those replies, which saw the state exactly there, even though the child has already run the
-//! ops after it. Without announcements (the state machine steps one op at a time) every call is one
+//! ops after it. A settle carries `inspect` as an acquire does. Without announcements (the state machine steps one op at a time) every call is one
 //! round trip.
 //!
 //! Promises: the ops sent are exactly the ops stepped, in order (a step that was not announced where
@@ -24,7 +24,7 @@ use super::spec::ExecSpec;
 use super::wire::{Bandwidth, Reply, Request, WireState, WireWait};
 use crate::profile::Profile;
 use crate::subject::{BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError};
-use crate::trace::{Acquire, ConfigSpec, Op, Setup};
+use crate::trace::{Acquire, ConfigSpec, Op, Settle, Setup};
 
 /// A request written and the op it came from; its reply once read.
 struct Sent {
@@ -174,8 +174,7 @@ impl ExecSubject {
                 .then_some("several bandwidths per key (the subject holds fewer per key)"),
             Op::Forget { .. } => (!caps.forget).then_some("forget"),
             Op::Sweep { .. } => (!caps.sweep).then_some("sweep"),
-            // The subject protocol has no settle.
-            Op::Settle(_) => Some("settle"),
+            Op::Settle(_) => (!caps.settle).then_some("settle"),
         }
     }
 
@@ -208,7 +207,19 @@ impl ExecSubject {
             },
             Op::Forget { key } => Request::Forget { id, key: *key },
             Op::Sweep { now } => Request::Sweep { id, now_ns: *now },
-            Op::Settle(_) => return Err(SubjectError::Unsupported("settle")),
+            Op::Settle(Settle {
+                key,
+                request_id,
+                actual,
+                now,
+            }) => Request::Settle {
+                id,
+                key: *key,
+                now_ns: *now,
+                request_id: *request_id,
+                actual: *actual,
+                inspect: caps.inspect,
+            },
         })
     }
 
@@ -297,6 +308,9 @@ impl ExecSubject {
             return Err(match error.kind.as_str() {
                 "invalid_cost" => SubjectError::InvalidCost,
                 "key_limit" => SubjectError::KeyLimitReached,
+                "unknown_request" => SubjectError::UnknownRequest,
+                "not_admitted" => SubjectError::NotAdmitted,
+                "already_settled" => SubjectError::AlreadySettled,
                 "unsupported" => SubjectError::Unsupported("an op (the subject said unsupported)"),
                 "store" => SubjectError::Store(error.message.clone()),
                 other => {
@@ -373,7 +387,10 @@ impl ExecSubject {
         self.fill()?;
         if let Some(front) = self.sent.front()
             && Self::key_of(&front.op) == Some(key)
-            && matches!(front.op, Op::Acquire(_) | Op::Reconfigure { .. })
+            && matches!(
+                front.op,
+                Op::Acquire(_) | Op::Settle(_) | Op::Reconfigure { .. }
+            )
         {
             self.read_front()?;
             let before = self
@@ -454,15 +471,9 @@ impl ExecSubject {
         })?;
         Ok(reply.allowed)
     }
-}
 
-impl Subject for ExecSubject {
-    fn name(&self) -> String {
-        self.name.clone()
-    }
-
-    fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
-        let reply = self.step(Op::Acquire(acquire))?;
+    /// An acquire's or a settle's decision reply as what the subject answered.
+    fn observed(&mut self, reply: &Reply) -> Result<Observed, SubjectError> {
         let Some(remaining) = reply.remaining.as_ref().and_then(|r| r.to_amount()) else {
             let what = format!("remaining {:?} is not an amount", reply.remaining);
             return Err(self.malformed(what));
@@ -497,6 +508,22 @@ impl Subject for ExecSubject {
             created: reply.created,
             replayed: reply.replayed.unwrap_or(false),
         })
+    }
+}
+
+impl Subject for ExecSubject {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
+        let reply = self.step(Op::Acquire(acquire))?;
+        self.observed(&reply)
+    }
+
+    fn settle(&mut self, settle: Settle) -> Result<Observed, SubjectError> {
+        let reply = self.step(Op::Settle(settle))?;
+        self.observed(&reply)
     }
 
     fn reconfigure(&mut self, key: u64, config: &ConfigSpec, now: u64) -> Result<(), SubjectError> {

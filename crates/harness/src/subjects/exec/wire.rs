@@ -80,6 +80,22 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "is_zero")]
         retry_slack_ns: u64,
     },
+    /// A settle: reconcile the charge of an admitted request with its actual cost.
+    Settle {
+        /// Sequence number.
+        id: u64,
+        /// The key.
+        key: u64,
+        /// Time.
+        now_ns: u64,
+        /// The request id its acquire carried.
+        request_id: u64,
+        /// What the work really cost, in whole tokens (0 gives the whole charge back).
+        actual: u64,
+        /// Answer `before` and `after`.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        inspect: bool,
+    },
     /// A reconfiguration.
     Reconfigure {
         /// Sequence number.
@@ -140,6 +156,7 @@ impl Request {
             Request::Hello { id, .. }
             | Request::Setup { id, .. }
             | Request::Acquire { id, .. }
+            | Request::Settle { id, .. }
             | Request::Reconfigure { id, .. }
             | Request::Forget { id, .. }
             | Request::Sweep { id, .. }
@@ -155,6 +172,7 @@ impl Request {
             Request::Hello { .. } => "hello",
             Request::Setup { .. } => "setup",
             Request::Acquire { .. } => "acquire",
+            Request::Settle { .. } => "settle",
             Request::Reconfigure { .. } => "reconfigure",
             Request::Forget { .. } => "forget",
             Request::Sweep { .. } => "sweep",
@@ -233,7 +251,8 @@ pub struct WireState {
     pub capacity: u64,
 }
 
-/// The capabilities of the handshake; every field is required.
+/// The capabilities of the handshake; every field is required but `settle`, which a subject that
+/// predates it leaves out (false).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Capabilities {
@@ -255,6 +274,10 @@ pub struct Capabilities {
     pub batch: u64,
     /// Bandwidths per key (>= 1).
     pub bandwidths: u64,
+    /// `settle` requests (reserve, then settle); optional, false when absent, and not written when
+    /// false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub settle: bool,
 }
 
 /// The answer of a `retry` probe.
@@ -286,7 +309,8 @@ pub struct WirePart {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WireError {
-    /// `invalid_cost`, `key_limit`, `unsupported`, `store`.
+    /// `invalid_cost`, `key_limit`, `unknown_request`, `not_admitted`, `already_settled`,
+    /// `unsupported`, `store`.
     pub kind: String,
     /// For people (required, may be empty).
     pub message: String,
@@ -317,32 +341,32 @@ pub struct Reply {
     /// `setup`, `reconfigure`, `forget`, `sweep`, `reset`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ok: Option<bool>,
-    /// `acquire`, `would_allow`.
+    /// `acquire`, `settle`, `would_allow`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed: Option<bool>,
-    /// `acquire`.
+    /// `acquire`, `settle`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remaining: Option<WireAmount>,
-    /// `acquire`: present (possibly null).
+    /// `acquire`, `settle`: present (possibly null).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "present"
     )]
     pub retry_after_ns: Option<Option<WireWait>>,
-    /// `acquire`.
+    /// `acquire`, `settle`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_after_ns: Option<WireWait>,
-    /// `acquire` on a key of several bandwidths: each bandwidth's part, in the config's order.
+    /// `acquire` or `settle` on a key of several bandwidths: each bandwidth's part, in the config's order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bandwidths: Option<Vec<WirePart>>,
     /// `acquire`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created: Option<bool>,
-    /// `acquire`.
+    /// `acquire`, `settle`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replayed: Option<bool>,
-    /// `acquire`, `reconfigure` with `inspect`: present (possibly null).
+    /// `acquire`, `settle`, `reconfigure` with `inspect`: present (possibly null).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
@@ -413,7 +437,9 @@ impl Reply {
     pub fn check_shape(&self, request: &Request) -> Result<(), String> {
         let inspected = matches!(
             request,
-            Request::Acquire { inspect: true, .. } | Request::Reconfigure { inspect: true, .. }
+            Request::Acquire { inspect: true, .. }
+                | Request::Settle { inspect: true, .. }
+                | Request::Reconfigure { inspect: true, .. }
         );
         if self.error.is_some() {
             // An error changes nothing; with `inspect` it still shows the state around it, so the
@@ -452,6 +478,16 @@ impl Reply {
                 false => (
                     &["allowed", "remaining", "retry_after_ns"],
                     &["reset_after_ns", "created", "replayed", "retry"],
+                ),
+            },
+            Request::Settle { inspect, .. } => match inspect {
+                true => (
+                    &["allowed", "remaining", "retry_after_ns", "before", "after"],
+                    &["reset_after_ns", "replayed"],
+                ),
+                false => (
+                    &["allowed", "remaining", "retry_after_ns"],
+                    &["reset_after_ns", "replayed"],
                 ),
             },
             Request::Inspect { .. } => (&["state"], &[]),
