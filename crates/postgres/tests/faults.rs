@@ -15,7 +15,10 @@ use std::time::Duration;
 use bucketproof_limiter::outage::{Source, Unavailable};
 use bucketproof_limiter::{Config, Rate, Request, RequestId};
 use bucketproof_postgres::{PgAcquireError, PgLimiter};
-use common::{client, database_url, drop_namespace, namespace};
+use common::{
+    client, database_url, drop_namespace, hold_row, namespace, terminate_the_waiter,
+    with_application_name,
+};
 
 /// No refill: every admission shows in the balance for good, so charges can be counted exactly.
 fn counting(capacity: u64) -> Config {
@@ -36,46 +39,6 @@ async fn row(url: &str, ns: &str, key: &str, config: &Config) -> (i64, u128) {
     (row.get(0), balance / config.units_per_token())
 }
 
-/// Holds `key`'s row lock in an open transaction (as a slow decision would) until dropped.
-async fn hold_row(url: &str, ns: &str, key: &str) -> tokio_postgres::Client {
-    let holder = client(url).await;
-    holder.batch_execute("BEGIN").await.unwrap();
-    holder
-        .execute(
-            &format!("SELECT 1 FROM {ns}.buckets WHERE key = $1 FOR UPDATE"),
-            &[&key],
-        )
-        .await
-        .unwrap();
-    holder
-}
-
-/// Terminates the backend of `application` (its connections' `application_name`) that waits for a
-/// lock, once it waits; its pid.
-async fn terminate_the_waiter(url: &str, application: &str) -> i32 {
-    let admin = client(url).await;
-    for _ in 0..500 {
-        let waiting = admin
-            .query(
-                "SELECT pid FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND application_name = $1",
-                &[&application],
-            )
-            .await
-            .unwrap();
-        if let Some(row) = waiting.first() {
-            let pid: i32 = row.get(0);
-            admin
-                .execute("SELECT pg_terminate_backend($1)", &[&pid])
-                .await
-                .unwrap();
-            return pid;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("no decision of {application} ever waited for the row lock");
-}
-
 #[tokio::test]
 async fn a_backend_terminated_mid_statement_charges_nothing_and_is_never_a_denial() {
     let Some(url) = database_url("a_backend_terminated_mid_statement") else {
@@ -85,8 +48,7 @@ async fn a_backend_terminated_mid_statement_charges_nothing_and_is_never_a_denia
     let config = counting(10);
     // The limiters' connections carry a name of their own, so only their backends are terminated.
     let application = ns.clone();
-    let separator = if url.contains('?') { '&' } else { '?' };
-    let named = format!("{url}{separator}application_name={application}");
+    let named = with_application_name(&url, &application);
     let build = |policy| {
         PgLimiter::builder(config)
             .namespace(&ns)
@@ -261,8 +223,7 @@ async fn a_decision_racing_the_cleanup_starts_fresh_at_the_horizon() {
     };
     let ns = namespace("race_cleanup");
     let application = ns.clone();
-    let separator = if url.contains('?') { '&' } else { '?' };
-    let named = format!("{url}{separator}application_name={application}");
+    let named = with_application_name(&url, &application);
     let config = Config::new(5, Rate::per_second(1)).unwrap();
     let limiter = Arc::new(PgLimiter::connect(&named, &ns, config).await.unwrap());
     let second = 1_000_000_000u64;

@@ -15,7 +15,10 @@ use bucketproof_limiter::{
     Settle, SettleError, Wait,
 };
 use bucketproof_postgres::{PgAcquireError, PgLimiter};
-use common::{client, database_url, drop_namespace, namespace};
+use common::{
+    client, database_url, drop_namespace, hold_row, namespace, terminate_the_waiter,
+    with_application_name,
+};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -355,8 +358,7 @@ async fn a_settle_retried_after_its_backend_died_refunds_once() {
     };
     let ns = namespace("settle_terminated");
     let application = ns.clone();
-    let separator = if url.contains('?') { '&' } else { '?' };
-    let named = format!("{url}{separator}application_name={application}");
+    let named = with_application_name(&url, &application);
     // No refill: every token shows for good.
     let limiter = Arc::new(
         PgLimiter::builder(Config::new(10, Rate::new(0, 1).unwrap()).unwrap())
@@ -371,42 +373,12 @@ async fn a_settle_retried_after_its_backend_died_refunds_once() {
         .await
         .unwrap();
     assert!(reserved.decision().is_allowed());
-    let holder = client(&url).await;
-    holder.batch_execute("BEGIN").await.unwrap();
-    holder
-        .execute(
-            &format!("SELECT 1 FROM {ns}.buckets WHERE key = 'k' FOR UPDATE"),
-            &[],
-        )
-        .await
-        .unwrap();
+    let holder = hold_row(&url, &ns, "k").await;
     let call = tokio::spawn({
         let limiter = limiter.clone();
         async move { limiter.settle("k", Settle::new(7u64, 1)).await }
     });
-    let admin = client(&url).await;
-    let mut terminated = false;
-    for _ in 0..500 {
-        let waiting = admin
-            .query(
-                "SELECT pid FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND application_name = $1",
-                &[&application],
-            )
-            .await
-            .unwrap();
-        if let Some(row) = waiting.first() {
-            let pid: i32 = row.get(0);
-            admin
-                .execute("SELECT pg_terminate_backend($1)", &[&pid])
-                .await
-                .unwrap();
-            terminated = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(terminated, "the settle never waited for the row lock");
+    terminate_the_waiter(&url, &application).await;
     drop(holder);
     let settled = call.await.unwrap().unwrap();
     assert!(settled.decision.is_allowed() && !settled.replayed);
