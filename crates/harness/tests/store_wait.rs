@@ -3,7 +3,9 @@
 //! In injected time (a `ManualClock` the sleep moves: nothing sleeps on the wall clock), through
 //! `wait::pace`, the loop each store's `until_ready` runs on tokio's timer:
 //! - a drained key is admitted after exactly one sleep of the denial's retry-after;
-//! - a deadline, a rate of zero and an invalid cost end the wait at once, with nothing slept.
+//! - a deadline, a rate of zero and an invalid cost end the wait at once, with nothing slept;
+//! - a wait dropped while it sleeps has charged nothing: the key admits at the retry-after as if
+//!   nobody had waited (a drop during an attempt, a round trip, may not: the crates' docs say so).
 //!
 //! `until_ready` and `until_ready_set` themselves, on the store's clock, admit a key that covers the
 //! cost without sleeping. Needs `REDIS_URL` and `DATABASE_URL`; each store's tests skip loudly
@@ -12,8 +14,11 @@
 
 mod common;
 
+use std::cell::Cell;
 use std::fmt::Debug;
-use std::future::{Future, ready};
+use std::future::{Future, pending, poll_fn, ready};
+use std::pin::pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use bucketproof_limiter::wait::{Pacing, Verdict, WaitError, pace};
@@ -258,6 +263,46 @@ async fn a_rate_of_zero_ends_the_wait_at_once<S: Store>(test: &str) {
     store.close().await;
 }
 
+async fn a_wait_dropped_while_it_sleeps_charges_nothing<S: Store>(test: &str) {
+    let Some(store) = S::open(test, config(3, Rate::new(1, 1).unwrap())).await else {
+        return;
+    };
+    let clock = ManualClock::new(S);
+    drain(&store, &clock, "k", 3).await;
+    // One token back: the denial that puts the wait to sleep has something it could wrongly take.
+    clock.advance(S);
+    let sleeping = Cell::new(None);
+    {
+        let waiting = pace(
+            Pacing::new(),
+            || store.acquire_at("k", 2, clock.now()),
+            |duration| {
+                sleeping.set(Some(duration));
+                pending::<()>()
+            },
+        );
+        let mut waiting = pin!(waiting);
+        // Poll until the attempt's denial has put the wait to sleep, then drop it there.
+        poll_fn(|cx| match waiting.as_mut().poll(cx) {
+            Poll::Ready(result) => panic!("a drained key is not admitted at once: {result:?}"),
+            Poll::Pending if sleeping.get().is_some() => Poll::Ready(()),
+            Poll::Pending => Poll::Pending,
+        })
+        .await;
+    }
+    let wait = sleeping.get().expect("asleep");
+    assert_eq!(wait, Duration::from_secs(1), "the second token, at one per second");
+    clock.advance(S);
+    let after = store.acquire_at("k", 2, clock.now()).await.unwrap();
+    assert!(
+        after.is_allowed(),
+        "the dropped wait took nothing: {after:?}"
+    );
+    let empty = store.acquire_at("k", 1, clock.now()).await.unwrap();
+    assert!(!empty.is_allowed(), "and left nothing extra: {empty:?}");
+    store.close().await;
+}
+
 async fn until_ready_admits_a_covered_request_without_sleeping<S: Store>(test: &str) {
     if let Some(store) = S::open(test, config(3, Rate::per_second(1))).await {
         assert!(store.until_ready("k", 2).await.unwrap().is_allowed());
@@ -311,6 +356,20 @@ fn redis_a_rate_of_zero_ends_the_wait_at_once() {
 fn postgres_a_rate_of_zero_ends_the_wait_at_once() {
     run(a_rate_of_zero_ends_the_wait_at_once::<Postgres>(
         "wait_never",
+    ));
+}
+
+#[test]
+fn redis_a_wait_dropped_while_it_sleeps_charges_nothing() {
+    run(a_wait_dropped_while_it_sleeps_charges_nothing::<Redis>(
+        "wait_dropped",
+    ));
+}
+
+#[test]
+fn postgres_a_wait_dropped_while_it_sleeps_charges_nothing() {
+    run(a_wait_dropped_while_it_sleeps_charges_nothing::<Postgres>(
+        "wait_dropped",
     ));
 }
 
