@@ -291,7 +291,11 @@ async fn a_wait_dropped_while_it_sleeps_charges_nothing<S: Store>(test: &str) {
         .await;
     }
     let wait = sleeping.get().expect("asleep");
-    assert_eq!(wait, Duration::from_secs(1), "the second token, at one per second");
+    assert_eq!(
+        wait,
+        Duration::from_secs(1),
+        "the second token, at one per second"
+    );
     clock.advance(S);
     let after = store.acquire_at("k", 2, clock.now()).await.unwrap();
     assert!(
