@@ -8,7 +8,9 @@
 //!   nobody had waited (a drop during an attempt, a round trip, may not: the crates' docs say so).
 //!
 //! `until_ready` and `until_ready_set` themselves, on the store's clock, admit a key that covers the
-//! cost without sleeping. Needs `REDIS_URL` and `DATABASE_URL`; each store's tests skip loudly
+//! cost without sleeping; so does `acquire_blocking`, called from a thread outside the limiter's
+//! runtime, which also ends at once on a rate of zero and an invalid cost (its sleeps are the thread's,
+//! so this suite gives it nothing to sleep). Needs `REDIS_URL` and `DATABASE_URL`; each store's tests skip loudly
 //! without their URL, unless CI's `BUCKETPROOF_REQUIRE_*` makes the skip a failure.
 #![cfg(all(feature = "redis", feature = "postgres"))]
 
@@ -29,12 +31,13 @@ use bucketproof_limiter::{
 use bucketproof_postgres::PgLimiter;
 use bucketproof_redis::RedisLimiter;
 use common::{postgres_available, redis_available};
+use tokio::runtime::Handle;
 
 const S: Nanos = NANOS_PER_SECOND;
 
 type Waited<O, E> = Result<O, WaitError<O, E>>;
 
-/// What the suite needs of a shared-state limiter: an acquire at an injected time and the two
+/// What the suite needs of a shared-state limiter: an acquire at an injected time and the three
 /// waiting forms on the store's own clock.
 trait Store: Sized {
     type Outcome: Verdict + Debug;
@@ -51,6 +54,12 @@ trait Store: Sized {
     ) -> Result<Self::Outcome, Self::Error>;
     async fn until_ready(&self, key: &str, cost: u64) -> Waited<Self::Outcome, Self::Error>;
     async fn until_ready_set(&self, key: &str, cost: u64) -> Waited<Self::SetOutcome, Self::Error>;
+    fn acquire_blocking(
+        &self,
+        runtime: &Handle,
+        key: &str,
+        cost: u64,
+    ) -> Waited<Self::Outcome, Self::Error>;
     /// The parts of a set's decision.
     fn parts(outcome: &Self::SetOutcome) -> usize;
     /// Removes what the limiter stored.
@@ -93,6 +102,15 @@ impl Store for Redis {
 
     async fn until_ready_set(&self, key: &str, cost: u64) -> Waited<Self::SetOutcome, Self::Error> {
         self.0.until_ready_set(key, cost, Pacing::new()).await
+    }
+
+    fn acquire_blocking(
+        &self,
+        runtime: &Handle,
+        key: &str,
+        cost: u64,
+    ) -> Waited<Self::Outcome, Self::Error> {
+        self.0.acquire_blocking(runtime, key, cost, Pacing::new())
     }
 
     fn parts(outcome: &Self::SetOutcome) -> usize {
@@ -156,6 +174,15 @@ impl Store for Postgres {
 
     async fn until_ready_set(&self, key: &str, cost: u64) -> Waited<Self::SetOutcome, Self::Error> {
         self.0.until_ready_set(key, cost, Pacing::new()).await
+    }
+
+    fn acquire_blocking(
+        &self,
+        runtime: &Handle,
+        key: &str,
+        cost: u64,
+    ) -> Waited<Self::Outcome, Self::Error> {
+        self.0.acquire_blocking(runtime, key, cost, Pacing::new())
     }
 
     fn parts(outcome: &Self::SetOutcome) -> usize {
@@ -325,6 +352,26 @@ async fn until_ready_admits_a_covered_request_without_sleeping<S: Store>(test: &
     }
 }
 
+/// The blocking form from the test's own thread, the limiter on a multi-thread runtime of its own.
+fn acquire_blocking_admits_or_ends_at_once<S: Store>(test: &str) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let Some(store) = runtime.block_on(S::open(test, config(3, Rate::new(0, 1).unwrap()))) else {
+        return;
+    };
+    let handle = runtime.handle();
+    let admitted = store.acquire_blocking(handle, "k", 3);
+    assert!(admitted.expect("admitted").is_allowed());
+    let never = store.acquire_blocking(handle, "k", 1);
+    assert!(matches!(never, Err(WaitError::Never(_))), "{never:?}");
+    let invalid = store.acquire_blocking(handle, "k", 4);
+    assert!(matches!(invalid, Err(WaitError::Acquire(_))), "{invalid:?}");
+    runtime.block_on(store.close());
+}
+
 #[test]
 fn redis_a_drained_key_is_admitted_after_exactly_its_retry_after() {
     run(a_drained_key_is_admitted_after_exactly_its_retry_after::<
@@ -387,4 +434,14 @@ fn postgres_until_ready_admits_a_covered_request_without_sleeping() {
     run(until_ready_admits_a_covered_request_without_sleeping::<
         Postgres,
     >("wait_ready"));
+}
+
+#[test]
+fn redis_acquire_blocking_admits_or_ends_at_once() {
+    acquire_blocking_admits_or_ends_at_once::<Redis>("wait_blocking");
+}
+
+#[test]
+fn postgres_acquire_blocking_admits_or_ends_at_once() {
+    acquire_blocking_admits_or_ends_at_once::<Postgres>("wait_blocking");
 }

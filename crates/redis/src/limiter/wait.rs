@@ -1,5 +1,6 @@
 //! Waiting until allowed on Redis: the limiter crate's one retry rule (`bucketproof_limiter::wait`),
-//! each attempt one acquire in Redis, the sleeps on tokio's timer.
+//! each attempt one acquire in Redis, the sleeps on tokio's timer (`until_ready`) or the
+//! thread's (`acquire_blocking`, each attempt run on the limiter's runtime).
 //!
 //! Promises: those of the in-memory waiting forms (an attempt is an ordinary acquire, so a wait holds
 //! no reservation and there is no order among waiters; it never waits forever; an error is returned
@@ -9,7 +10,7 @@
 //! Dropped while it sleeps, it loses nothing. An attempt is decided at Redis's time; a caller with
 //! an injected clock drives `bucketproof_limiter::wait::pace` with `acquire_at` and its own sleep.
 
-use bucketproof_limiter::wait::{Pacing, Verdict, WaitError, pace};
+use bucketproof_limiter::wait::{Pacing, Verdict, WaitError, blocking, pace};
 use bucketproof_limiter::{Decisions, Wait};
 
 use super::{Outcome, RedisAcquireError, RedisLimiter};
@@ -45,5 +46,24 @@ impl RedisLimiter {
         pacing: Pacing,
     ) -> Result<Outcome<Decisions>, WaitError<Outcome<Decisions>, RedisAcquireError>> {
         pace(pacing, || self.acquire_set(user, cost), tokio::time::sleep).await
+    }
+
+    /// The blocking form of [`RedisLimiter::until_ready`]: the calling thread sleeps
+    /// (`std::thread::sleep`) by the same retry rule, and each attempt runs on `runtime`, which must
+    /// be the multi-thread runtime the limiter was built on (its workers drive the connections).
+    /// Call it from a thread outside that runtime (a plain thread, or `spawn_blocking`): like any
+    /// `Handle::block_on`, it panics inside an async task.
+    pub fn acquire_blocking(
+        &self,
+        runtime: &tokio::runtime::Handle,
+        user: &str,
+        cost: u64,
+        pacing: Pacing,
+    ) -> Result<Outcome, WaitError<Outcome, RedisAcquireError>> {
+        blocking(
+            pacing,
+            || runtime.block_on(self.acquire(user, cost)),
+            std::thread::sleep,
+        )
     }
 }
