@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use bucketproof_headers::PolicyName;
 use bucketproof_headers::layer::{DEGRADED_HEADER, RateLimitLayer};
-use bucketproof_headers::source::SettleFailure;
 use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Rate};
 use bucketproof_redis::{RedisLimiter, Unavailable};
 use http::{Request, Response, StatusCode};
@@ -241,9 +240,7 @@ async fn balance(limiter: &RedisLimiter, user: &str) -> u64 {
     limiter.peek(user, None).await.unwrap().remaining.whole()
 }
 
-/// Two instances reserve and settle on one shared balance: a refund given back by one is spent by
-/// the other, an extra charged by one is seen by the other, and neither instance's ids replay the
-/// other's records.
+/// `settling::two_instances_share_one_balance` on Redis.
 #[tokio::test]
 async fn two_instances_reserve_and_settle_on_one_shared_balance() {
     let test = "two_instances_reserve_and_settle_on_one_shared_balance";
@@ -255,42 +252,14 @@ async fn two_instances_reserve_and_settle_on_one_shared_balance() {
     a.provision().await.unwrap();
     let b = settling_instance(&url, &prefix, 100, Unavailable::FailClosed).await;
     let direct = settling_instance(&url, &prefix, 100, Unavailable::FailClosed).await;
-    let (layer_a, reports_a) = settling::layer(a, 10);
-    let (layer_b, reports_b) = settling::layer(b, 10);
-    let mut svc_a = layer_a.layer(tower::service_fn(settling::worked));
-    let mut svc_b = layer_b.layer(tower::service_fn(settling::worked));
-
-    // a reserves 10 of 100, the work costs 3: 7 come back.
-    let first = settling::call(&mut svc_a, "u", 3).await;
-    assert_eq!(first.status(), StatusCode::OK);
-    assert!(first.headers().get(DEGRADED_HEADER).is_none());
-    assert_eq!(settling::advertised(&first), 90, "the reservation");
-    assert_eq!(
-        settling::summary(&reports_a, 0),
-        (10, 3, 0, Some((true, 97)))
-    );
-    assert_eq!(balance(&direct, "u").await, 97);
-    // b reserves on what a gave back, the work costs 25: 15 more are charged.
-    let second = settling::call(&mut svc_b, "u", 25).await;
-    assert_eq!(settling::advertised(&second), 87);
-    assert_eq!(
-        settling::summary(&reports_b, 0),
-        (10, 25, 0, Some((true, 72)))
-    );
-    // a decides on what b's extra left.
-    let third = settling::call(&mut svc_a, "u", 10).await;
-    assert_eq!(settling::advertised(&third), 62);
-    assert_eq!(
-        settling::summary(&reports_a, 1),
-        (10, 10, 0, Some((true, 62)))
-    );
-    assert_eq!(balance(&direct, "u").await, 62);
+    settling::two_instances_share_one_balance(a, b, async |user: &str| {
+        balance(&direct, user).await
+    })
+    .await;
     common::cleanup(&url, &prefix).await;
 }
 
-/// An extra the shared balance cannot cover: the response is returned, nothing is charged (the
-/// balance stays at 0), the shortfall is reported unpaid, and the next request on either instance is
-/// denied.
+/// `settling::a_denied_extra_is_returned_and_reported_unpaid` on Redis.
 #[tokio::test]
 async fn a_denied_extra_on_the_shared_store_is_returned_and_reported_unpaid() {
     let test = "a_denied_extra_on_the_shared_store_is_returned_and_reported_unpaid";
@@ -302,35 +271,14 @@ async fn a_denied_extra_on_the_shared_store_is_returned_and_reported_unpaid() {
     a.provision().await.unwrap();
     let b = settling_instance(&url, &prefix, 20, Unavailable::FailClosed).await;
     let direct = settling_instance(&url, &prefix, 20, Unavailable::FailClosed).await;
-    let (layer_a, _) = settling::layer(a, 10);
-    let (layer_b, reports_b) = settling::layer(b, 10);
-    let mut svc_a = layer_a.layer(tower::service_fn(settling::worked));
-    let mut svc_b = layer_b.layer(tower::service_fn(settling::worked));
-
-    assert_eq!(
-        settling::call(&mut svc_a, "u", 10).await.status(),
-        StatusCode::OK
-    );
-    // b reserves the last 10; the work costs 20, an extra of 10 that nothing covers.
-    let resp = settling::call(&mut svc_b, "u", 20).await;
-    assert_eq!(resp.status(), StatusCode::OK, "the response is returned");
-    assert_eq!(settling::advertised(&resp), 0);
-    assert_eq!(
-        settling::summary(&reports_b, 0),
-        (10, 20, 10, Some((false, 0)))
-    );
-    assert_eq!(balance(&direct, "u").await, 0, "never below 0");
-    assert_eq!(
-        settling::call(&mut svc_a, "u", 1).await.status(),
-        StatusCode::TOO_MANY_REQUESTS
-    );
+    settling::a_denied_extra_is_returned_and_reported_unpaid(a, b, async |user: &str| {
+        balance(&direct, user).await
+    })
+    .await;
     common::cleanup(&url, &prefix).await;
 }
 
-/// Redis gone between the reservation and the settle (the work itself cuts the proxy): the response
-/// is returned, the settle is reported failed as unavailable, and the estimate stays charged in
-/// Redis. A reservation a local budget decided while Redis was gone has no record there: its settle
-/// fails too, and the estimate stays as the budget charged it.
+/// `settling::an_outage_during_settle_keeps_the_estimate` on Redis.
 #[tokio::test]
 async fn an_outage_during_settle_is_reported_failed_and_the_estimate_stays_charged() {
     let test = "an_outage_during_settle_is_reported_failed_and_the_estimate_stays_charged";
@@ -354,42 +302,11 @@ async fn an_outage_during_settle_is_reported_failed_and_the_estimate_stays_charg
     .await;
     limiter.provision().await.unwrap();
     let direct = settling_instance(&url, &prefix, 100, Unavailable::FailClosed).await;
-    let (layer, reports) = settling::layer(limiter, 10);
-    let cut = Arc::clone(&proxy);
-    let mut svc = layer.layer(tower::service_fn(move |req| {
-        cut.cut();
-        settling::worked(req)
-    }));
-
-    let resp = settling::call(&mut svc, "u", 3).await;
-    assert_eq!(resp.status(), StatusCode::OK, "the response is returned");
-    assert!(
-        resp.headers().get(DEGRADED_HEADER).is_none(),
-        "Redis decided"
-    );
-    assert_eq!(settling::advertised(&resp), 90);
-    assert_eq!(settling::summary(&reports, 0), (10, 3, 0, None));
-    let failure = reports.lock().unwrap()[0].result.clone().unwrap_err();
-    assert!(
-        matches!(failure, SettleFailure::Unavailable(_)),
-        "{failure:?}"
-    );
-    assert_eq!(
-        balance(&direct, "u").await,
-        90,
-        "the estimate stays charged"
-    );
-
-    // The local budget decides (flagged); no record in Redis, nothing settled there.
-    let fallback = settling::call(&mut svc, "u", 3).await;
-    assert_eq!(fallback.status(), StatusCode::OK);
-    assert_eq!(fallback.headers()[DEGRADED_HEADER], "?1");
-    assert_eq!(settling::advertised(&fallback), 10, "the local budget's");
-    let failure = reports.lock().unwrap()[1].result.clone().unwrap_err();
-    assert!(
-        matches!(failure, SettleFailure::Unavailable(_)),
-        "{failure:?}"
-    );
-    assert_eq!(balance(&direct, "u").await, 90);
+    settling::an_outage_during_settle_keeps_the_estimate(
+        limiter,
+        move || proxy.cut(),
+        async |user: &str| balance(&direct, user).await,
+    )
+    .await;
     common::cleanup(&url, &prefix).await;
 }
