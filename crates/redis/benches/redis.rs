@@ -118,19 +118,28 @@ fn spread_index(round: u64, c: usize, per_conn: usize, i: usize) -> usize {
     (round as usize * 7919 + c * per_conn + i) % 1000
 }
 
+/// `per_conn` calls in flight on each of `conns` connections, all awaited together: `call(c, i)` is
+/// call `i` on connection `c`. Every round below is this one fan-out with its own call.
+async fn in_flight<F, Fut>(conns: usize, per_conn: usize, call: F)
+where
+    F: Fn(usize, usize) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let call = &call;
+    join_all((0..conns).flat_map(|c| (0..per_conn).map(move |i| call(c, i)))).await;
+}
+
 /// One round: `per_conn` limiter calls in flight on each of `conns` connections, all awaited together.
 async fn limiter_round(f: &Fixture, conns: usize, per_conn: usize, round: u64) {
-    let calls = (0..conns).flat_map(|c| {
-        (0..per_conn).map(move |i| {
-            // The limiter adds its own prefix and hash tag.
-            let key = format!("u{}", spread_index(round, c, per_conn, i));
-            async move {
-                let outcome = f.limiters[c].acquire(&key, 1).await.expect("acquire");
-                std::hint::black_box(outcome);
-            }
-        })
-    });
-    join_all(calls).await;
+    in_flight(conns, per_conn, |c, i| {
+        // The limiter adds its own prefix and hash tag.
+        let key = format!("u{}", spread_index(round, c, per_conn, i));
+        async move {
+            let outcome = f.limiters[c].acquire(&key, 1).await.expect("acquire");
+            std::hint::black_box(outcome);
+        }
+    })
+    .await;
 }
 
 /// The next unused request id (every reserve in the run has its own).
@@ -149,107 +158,97 @@ fn fresh_ids(conns: usize, per_conn: usize) -> u64 {
 /// One round of acquires of 1 with a fresh request id each (ids from `base`), on `limiter_round`'s
 /// keys.
 async fn id_round(f: &Fixture, conns: usize, per_conn: usize, round: u64, base: u64) {
-    let calls = (0..conns).flat_map(|c| {
-        (0..per_conn).map(move |i| {
-            let key = format!("u{}", spread_index(round, c, per_conn, i));
-            let id = id_of(base, c, per_conn, i);
-            async move {
-                let request = Request::cost(1).id(id);
-                let outcome = f.limiters[c]
-                    .acquire_with(&key, request)
-                    .await
-                    .expect("acquire with id");
-                std::hint::black_box(outcome);
-            }
-        })
-    });
-    join_all(calls).await;
+    in_flight(conns, per_conn, |c, i| {
+        let key = format!("u{}", spread_index(round, c, per_conn, i));
+        let id = id_of(base, c, per_conn, i);
+        async move {
+            let request = Request::cost(1).id(id);
+            let outcome = f.limiters[c]
+                .acquire_with(&key, request)
+                .await
+                .expect("acquire with id");
+            std::hint::black_box(outcome);
+        }
+    })
+    .await;
 }
 
 /// Untimed: reserves (an acquire of 2 with a request id, ids from `base`) one request for every call
 /// of settle round `round`, on the keys that round settles.
 async fn reserve_round(f: &Fixture, conns: usize, per_conn: usize, round: u64, base: u64) {
-    let calls = (0..conns).flat_map(|c| {
-        (0..per_conn).map(move |i| {
-            let key = format!("u{}", spread_index(round, c, per_conn, i));
-            let id = id_of(base, c, per_conn, i);
-            async move {
-                let request = Request::cost(2).id(id);
-                let outcome = f.limiters[c]
-                    .acquire_with(&key, request)
-                    .await
-                    .expect("reserve");
-                assert!(outcome.decision().is_allowed(), "reserve denied");
-            }
-        })
-    });
-    join_all(calls).await;
+    in_flight(conns, per_conn, |c, i| {
+        let key = format!("u{}", spread_index(round, c, per_conn, i));
+        let id = id_of(base, c, per_conn, i);
+        async move {
+            let request = Request::cost(2).id(id);
+            let outcome = f.limiters[c]
+                .acquire_with(&key, request)
+                .await
+                .expect("reserve");
+            assert!(outcome.decision().is_allowed(), "reserve denied");
+        }
+    })
+    .await;
 }
 
 /// One round of settles (a refund of 1 each) of the requests `reserve_round` made.
 async fn settle_round(f: &Fixture, conns: usize, per_conn: usize, round: u64, base: u64) {
-    let calls = (0..conns).flat_map(|c| {
-        (0..per_conn).map(move |i| {
-            let key = format!("u{}", spread_index(round, c, per_conn, i));
-            let id = id_of(base, c, per_conn, i);
-            async move {
-                let outcome = f.limiters[c]
-                    .settle(&key, Settle::new(id, 1))
-                    .await
-                    .expect("settle");
-                assert!(!outcome.settled.replayed && outcome.decision().is_allowed());
-                std::hint::black_box(outcome);
-            }
-        })
-    });
-    join_all(calls).await;
+    in_flight(conns, per_conn, |c, i| {
+        let key = format!("u{}", spread_index(round, c, per_conn, i));
+        let id = id_of(base, c, per_conn, i);
+        async move {
+            let outcome = f.limiters[c]
+                .settle(&key, Settle::new(id, 1))
+                .await
+                .expect("settle");
+            assert!(!outcome.settled.replayed && outcome.decision().is_allowed());
+            std::hint::black_box(outcome);
+        }
+    })
+    .await;
 }
 
 /// One round of the constant script on one key.
 async fn constant_round(f: &Fixture, conns: usize, per_conn: usize) {
-    let calls = (0..conns).flat_map(|c| {
-        (0..per_conn).map(move |_| {
-            let key = format!("{}const", f.prefix);
-            let mut conn = f.constant[c].clone();
-            async move {
-                let one: i64 = f
-                    .script
-                    .key(key)
-                    .invoke_async(&mut conn)
-                    .await
-                    .expect("evalsha");
-                std::hint::black_box(one);
-            }
-        })
-    });
-    join_all(calls).await;
+    in_flight(conns, per_conn, |c, _| {
+        let key = format!("{}const", f.prefix);
+        let mut conn = f.constant[c].clone();
+        async move {
+            let one: i64 = f
+                .script
+                .key(key)
+                .invoke_async(&mut conn)
+                .await
+                .expect("evalsha");
+            std::hint::black_box(one);
+        }
+    })
+    .await;
 }
 
 /// The transition script alone, called on a plain connection with the words the limiter would send
 /// (`RedisLimiter::script_call`, its own keys `s<i>`): shows how much of the gap is the script in
 /// Redis and how much the client side of `RedisLimiter`.
 async fn script_round(f: &Fixture, conns: usize, per_conn: usize, round: u64) {
-    let calls = (0..conns).flat_map(|c| {
-        (0..per_conn).map(move |i| {
-            let user = format!("s{}", spread_index(round, c, per_conn, i));
-            let call = f.limiters[c]
-                .script_call(&user, Request::cost(1))
-                .expect("one bandwidth");
-            let mut conn = f.constant[c].clone();
-            async move {
-                let mut invocation = f.transition.prepare_invoke();
-                for key in &call.keys {
-                    invocation.key(key);
-                }
-                for arg in &call.args {
-                    invocation.arg(arg);
-                }
-                let reply: Vec<i64> = invocation.invoke_async(&mut conn).await.expect("evalsha");
-                std::hint::black_box(reply);
+    in_flight(conns, per_conn, |c, i| {
+        let user = format!("s{}", spread_index(round, c, per_conn, i));
+        let call = f.limiters[c]
+            .script_call(&user, Request::cost(1))
+            .expect("one bandwidth");
+        let mut conn = f.constant[c].clone();
+        async move {
+            let mut invocation = f.transition.prepare_invoke();
+            for key in &call.keys {
+                invocation.key(key);
             }
-        })
-    });
-    join_all(calls).await;
+            for arg in &call.args {
+                invocation.arg(arg);
+            }
+            let reply: Vec<i64> = invocation.invoke_async(&mut conn).await.expect("evalsha");
+            std::hint::black_box(reply);
+        }
+    })
+    .await;
 }
 
 /// The floor of a settle: the Redis calls it cannot avoid (the clock, the key read and written back
