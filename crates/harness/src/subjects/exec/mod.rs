@@ -2,7 +2,8 @@
 //! (docs/subject-protocol.md) on its stdin and stdout.
 //!
 //! Roles: [`spec`] says what to start (an `exec:` command line or a `subjects/<name>.toml` file),
-//! [`wire`] is the messages, [`process`] one running child and its pipes, [`pool`] keeps healthy
+//! [`wire`] is the messages, [`process`] one running child and its pipes (its deadlines and caps),
+//! [`lines`] the capped line reading both ends share, [`pool`] keeps healthy
 //! children between traces, and [`ExecSubject`] drives one trace through a child, batching ops
 //! without losing the probes the oracles ask for. [`ExecSubjects`] is the factory the registry
 //! uses.
@@ -11,6 +12,7 @@
 //! in the gate), never a verdict about the limiter; a profile asked of a subject is never stronger
 //! than the one it declares.
 
+pub mod lines;
 pub mod pool;
 pub mod process;
 pub mod serve;

@@ -6,10 +6,11 @@
 //! costs one write); a request that is not protocol version 1 ends the server with an error, as the
 //! protocol asks of every subject.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 
 use bucketproof_limiter::Wait;
 
+use super::lines::{DEFAULT_MAX_LINE_BYTES, Line, LineReader, Overflow};
 use super::wire::{
     Capabilities, Reply, Request, RetryProbe, VERSIONS, WireAmount, WireError, WirePart, WireState,
     WireWait,
@@ -42,7 +43,7 @@ pub enum ServeError {
 pub fn serve(
     registry: &Registry,
     name: &str,
-    mut input: BufReader<impl Read>,
+    input: BufReader<impl Read>,
     mut output: impl Write,
 ) -> Result<(), ServeError> {
     let probe_setup = Setup::new(ConfigSpec::new(1, "1/s"));
@@ -71,15 +72,29 @@ pub fn serve(
         Err(_) => 1,
     };
     let mut subject: Option<Box<dyn Subject>> = None;
-    let mut line = String::new();
+    let mut lines = LineReader::new(input, DEFAULT_MAX_LINE_BYTES, Overflow::Stop);
     let mut number = 0;
     loop {
-        line.clear();
-        if input.read_line(&mut line)? == 0 {
-            output.flush()?;
-            return Ok(());
-        }
         number += 1;
+        let line = match lines.read()? {
+            Line::Text(line) => line,
+            Line::End => {
+                output.flush()?;
+                return Ok(());
+            }
+            Line::TooLong { cap } => {
+                return Err(ServeError::Request {
+                    line: number,
+                    what: format!("longer than {cap} bytes"),
+                });
+            }
+            Line::NotUtf8 { at, .. } => {
+                return Err(ServeError::Request {
+                    line: number,
+                    what: format!("not UTF-8 (invalid byte at offset {at})"),
+                });
+            }
+        };
         let request: Request =
             serde_json::from_str(line.trim_end()).map_err(|e| ServeError::Request {
                 line: number,
@@ -154,7 +169,7 @@ pub fn serve(
         output.write_all(b"\n")?;
         // Nothing more buffered: the batch is answered, so the replies go out in one write (and
         // the next read may block).
-        if input.buffer().is_empty() {
+        if lines.get_ref().buffer().is_empty() {
             output.flush()?;
         }
     }

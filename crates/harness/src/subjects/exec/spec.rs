@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::lines::DEFAULT_MAX_LINE_BYTES;
 use crate::profile::{Profile, ProfileName};
 use crate::scenario::DurationNs;
 
@@ -38,6 +39,26 @@ pub struct Command {
     /// Per request.
     #[serde(with = "timeout_ms", rename = "timeout_ms")]
     pub timeout: Duration,
+    /// The longest line the child may write on its stdout; a longer one breaks it (its stderr
+    /// lines are clipped to the same length).
+    #[serde(default = "default_max_line_bytes")]
+    pub max_line_bytes: usize,
+    /// The most memory (resident, summed over the child's process group) the child may use; past
+    /// it the group is killed and the subject is broken. Watched on Linux only.
+    #[serde(default = "default_max_memory_bytes")]
+    pub max_memory_bytes: u64,
+}
+
+/// The memory cap of a child when a subject file sets none: far above what any reference adapter
+/// or peer here uses, far below what would take the machine down.
+pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 2 << 30;
+
+fn default_max_line_bytes() -> usize {
+    DEFAULT_MAX_LINE_BYTES
+}
+
+fn default_max_memory_bytes() -> u64 {
+    DEFAULT_MAX_MEMORY_BYTES
 }
 
 mod timeout_ms {
@@ -131,6 +152,8 @@ impl ExecSpec {
                 env: BTreeMap::new(),
                 cwd: cwd.to_path_buf(),
                 timeout: DEFAULT_TIMEOUT,
+                max_line_bytes: DEFAULT_MAX_LINE_BYTES,
+                max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,
             },
             profile: None,
             batch: None,
@@ -162,6 +185,10 @@ impl ExecSpec {
                     u64::try_from(DEFAULT_TIMEOUT.as_nanos()).unwrap_or(u64::MAX),
                     |t| t.0,
                 )),
+                max_line_bytes: file.max_line_bytes.unwrap_or(DEFAULT_MAX_LINE_BYTES),
+                max_memory_bytes: file
+                    .max_memory_mib
+                    .map_or(DEFAULT_MAX_MEMORY_BYTES, |mib| mib.saturating_mul(1 << 20)),
             },
             profile,
             batch: file.batch,
@@ -180,6 +207,8 @@ struct SubjectFile {
     env: BTreeMap<String, String>,
     cwd: Option<PathBuf>,
     timeout: Option<DurationNs>,
+    max_line_bytes: Option<usize>,
+    max_memory_mib: Option<u64>,
     profile: Option<ProfileField>,
     batch: Option<u64>,
 }
