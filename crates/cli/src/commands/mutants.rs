@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use bucketproof_harness::gate::MAX_COUNTEREXAMPLE_OPS;
+use bucketproof_harness::gate::{self, MAX_COUNTEREXAMPLE_OPS};
 use bucketproof_harness::oracle::OracleSet;
 use bucketproof_mutants::kill;
 
@@ -19,6 +19,8 @@ fn millis(time: std::time::Duration) -> String {
 /// Runs the self-test; `report` defaults to `mutants.md` in the project's reports directory.
 pub fn mutants(report: Option<PathBuf>, out: &mut Out) -> Result<u8, Fatal> {
     let path = report.unwrap_or_else(|| project::reports_dir().join("mutants.md"));
+    // Before minutes of runs depend on it.
+    gate::writable(&path).map_err(|e| Fatal(e.to_string()))?;
     // The scenario part of the report reads `scenarios/` relative to the working directory.
     let kills = kill::write_report(&path)
         .map_err(|e| Fatal(format!("cannot write {}: {e}", path.display())))?;

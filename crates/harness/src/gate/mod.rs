@@ -74,7 +74,7 @@ use std::path::{Path, PathBuf};
 
 pub use self::counts::{Counts, Verdict};
 pub use self::error::GateError;
-pub use self::options::{GateOptions, ReportMode};
+pub use self::options::{GateOptions, ReportMode, writable};
 pub use self::plan::{known_subjects, load_scenarios};
 
 use crate::engine::{Engine, EngineOptions, RunResult};

@@ -91,7 +91,7 @@ impl GateOptions {
 
 /// Opens `path` for writing without truncating it: proves the file can be created (its directory
 /// exists, it is not a directory, permissions allow it) before hours of runs depend on it.
-fn writable(path: &Path) -> Result<(), GateError> {
+pub fn writable(path: &Path) -> Result<(), GateError> {
     std::fs::OpenOptions::new()
         .append(true)
         .create(true)
