@@ -118,7 +118,7 @@ fn an_op_the_script_cannot_be_given_is_unsupported_not_a_verdict() {
     ));
     let setup = Setup::new(ConfigSpec::new(3, "1/s"));
     let mut subject = ScriptSubjects::build_loaded("bucket", loaded, &setup).unwrap();
-    // A time past 2^53 ns (the description's max_integer) is refused, not rounded.
+    // A time past 2^53 ns (the description's max_time) is refused, not rounded.
     let late = subject.acquire(acquire(1, u64::MAX));
     assert!(
         matches!(late, Err(bucketproof_harness::SubjectError::Unsupported(_))),
@@ -237,4 +237,26 @@ fn a_step_that_was_not_announced_next_is_a_harness_error() {
         matches!(&stepped, Err(bucketproof_harness::SubjectError::Broken(m)) if m.contains("announced")),
         "{stepped:?}"
     );
+}
+
+#[test]
+fn a_config_the_scripts_caller_cannot_give_is_skipped() {
+    if !redis_available("a_config_the_scripts_caller_cannot_give_is_skipped") {
+        return;
+    }
+    let mut spec = ScriptSpec::load(&fixture("bucket.toml")).unwrap();
+    let five = Setup::new(ConfigSpec::new(3, "5/s"));
+    let plain = Arc::new(Loaded::new(spec.clone(), &workspace()).unwrap());
+    assert!(ScriptSubjects::build_loaded("bucket", plain, &five).is_ok());
+    // A caller that refuses a rate above the burst (5 tokens per second, capacity 3).
+    spec.configs.capacity_at_least_rate = true;
+    let strict = Arc::new(Loaded::new(spec, &workspace()).unwrap());
+    let refused = ScriptSubjects::build_loaded("bucket", Arc::clone(&strict), &five);
+    assert!(
+        matches!(&refused, Err(bucketproof_harness::SubjectError::Unsupported(why)) if why.contains("capacity_at_least_rate")),
+        "{:?}",
+        refused.err()
+    );
+    let three = Setup::new(ConfigSpec::new(5, "5/s"));
+    assert!(ScriptSubjects::build_loaded("bucket", strict, &three).is_ok());
 }

@@ -118,6 +118,8 @@ impl ScriptSubject {
             unit: spec.unit,
             epoch_s: spec.epoch_s,
             max_integer: spec.max_integer,
+            max_time: spec.max_time,
+            configs: spec.configs,
         };
         context
             .check()
@@ -196,11 +198,11 @@ impl ScriptSubject {
         let mut argv = fill(&spec.argv)?;
         if spec.time == TimeMode::Server {
             let (seconds, micros) = time_args(acquire.now, spec.epoch_s);
-            if let Some(max) = spec.max_integer
+            if let Some(max) = spec.max_time
                 && seconds * 1_000_000 + micros > max
             {
                 return Err(Unsupported(format!(
-                    "the injected TIME ({seconds} s {micros} us) is above the script's max_integer \
+                    "the injected TIME ({seconds} s {micros} us) is above the script's max_time \
                      {max} in microseconds"
                 )));
             }
