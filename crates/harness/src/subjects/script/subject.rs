@@ -27,7 +27,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{ErrorKind, ServerErrorKind, Value};
 
@@ -221,14 +221,13 @@ impl ScriptSubject {
     }
 
     /// Sends `calls` as one pipeline of EVALSHA calls: one reply per call, in order, each a server
-    /// error kept as what a lone call returns. An error of the connection (lost, or past the
-    /// deadline) fails the whole pipeline.
+    /// error kept as what a lone call returns. An error of the connection (lost, or no whole answer
+    /// within [`DEADLINE`] of the send) fails the whole pipeline.
     fn pipeline(
         &mut self,
         calls: &[(Vec<String>, Vec<String>)],
     ) -> Result<Vec<redis::RedisResult<Value>>, SubjectError> {
         let mut pipe = redis::pipe();
-        pipe.ignore_errors();
         for (keys, argv) in calls {
             pipe.cmd("EVALSHA")
                 .arg(&self.sha)
@@ -236,17 +235,35 @@ impl ScriptSubject {
                 .arg(keys)
                 .arg(argv);
         }
-        let replies: Vec<Value> = pipe
-            .query(&mut self.connection)
+        // Read reply by reply rather than through `Pipeline::query`: the crate's reader goes on
+        // reading after a timed-out read, one read timeout per call, so a Redis that stopped
+        // answering would hold a pipeline of 256 calls for 256 deadlines. Here the one deadline
+        // covers the whole pipeline and the first failed read ends it.
+        let sent = Instant::now();
+        self.connection
+            .send_packed_command(&pipe.get_packed_pipeline())
             .map_err(|e| self.lost(&e))?;
-        if replies.len() != calls.len() {
-            return Err(self.broken(format!(
-                "Redis answered {} replies to a pipeline of {} calls",
-                replies.len(),
-                calls.len()
-            )));
+        let mut replies = Vec::with_capacity(calls.len());
+        for _ in calls {
+            let left = DEADLINE.saturating_sub(sent.elapsed());
+            if left.is_zero() {
+                return Err(self.broken(format!(
+                    "Redis at REDIS_URL={} did not answer a pipeline of {} calls within {DEADLINE:?}",
+                    self.url,
+                    calls.len()
+                )));
+            }
+            self.connection
+                .set_read_timeout(Some(left))
+                .map_err(|e| self.lost(&e))?;
+            let reply = self.connection.recv_response().map_err(|e| self.lost(&e))?;
+            replies.push(reply.extract_error());
         }
-        Ok(replies.into_iter().map(Value::extract_error).collect())
+        // Every other call (SCRIPT LOAD, the cleanup's SCAN) has the whole deadline again.
+        self.connection
+            .set_read_timeout(Some(DEADLINE))
+            .map_err(|e| self.lost(&e))?;
+        Ok(replies)
     }
 
     /// Sends `acquire`, and the announced acquires after it, as one pipeline; their replies wait
