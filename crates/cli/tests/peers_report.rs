@@ -32,6 +32,7 @@ profile_why = "it claims exactness"
 [[peer.note]]
 properties = ["model"]
 kind = "bug"
+claims = ["clock-never-steps-back"]
 text = "a denial takes tokens"
 source = "crates/mutants"
 "#;

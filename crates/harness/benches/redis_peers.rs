@@ -174,6 +174,8 @@ fn peer(
         unit: spec.unit,
         epoch_s: 0,
         max_integer: spec.max_integer,
+        max_time: spec.max_time,
+        configs: spec.configs,
     };
     assert!(
         spec.time == TimeMode::Server || spec.time == TimeMode::Argument,

@@ -1,5 +1,7 @@
 //! Redis script subjects (`subjects::script`) on a real Redis: a script flushed mid-run is loaded
-//! again (NOSCRIPT), no key under a subject's prefix survives it, and a script that reads TIME works
+//! again (NOSCRIPT, also before a pipeline), no key under a subject's prefix survives it, a pipelined
+//! run judges exactly as one stepped op by op, a step out of announced order is a harness error, and
+//! a script that reads TIME works
 //! because of the prelude (without it, the same script sees Redis's own clock and denies what the
 //! op's now has refilled). Needs `REDIS_URL`; without it each test prints a loud SKIP line and
 //! passes, unless `BUCKETPROOF_REQUIRE_REDIS=1` (CI), which makes the skip a failure.
@@ -116,7 +118,7 @@ fn an_op_the_script_cannot_be_given_is_unsupported_not_a_verdict() {
     ));
     let setup = Setup::new(ConfigSpec::new(3, "1/s"));
     let mut subject = ScriptSubjects::build_loaded("bucket", loaded, &setup).unwrap();
-    // A time past 2^53 ns (the description's max_integer) is refused, not rounded.
+    // A time past 2^53 ns (the description's max_time) is refused, not rounded.
     let late = subject.acquire(acquire(1, u64::MAX));
     assert!(
         matches!(late, Err(bucketproof_harness::SubjectError::Unsupported(_))),
@@ -130,4 +132,131 @@ fn an_op_the_script_cannot_be_given_is_unsupported_not_a_verdict() {
             "request ids"
         ))
     ));
+}
+
+/// Acquires only, without request ids (all a script subject runs), from the shared mixed trace:
+/// rollbacks, frozen clocks, invalid costs and costs above capacity on four keys.
+fn acquires(len: usize, seed: u64) -> Vec<bucketproof_harness::Op> {
+    common::mixed_trace(len, seed)
+        .into_iter()
+        .filter_map(|op| match op {
+            bucketproof_harness::Op::Acquire(a) => {
+                Some(bucketproof_harness::Op::Acquire(Acquire {
+                    request_id: None,
+                    ..a
+                }))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn pipelined_calls_judge_exactly_as_lone_calls() {
+    if !redis_available("pipelined_calls_judge_exactly_as_lone_calls") {
+        return;
+    }
+    use bucketproof_harness::subjects::script::PIPELINE;
+    use bucketproof_harness::{RunOptions, Stepper, run_trace};
+    let factory = ScriptSubjects::new(workspace());
+    let loaded = factory.load(&fixture("bucket.toml")).unwrap();
+    let setup = Setup::new(ConfigSpec::new(5, "2/s"));
+    let options = RunOptions {
+        stop_at_first: false,
+        ..RunOptions::default()
+    };
+    for seed in 0..3 {
+        let ops = acquires(3000, seed);
+        assert!(ops.len() > 3 * PIPELINE, "several pipelines per trace");
+        // Announced in chunks by the runner: pipelined.
+        let mut subject =
+            ScriptSubjects::build_loaded("bucket", Arc::clone(&loaded), &setup).unwrap();
+        let pipelined = run_trace(&setup, ops.iter().cloned(), &mut subject, &options).unwrap();
+        // Stepped one at a time with nothing announced: one round trip per op.
+        let mut subject =
+            ScriptSubjects::build_loaded("bucket", Arc::clone(&loaded), &setup).unwrap();
+        let mut stepper = Stepper::new(&setup, &mut subject, &options).unwrap();
+        for op in ops.iter().cloned() {
+            stepper.step(op);
+        }
+        let lone = stepper.finish();
+        assert_eq!(
+            lone.steps,
+            ops.len() as u64,
+            "seed {seed}: {:?}",
+            lone.verdict
+        );
+        assert!(
+            lone.divergence.decision_mismatches + lone.divergence.value_mismatches > 0,
+            "seed {seed}: the trace reaches answers that differ from the model's"
+        );
+        assert_eq!(pipelined, lone, "seed {seed}");
+    }
+}
+
+#[test]
+fn a_script_flushed_before_a_pipeline_is_loaded_again_for_it() {
+    if !redis_available("a_script_flushed_before_a_pipeline_is_loaded_again_for_it") {
+        return;
+    }
+    let factory = ScriptSubjects::new(workspace());
+    let loaded = factory.load(&fixture("bucket.toml")).unwrap();
+    let setup = Setup::new(ConfigSpec::new(3, "1/s"));
+    let mut subject = ScriptSubjects::build_loaded("bucket", loaded, &setup).unwrap();
+    let ops = [
+        acquire(2, 0),
+        acquire(1, 0),
+        acquire(1, 0),
+        acquire(1, SECOND),
+    ];
+    subject.upcoming(&ops.map(bucketproof_harness::Op::Acquire));
+    let flushed: String = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut connection())
+        .unwrap();
+    assert_eq!(flushed, "OK");
+    let allowed: Vec<bool> = ops
+        .into_iter()
+        .map(|op| subject.acquire(op).unwrap().allowed)
+        .collect();
+    assert_eq!(allowed, [true, true, false, true]);
+}
+
+#[test]
+fn a_step_that_was_not_announced_next_is_a_harness_error() {
+    if !redis_available("a_step_that_was_not_announced_next_is_a_harness_error") {
+        return;
+    }
+    let factory = ScriptSubjects::new(workspace());
+    let loaded = factory.load(&fixture("bucket.toml")).unwrap();
+    let setup = Setup::new(ConfigSpec::new(3, "1/s"));
+    let mut subject = ScriptSubjects::build_loaded("bucket", loaded, &setup).unwrap();
+    subject.upcoming(&[acquire(1, 0), acquire(1, 5)].map(bucketproof_harness::Op::Acquire));
+    let stepped = subject.acquire(acquire(1, 5));
+    assert!(
+        matches!(&stepped, Err(bucketproof_harness::SubjectError::Broken(m)) if m.contains("announced")),
+        "{stepped:?}"
+    );
+}
+
+#[test]
+fn a_config_the_scripts_caller_cannot_give_is_skipped() {
+    if !redis_available("a_config_the_scripts_caller_cannot_give_is_skipped") {
+        return;
+    }
+    let mut spec = ScriptSpec::load(&fixture("bucket.toml")).unwrap();
+    let five = Setup::new(ConfigSpec::new(3, "5/s"));
+    let plain = Arc::new(Loaded::new(spec.clone(), &workspace()).unwrap());
+    assert!(ScriptSubjects::build_loaded("bucket", plain, &five).is_ok());
+    // A caller that refuses a rate above the burst (5 tokens per second, capacity 3).
+    spec.configs.capacity_at_least_rate = true;
+    let strict = Arc::new(Loaded::new(spec, &workspace()).unwrap());
+    let refused = ScriptSubjects::build_loaded("bucket", Arc::clone(&strict), &five);
+    assert!(
+        matches!(&refused, Err(bucketproof_harness::SubjectError::Unsupported(why)) if why.contains("capacity_at_least_rate")),
+        "{:?}",
+        refused.err()
+    );
+    let three = Setup::new(ConfigSpec::new(5, "5/s"));
+    assert!(ScriptSubjects::build_loaded("bucket", strict, &three).is_ok());
 }

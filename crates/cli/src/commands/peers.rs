@@ -1,11 +1,12 @@
 //! `bucketproof peers`: every third-party limiter of the catalogue through the gate, and the report
 //! of what held and what did not (`reports/peers.{md,json}`), written or checked for freshness.
 //!
-//! Exit codes: 0 written or fresh; 1 stale (with `--check`); 2 a peer that could not run (not
+//! Exit codes: 0 written or fresh; 1 stale (with `--check`), or a note whose claims the
+//! counterexample beside it does not bear out (nothing is written); 2 a peer that could not run (not
 //! installed: run `peers/install`), a bad catalogue or a usage error.
 
 use bucketproof_harness::gate;
-use bucketproof_harness::peers::{Catalogue, PeersReport};
+use bucketproof_harness::peers::{Catalogue, PeersReport, claims};
 
 use crate::args::PeersArgs;
 use crate::fatal::{Fatal, USAGE};
@@ -53,6 +54,22 @@ pub fn peers(args: PeersArgs, out: &mut Out) -> Result<u8, Fatal> {
             if args.check { "checked" } else { "written" }
         ));
         return Ok(USAGE);
+    }
+    let contradicted: Vec<claims::Contradiction> = report
+        .peers
+        .iter()
+        .flat_map(claims::contradictions)
+        .collect();
+    if !contradicted.is_empty() {
+        for contradiction in &contradicted {
+            note(format!("error: {contradiction}"));
+        }
+        note(format!(
+            "the report was not {}: fix the notes' claims (and words) in {}",
+            if args.check { "checked" } else { "written" },
+            catalogue_path.display()
+        ));
+        return Ok(1);
     }
     let dir = args.reports.unwrap_or_else(project::reports_dir);
     let files = [

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::claims::Claim;
 use crate::oracle::OracleKind;
 
 /// Every peer, in the order the report shows them.
@@ -56,6 +57,9 @@ pub struct Note {
     pub kind: NoteKind,
     /// What happens and why, in our words.
     pub text: String,
+    /// The text's checkable facts about the counterexample beside the note (at least one):
+    /// `bucketproof peers` refuses a report where the counterexample does not bear one out.
+    pub claims: Vec<Claim>,
     /// The peer's own words (its documentation or code comment), quoted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quote: Option<String>,
@@ -117,6 +121,14 @@ impl Catalogue {
             parse_error(format!("{line}:{column}: {}", error.message()))
         })?;
         for peer in &catalogue.peers {
+            if let Some(note) = peer.notes.iter().find(|note| note.claims.is_empty()) {
+                return Err(parse_error(format!(
+                    "peer {:?}: the note on {} states no claims; a note says at least one \
+                     checkable fact about its counterexample (claims = [...])",
+                    peer.name,
+                    note.properties.join(", ")
+                )));
+            }
             for name in peer.notes.iter().flat_map(|note| &note.properties) {
                 if property(name).is_none() {
                     return Err(parse_error(format!(
@@ -165,6 +177,7 @@ profile_why = "it rounds"
 properties = ["arrival-curve"]
 kind = "design"
 text = "windows"
+claims = ["admits-more"]
 "#;
 
     #[test]
@@ -183,6 +196,16 @@ text = "windows"
                 .starts_with("peers.toml: 8:1: unknown field `homepage`"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn refuses_a_note_without_claims_and_an_unknown_claim() {
+        let text = ONE.replace("claims = [\"admits-more\"]", "claims = []");
+        let error = Catalogue::parse(&text, Path::new("peers.toml")).unwrap_err();
+        assert!(error.to_string().contains("states no claims"), "{error}");
+        let text = ONE.replace("admits-more", "admits-fewer");
+        let error = Catalogue::parse(&text, Path::new("peers.toml")).unwrap_err();
+        assert!(error.to_string().contains("admits-fewer"), "{error}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! Promise: a function of the runs alone, in job order: no timings, no paths of this machine, so the
 //! report built from it compares byte for byte.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::catalogue::{PROPERTIES, Peer};
 use crate::engine::{RunResult, Status};
@@ -68,8 +68,9 @@ pub enum PropertyState {
     },
 }
 
-/// A shrunk counterexample, as the report shows it.
-#[derive(Clone, Debug, Serialize)]
+/// A shrunk counterexample, as the report shows it (and as its JSON reads back, for the notes'
+/// claims to be checked against the committed report).
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Found {
     /// The scenario it came from.
     pub scenario: String,

@@ -1,7 +1,8 @@
 //! Third-party limiters checked by the gate: the catalogue of peers (`peers/peers.toml`), their
 //! findings and the report that publishes them (`reports/peers.md` and `.json`).
 //!
-//! Roles: [`catalogue`] says what each peer is and what is known about it, [`findings`] turns the
+//! Roles: [`catalogue`] says what each peer is and what is known about it, [`claims`] holds each
+//! note to the counterexample it sits beside, [`findings`] turns the
 //! gate's runs of one peer into properties held and violated, `render` writes the report. The
 //! peers themselves are subjects like any other (subject files, `exec:`, `redis-script:`); nothing
 //! here knows how they run.
@@ -11,6 +12,7 @@
 //! not run at all (not installed, broken) is an error, never a quiet gap in the table.
 
 pub mod catalogue;
+pub mod claims;
 pub mod findings;
 mod render;
 

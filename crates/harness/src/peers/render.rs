@@ -154,6 +154,13 @@ fn peer_section(out: &mut String, findings: &PeerFindings) {
                 NoteKind::Bug => "Bug",
             };
             let _ = write!(out, "\n{kind}: {}\n", note.text);
+            let claims: Vec<&str> = note.claims.iter().map(|c| c.name()).collect();
+            // The claims are checked against the counterexample above before this is written.
+            let _ = write!(
+                out,
+                "\nChecked against the counterexample above: {}.\n",
+                claims.join(", ")
+            );
             if let Some(quote) = &note.quote {
                 let _ = write!(out, "\n> {}\n", quote.replace('\n', "\n> "));
             }

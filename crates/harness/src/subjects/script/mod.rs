@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 pub use self::spec::{SCRIPT_PREFIX, ScriptSpec, TimeMode};
-pub use self::subject::{ScriptSubject, redis_url};
+pub use self::subject::{DEADLINE, PIPELINE, ScriptSubject, redis_url};
 use crate::subject::{Subject, SubjectError, SubjectFactory};
 use crate::subjects::exec::spec::{FileKind, SpecError, discover};
 use crate::trace::Setup;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::args;
+use super::args::{self, Configs};
 use super::reply::{Allowed, Decimal, RemainingMap, ReplyMap, TimeUnit, WaitMap};
 use crate::profile::{Profile, Resolution};
 use crate::subjects::exec::SpecError;
@@ -95,9 +95,15 @@ pub struct ScriptSpec {
     pub unit: u64,
     /// Seconds added to every time the script sees.
     pub epoch_s: u64,
-    /// The largest integer the script handles exactly (e.g. 2^53 for Lua doubles): an integer
-    /// placeholder, or the injected time in microseconds, above it makes the op unsupported.
+    /// The largest config or cost integer the script handles exactly (e.g. 2^53 for Lua doubles):
+    /// an integer placeholder that is not a time above it makes the run or op unsupported.
     pub max_integer: Option<u128>,
+    /// The largest time integer the script handles exactly, in the unit it is given (`{now_ms}` in
+    /// ms, the injected `TIME` in microseconds): a time above it makes the op unsupported. Apart
+    /// from `max_integer`, so a cap on config values does not skip the clock's end.
+    pub max_time: Option<u128>,
+    /// The configs the script's caller allows (`[script.configs]`).
+    pub configs: Configs,
     /// The reply mapping.
     pub reply: ReplyMap,
 }
@@ -223,6 +229,11 @@ impl ScriptSpec {
             unit: script.unit,
             epoch_s: script.epoch_s.unwrap_or(DEFAULT_EPOCH_S),
             max_integer: script.max_integer.map(u128::from),
+            max_time: script.max_time.map(u128::from),
+            configs: script.configs.map_or(Configs::default(), |c| Configs {
+                integer_rate: c.integer_rate,
+                capacity_at_least_rate: c.capacity_at_least_rate,
+            }),
             reply,
         };
         let profile = spec.profile();
@@ -259,7 +270,19 @@ struct ScriptTable {
     unit: u64,
     epoch_s: Option<u64>,
     max_integer: Option<u64>,
+    max_time: Option<u64>,
+    configs: Option<ConfigsField>,
     reply: ReplyTable,
+}
+
+/// `[script.configs]`: what the script's caller can be configured with.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigsField {
+    #[serde(default)]
+    integer_rate: bool,
+    #[serde(default)]
+    capacity_at_least_rate: bool,
 }
 
 fn one() -> u64 {
@@ -405,6 +428,14 @@ reset_after = { index = 3, unit = "s" }
             Source::Package { package: Package::Crate(name), between: Some(_), .. } if name == "redis-rate"
         ));
         assert_eq!(spec.reply.allowed, Allowed::Truthy(false));
+        assert_eq!(spec.configs, Configs::default());
+        let capped = GOOD.replace(
+            "[script.reply]",
+            "max_integer = 7\nmax_time = 9\n[script.configs]\ncapacity_at_least_rate = true\n[script.reply]",
+        );
+        let spec = ScriptSpec::parse(&capped, Path::new("d/peer.toml")).unwrap();
+        assert_eq!((spec.max_integer, spec.max_time), (Some(7), Some(9)));
+        assert!(spec.configs.capacity_at_least_rate && !spec.configs.integer_rate);
         let local = GOOD.replace(
             r###"{ crate = "redis-rate", file = "src/scripts.rs", between = ["r#\"", "\"#"], containing = "TIME" }"###,
             "\"gcra.lua\"",
@@ -445,6 +476,17 @@ reset_after = { index = 3, unit = "s" }
                 "exactly one",
             ),
             (GOOD.replace("index = 1", "index = -1"), "invalid value"),
+            (
+                GOOD.replace("\"{cost}\"]", "\"{cost:round}\"]"),
+                "unknown rounding",
+            ),
+            (
+                GOOD.replace(
+                    "[script.reply]",
+                    "[script.configs]\nburst = true\n[script.reply]",
+                ),
+                "unknown field `burst`",
+            ),
             (
                 GOOD.replace("time_resolution = \"us\"", "time_resolution = \"ns\""),
                 "microsecond",
