@@ -101,18 +101,31 @@ fn keep_first(found: &mut Option<Violation>, oracles: OracleSet, violation: Opti
     }
 }
 
-/// A subject's refusal of an op: an unsupported op ends the run, any other error is a violation.
-fn subject_failed(error: SubjectError) -> StepResult {
+/// Why a subject's error ends the run without a verdict, if it does: an op it cannot run or
+/// express (the run is skipped, naming it), or a broken subject (a harness error).
+fn stop_of(error: &SubjectError) -> Option<Stop> {
     match error {
-        SubjectError::Unsupported(what) => Err(Stop::Unsupported(format!("unsupported: {what}"))),
-        SubjectError::Broken(message) => Err(Stop::Broken(message)),
-        other => Ok(Some(Violation::new(
-            OracleKind::Subject,
-            "the subject failed",
-            "an answer",
-            other.to_string(),
-        ))),
+        SubjectError::Unsupported(what) => Some(Stop::Unsupported(format!("unsupported: {what}"))),
+        SubjectError::Inexpressible(what) => {
+            Some(Stop::Unsupported(format!("unsupported: {what}")))
+        }
+        SubjectError::Broken(message) => Some(Stop::Broken(message.clone())),
+        _ => None,
     }
+}
+
+/// A subject's refusal of an op: an op it cannot run or express ends the run, any other error is
+/// a violation.
+fn subject_failed(error: SubjectError) -> StepResult {
+    if let Some(stop) = stop_of(&error) {
+        return Err(stop);
+    }
+    Ok(Some(Violation::new(
+        OracleKind::Subject,
+        "the subject failed",
+        "an answer",
+        error.to_string(),
+    )))
 }
 
 impl<'a> Lockstep<'a> {
@@ -288,11 +301,10 @@ impl<'a> Lockstep<'a> {
         let got = self.subject.acquire(acquire);
         let oracles = self.options.oracles;
         let mut found = None;
+        if let Some(stop) = got.as_ref().err().and_then(stop_of) {
+            return Err(stop);
+        }
         match &got {
-            Err(SubjectError::Unsupported(what)) => {
-                return Err(Stop::Unsupported(format!("unsupported: {what}")));
-            }
-            Err(SubjectError::Broken(message)) => return Err(Stop::Broken(message.clone())),
             Err(SubjectError::KeyLimitReached) => return Ok(self.follow_refusal(key, now)),
             Ok(observed) if observed.created == Some(true) => {
                 let dropped = self.dropped_balance(key);
@@ -343,12 +355,8 @@ impl<'a> Lockstep<'a> {
         self.events.note_time(now);
         let before = self.inspect_for_invariants(key);
         let got = self.subject.settle(settle);
-        match &got {
-            Err(SubjectError::Unsupported(what)) => {
-                return Err(Stop::Unsupported(format!("unsupported: {what}")));
-            }
-            Err(SubjectError::Broken(message)) => return Err(Stop::Broken(message.clone())),
-            _ => {}
+        if let Some(stop) = got.as_ref().err().and_then(stop_of) {
+            return Err(stop);
         }
         let oracles = self.options.oracles;
         let expected = (self.model).settle(key, now, settle.request_id, settle.actual);
