@@ -236,16 +236,30 @@ impl<'a> Lockstep<'a> {
         }
         // A reconfigure of a key the subject did not hold creates it, possibly with its cursor at
         // the subject's eviction horizon: follow that before the model reconfigures.
-        if before == Inspection::Absent {
+        let created = before == Inspection::Absent;
+        let mut ceiling = None;
+        if created {
             // Created: whatever records the subject held for the key are gone (a drop).
             let shown = self.shown_cursor(key);
             self.replays.reset(key, shown);
+            // What the model's held bucket would be after this reconfigure: the most a bucket the
+            // subject dropped owing may come back with (refill and conversion only grow with it).
+            if self.policy == PolicySpec::EvictKeepingDeficit && self.model.state(key).is_some() {
+                let cursor = shown.unwrap_or(at);
+                ceiling = (self.model.reconfigured_set(key, &new, cursor).first()).cloned();
+            }
             if let Some(v) = self.follow_creation(key, at) {
                 return Ok(Some(v));
             }
         }
         let raised = new.smallest_capacity() >= self.model.bandwidths_of(key).smallest_capacity();
         self.model.reconfigure(key, new, at);
+        if created
+            && self.policy == PolicySpec::EvictKeepingDeficit
+            && let Some(v) = self.follow_owing_reconfigure(key, ceiling)
+        {
+            return Ok(Some(v));
+        }
         self.replays.reconfigured(key, at);
         self.events.add(if raised {
             Event::ReconfiguredUp
@@ -358,6 +372,9 @@ impl<'a> Lockstep<'a> {
         if let Some(stop) = got.as_ref().err().and_then(stop_of) {
             return Err(stop);
         }
+        if got == Err(SubjectError::UnknownRequest) {
+            self.follow_lost_records(key, now);
+        }
         let oracles = self.options.oracles;
         let expected = (self.model).settle(key, now, settle.request_id, settle.actual);
         let comparison = compare_acquire(&expected, &got);
@@ -412,6 +429,26 @@ impl<'a> Lockstep<'a> {
             self.subject.inspect(key)
         } else {
             Inspection::Unsupported
+        }
+    }
+
+    /// A settle the subject answered `UnknownRequest`: legal where the model still holds the record
+    /// if the subject may have dropped the key since, with the records its bucket held (settle step 2:
+    /// "its key was dropped"): evictable at the latest time seen, or, under a policy that drops
+    /// buckets that are not full, any key without an override (a victim making room for another
+    /// key), and the subject shows no state for it. The model then forgets the key's records too,
+    /// and keeps its bucket: what a later recreation of the key is judged against (under
+    /// `EvictKeepingDeficit` it may come back owing, never fuller; `follow_owing`).
+    fn follow_lost_records(&mut self, key: u64, at: u64) {
+        if self.model.state(key).is_none() || !self.subject.may_evict() {
+            return;
+        }
+        let latest = self.events.latest().unwrap_or(at);
+        let droppable = self.model.is_evictable_at(key, latest)
+            || (self.policy.drops_non_full() && !self.model.is_pinned(key));
+        let shown = self.subject.inspect(key);
+        if droppable && shown.held().is_none() {
+            self.model.lose_records(key);
         }
     }
 
@@ -513,12 +550,63 @@ impl<'a> Lockstep<'a> {
                 format!("{fresh} tokens"),
             ));
         }
+        if let Some(violation) = self.off_grid(acquire.key, &fresh) {
+            return Some(violation);
+        }
         if fresh < capacity {
             self.events.add(Event::CreatedOwing);
             self.model
                 .recreate_owing(acquire.key, shown.last_refill, &[fresh]);
         }
         None
+    }
+
+    /// Under `EvictKeepingDeficit` a reconfigure that created the key may have found its slot owing:
+    /// the subject's bucket after it (the fresh bucket converted to the new config) must be no fuller
+    /// than the model's held bucket reconfigured would be (`ceiling`; the model's own result for a key
+    /// it held nothing for), and the model, which reconfigured a full bucket, follows the lower one.
+    /// Like `follow_owing`, the first bandwidth's balance.
+    fn follow_owing_reconfigure(
+        &mut self,
+        key: u64,
+        ceiling: Option<Rational>,
+    ) -> Option<Violation> {
+        let shown = self.subject.inspect(key).held().cloned()?;
+        let after = shown.tokens.to_rational()?;
+        let (tokens, _) = self.model.state(key)?;
+        let full = tokens.clone();
+        let most = ceiling.unwrap_or_else(|| full.clone());
+        if after > most {
+            return Some(Violation::new(
+                OracleKind::Model,
+                "a bucket dropped owing came back fuller than it would be",
+                format!("at most {most} tokens at {}", shown.last_refill),
+                format!("{after} tokens"),
+            ));
+        }
+        if let Some(violation) = self.off_grid(key, &after) {
+            return Some(violation);
+        }
+        if after < full {
+            self.events.add(Event::CreatedOwing);
+            // On the new config's grid and within its capacity already: the model holds it as is.
+            self.model.recreate_owing(key, shown.last_refill, &[after]);
+        }
+        None
+    }
+
+    /// A balance an owing recreation showed that is not a whole number of the key's units (its first
+    /// bandwidth's `1/(q * 10^9)` token): no exact bucket holds it, and the model cannot follow it.
+    fn off_grid(&self, key: u64, tokens: &Rational) -> Option<Violation> {
+        let units = tokens.clone() * Rational::from(self.model.config_of(key).units_per_token());
+        (!units.is_int()).then(|| {
+            Violation::new(
+                OracleKind::Model,
+                "a recreated bucket's balance is off the config's unit grid",
+                "a whole number of units",
+                format!("{tokens} tokens"),
+            )
+        })
     }
 
     /// The differential oracle: the model decides the same acquire; the divergence statistics and the
