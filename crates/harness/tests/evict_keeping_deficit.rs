@@ -8,14 +8,22 @@
 //!   with the bucket), not an error where the model decides;
 //! - a reconfigure that recreates a key dropped owing starts from the owed balance, not full.
 //!
+//! The state machine then runs with keys 0-3 against a bound of one or two keys under this policy,
+//! with settles and reconfigures on, against the core and every reference adapter (the Rust one
+//! too, `subjects/rust-core.toml`, once built): every case passes.
+//!
 //! An adapter whose interpreter is missing is skipped with a loud line, and
 //! `BUCKETPROOF_REQUIRE_ADAPTERS=1` (CI sets it) turns that skip into a failure.
 
 use std::path::Path;
 
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_harness::state_machine::{self, OpKinds, Options};
+use bucketproof_harness::subjects::CoreSubject;
 use bucketproof_harness::subjects::exec::ExecSubjects;
-use bucketproof_harness::{Acquire, ConfigSpec, Op, PolicySpec, Settle, Setup, SubjectFactory};
+use bucketproof_harness::{
+    Acquire, ConfigSpec, Op, PolicySpec, Settle, Setup, Subject, SubjectError, SubjectFactory,
+};
 
 const SECOND: u64 = 1_000_000_000;
 
@@ -58,12 +66,17 @@ fn runs(program: &str) -> bool {
     ran
 }
 
+/// The project's subject files (the reference adapters among them), run from the workspace.
+fn project_subjects() -> ExecSubjects {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    ExecSubjects::new(&root)
+        .with_subject_files(&root)
+        .expect("the project's subject files parse")
+}
+
 /// Runs `ops` on every reference adapter that runs here; each must pass.
 fn assert_adapters_pass(ops: &[Op]) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let factory = ExecSubjects::new(&root)
-        .with_subject_files(&root)
-        .expect("the project's subject files parse");
+    let factory = project_subjects();
     for (name, program) in ADAPTERS {
         if !runs(program) {
             continue;
@@ -115,4 +128,52 @@ fn a_reconfigure_that_recreates_a_key_dropped_owing_starts_from_what_it_owes() {
         acquire(0, 2, SECOND, None),
         acquire(0, 1, SECOND, None),
     ]);
+}
+
+/// The state machine at a bound small enough to evict: keys 0-3 against `max_keys` 1 and 2 under
+/// `EvictKeepingDeficit`, request ids, settles and reconfigures on, against the core and each
+/// reference adapter that runs here (the Rust adapter when its binary is built). A few dozen cases
+/// each, so the adapters' pipes keep it to seconds.
+#[test]
+fn the_state_machine_at_a_small_key_bound_passes_on_the_core_and_every_reference_adapter() {
+    let factory = project_subjects();
+    let rust_built = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../adapters/rust/target/release/bucketproof-rust-subject")
+        .is_file();
+    let mut subjects: Vec<&str> = vec!["core"];
+    for (name, program) in ADAPTERS {
+        if runs(program) {
+            subjects.push(name);
+        }
+    }
+    if rust_built {
+        subjects.push("rust-core");
+    } else {
+        eprintln!(
+            "\n!!!!! SKIP rust-core: adapters/rust is not built (cargo build --release --manifest-path adapters/rust/Cargo.toml) !!!!!\n"
+        );
+    }
+    for max_keys in [1, 2] {
+        for &name in &subjects {
+            let mut setup = setup();
+            setup.max_keys = max_keys;
+            setup.dedupe_window_ns = 5 * SECOND;
+            setup.dedupe_per_key = 2;
+            let mut options = Options::new(setup);
+            options.keys = 4;
+            options.ops = OpKinds::all();
+            options.cases = 48;
+            options.deterministic = true;
+            let build = |setup: &Setup| -> Result<Box<dyn Subject>, SubjectError> {
+                if name == "core" {
+                    return Ok(Box::new(CoreSubject::new(setup)?));
+                }
+                factory
+                    .build(name, setup)
+                    .expect("a subject file of the project")
+            };
+            let outcome = state_machine::run(&build, &options).unwrap();
+            assert!(outcome.passed(), "{name}, max_keys {max_keys}: {outcome}");
+        }
+    }
 }
