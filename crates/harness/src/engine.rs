@@ -9,6 +9,11 @@
 //! (`shrink_budget_exhausted`): a shrink cut short by the time part of its [`ShrinkBudget`] depends
 //! on the machine's speed. Pinned keys (tiers) that a subject's key bound cannot hold are a setup
 //! error ([`Status::Error`]) before the run ([`crate::Subject::check_pinned`]).
+//!
+//! One skip rule for every subject: a setup or an op the subject cannot run or express
+//! ([`SubjectError::Unsupported`], [`SubjectError::Inexpressible`]: a key bound it has none of, a
+//! config outside its exact range, at build or at any op) is [`Status::Skipped`] with the reason,
+//! never a failure or an error; a run fails only on a property the subject violated.
 
 use std::time::{Duration, Instant};
 
@@ -219,11 +224,18 @@ impl<'a> Engine<'a> {
         let built = self
             .registry
             .build(subject_name, &setup)
+            .and_then(|subject| expresses_key_bound(subject.as_ref(), &setup).map(|()| subject))
             .and_then(|subject| subject.check_pinned(&tiers).map(|()| subject));
         let mut subject = match built {
             Ok(subject) => subject,
-            // A subject that refuses the setup as unsupported cannot run this scenario.
+            // A subject that cannot run or express the setup cannot run this scenario.
             Err(SubjectError::Unsupported(what)) => {
+                result.status = Status::Skipped {
+                    reason: format!("unsupported: {what}"),
+                };
+                return result;
+            }
+            Err(SubjectError::Inexpressible(what)) => {
                 result.status = Status::Skipped {
                     reason: format!("unsupported: {what}"),
                 };
@@ -339,6 +351,20 @@ impl<'a> Engine<'a> {
         );
         counterexample
     }
+}
+
+/// The skip rule for a key bound, one for every subject: a setup whose key bound is below the
+/// default asks for the bound's events (a refusal, an eviction), which a subject without a key bound
+/// can never show, so it cannot express the setup ([`SubjectError::Inexpressible`]).
+fn expresses_key_bound(subject: &dyn Subject, setup: &Setup) -> Result<(), SubjectError> {
+    if setup.max_keys < bucketproof_limiter::defaults::MAX_KEYS && !subject.has_key_bound() {
+        return Err(SubjectError::Inexpressible(format!(
+            "a key bound (max_keys = {}): {} has none",
+            setup.max_keys,
+            subject.name()
+        )));
+    }
+    Ok(())
 }
 
 /// Runs `trace` on a fresh `subject_name` and returns its first failure.
@@ -502,6 +528,24 @@ gap = "100ms"
         }
         let roomy = Scenario::parse(&text(64), Path::new("pinned.toml")).unwrap();
         assert_eq!(engine.run(&roomy, 1, "core").status, Status::Pass);
+    }
+
+    /// One skip rule for every subject: a key bound below the default on a subject with none (the
+    /// model) is skipped naming it, never "unreached" for the bound's events it cannot show.
+    #[test]
+    fn a_key_bound_on_a_subject_without_one_is_skipped() {
+        let text = "length = 50\nreach = [\"evicted\"]\n[setup]\ncapacity = 3\nrate = \"1/s\"\n\
+                    max_keys = 4\npolicy = \"evict_least_recent\"\n[keys]\ncount = 40\n";
+        let scenario = Scenario::parse(text, Path::new("bounded.toml")).unwrap();
+        let registry = Registry::default();
+        let engine = Engine::new(&registry, EngineOptions::default());
+        assert_eq!(
+            engine.run(&scenario, 1, "model").status,
+            Status::Skipped {
+                reason: "unsupported: a key bound (max_keys = 4): model has none".into()
+            }
+        );
+        assert_eq!(engine.run(&scenario, 1, "core").status, Status::Pass);
     }
 
     #[test]

@@ -208,6 +208,10 @@ pub enum SubjectError {
     /// The subject cannot do this operation (e.g. a float bucket has no reconfigure).
     #[error("unsupported by this subject: {0}")]
     Unsupported(&'static str),
+    /// The subject cannot express this setup or op exactly (e.g. a config outside its exact
+    /// range): like [`SubjectError::Unsupported`], the run is skipped, naming why; never a verdict.
+    #[error("not expressible by this subject: {0}")]
+    Inexpressible(String),
     /// The subject's store failed (e.g. Redis unreachable): never a denial.
     #[error("store error: {0}")]
     Store(String),
@@ -277,6 +281,14 @@ pub trait Subject {
     /// error of the scenario rather than a failure of the subject. Default: no bound, nothing to check.
     fn check_pinned(&self, _tiers: &[[u64; 2]]) -> Result<(), SubjectError> {
         Ok(())
+    }
+
+    /// True if the subject enforces the setup's key bound (`max_keys` and its policy). A scenario
+    /// with a key bound below the default is skipped on a subject without one (the engine's one
+    /// rule, [`crate::engine`]): it could never reach the bound's events, and that proves nothing
+    /// about it. Default: a subject that may evict ([`Subject::may_evict`]) has one.
+    fn has_key_bound(&self) -> bool {
+        self.may_evict()
     }
 
     /// True if the subject may drop buckets on its own (amortized sweeping, key bound): the differential

@@ -8,7 +8,7 @@ mod common;
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_harness::scenario::duration::YEAR;
 use bucketproof_harness::subjects::redis::RedisSubject;
-use bucketproof_harness::{Acquire, ConfigSpec, Setup};
+use bucketproof_harness::{Acquire, ConfigSpec, Op, Setup, SubjectError};
 use common::{SECOND, redis_available};
 
 #[test]
@@ -78,4 +78,42 @@ fn the_redis_script_survives_century_gaps_at_the_edge_of_its_range() {
     let report = run_trace(&setup, ops, &mut redis, &RunOptions::default()).unwrap();
     assert_eq!(report.verdict, Verdict::Pass);
     assert!(report.events.get("long_idle").copied().unwrap_or(0) >= 1);
+}
+
+/// A config outside the script's exact range is one Redis cannot express: as the setup's config it
+/// refuses to build as [`SubjectError::Inexpressible`], and as a reconfigure's it ends the run as
+/// incompatible (the engine's skip), never a failure of a correct subject with a counterexample.
+#[test]
+fn a_config_outside_the_exact_range_is_inexpressible_not_a_failure() {
+    if !redis_available("a_config_outside_the_exact_range_is_inexpressible_not_a_failure") {
+        return;
+    }
+    let capacity = bucketproof_redis::max_capacity(bucketproof_limiter::Rate::per_second(1))
+        .expect("rate 1/s has an exact range");
+    let outside = ConfigSpec::new(capacity + 1, "1/s");
+    assert!(matches!(
+        RedisSubject::new(&Setup::new(outside.clone())),
+        Err(SubjectError::Inexpressible(message)) if message.contains("outside the exact Redis range")
+    ));
+    let setup = Setup::new(ConfigSpec::new(capacity, "1/s"));
+    let ops = vec![
+        Op::Acquire(Acquire {
+            key: 1,
+            cost: 1,
+            now: SECOND,
+            request_id: None,
+        }),
+        Op::Reconfigure {
+            key: 1,
+            now: 2 * SECOND,
+            config: outside,
+        },
+    ];
+    let mut subject = RedisSubject::new(&setup).unwrap();
+    let report = run_trace(&setup, ops, &mut subject, &RunOptions::default()).unwrap();
+    assert!(
+        matches!(&report.verdict, Verdict::Incompatible { step: 1, reason } if reason.contains("outside the exact Redis range")),
+        "{:?}",
+        report.verdict
+    );
 }

@@ -499,6 +499,25 @@ impl Model {
         version
     }
 
+    /// The balances [`Model::reconfigure`] would leave `key` with (every bandwidth of `new_config`, in
+    /// order), read-only: the same transition, written nowhere.
+    pub fn reconfigured_set(
+        &self,
+        key: u64,
+        new_config: &ModelBandwidths,
+        now: u64,
+    ) -> Vec<Rational> {
+        let old_config = self.bandwidths_of(key);
+        let before = match self.entries.get(&key) {
+            Some(entry) => entry.bucket_at(old_config, now),
+            None => Cow::Owned(ModelSetBucket::fresh(old_config, now)),
+        };
+        before
+            .reconfigured(old_config, new_config, now)
+            .tokens()
+            .to_vec()
+    }
+
     /// forget(key): "Drops the key's bucket, its override config and its request-id records. The next access is
     /// fresh." The config version goes with the override (back to 0). Returns whether anything was held.
     pub fn forget(&mut self, key: u64) -> bool {
@@ -548,6 +567,21 @@ impl Model {
             self.entries.remove(&key);
         }
         had_bucket
+    }
+
+    /// Follows an implementation that dropped `key`'s bucket while the model still holds it, found out
+    /// where the key's request-id records are gone (settle step 2: "its key was dropped" ->
+    /// `Err(UnknownRequest)`) before the key is used again: the records go, as they went with the
+    /// dropped bucket. The bucket stays, as the state a later recreation of the key is judged against
+    /// (`EvictKeepingDeficit` brings a victim back at most as full as it would be). The harness checks
+    /// first that the drop was legal. Returns whether any record was held.
+    pub fn lose_records(&mut self, key: u64) -> bool {
+        let Some(entry) = self.entries.get_mut(&key) else {
+            return false;
+        };
+        let had = !entry.records.is_empty();
+        entry.records.clear();
+        had
     }
 
     /// Follows an implementation that started `key` afresh (first sight, or after dropping its bucket)

@@ -102,3 +102,35 @@ fn evictability_is_judged_at_the_keys_effective_time() {
     m.acquire(0, 6 * S, 1, None).unwrap();
     assert_eq!(m.state(0).map(|(_, last)| last), Some(20 * S));
 }
+
+/// A victim's records go with it (settle step 2): after `lose_records` a settle of its request is
+/// `UnknownRequest`, while the bucket (3 of 4 tokens) stays, as what a recreation is judged against.
+#[test]
+fn a_key_that_lost_its_records_settles_nothing_and_keeps_its_bucket() {
+    let mut m = Model::new(cfg(4, 1, 1), 60 * S, 4);
+    assert!(m.acquire(0, 0, 1, Some(1)).unwrap().decision.is_allowed());
+    assert!(m.lose_records(0));
+    assert_eq!(
+        m.settle(0, 0, 1, 0).unwrap_err(),
+        bucketproof_model::ModelError::UnknownRequest
+    );
+    assert_eq!(m.state(0), Some((&Rational::from(3u64), 0)));
+    assert!(!m.lose_records(0), "nothing left to lose");
+}
+
+/// `reconfigured_set` is what `reconfigure` leaves, written nowhere: capacity 4 at 1/s emptied at 0,
+/// reconfigured at 1 s to capacity 2 at 3/s holds the 1 token refilled by then (on the new grid).
+#[test]
+fn reconfigured_set_previews_reconfigure_without_writing() {
+    let mut m = Model::new(cfg(4, 1, 1), 0, 0);
+    assert!(m.acquire(0, 0, 4, None).unwrap().decision.is_allowed());
+    let new = cfg(2, 3, 1);
+    let preview = m.reconfigured_set(0, &new.clone().into(), S);
+    assert_eq!(m.state(0), Some((&Rational::ZERO, 0)), "nothing written");
+    m.reconfigure(0, new, S);
+    assert_eq!(preview, vec![Rational::from(1u64)]);
+    assert_eq!(
+        m.state_set(0).map(|(tokens, _)| tokens.to_vec()),
+        Some(preview)
+    );
+}

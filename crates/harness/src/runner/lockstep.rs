@@ -101,18 +101,31 @@ fn keep_first(found: &mut Option<Violation>, oracles: OracleSet, violation: Opti
     }
 }
 
-/// A subject's refusal of an op: an unsupported op ends the run, any other error is a violation.
-fn subject_failed(error: SubjectError) -> StepResult {
+/// Why a subject's error ends the run without a verdict, if it does: an op it cannot run or
+/// express (the run is skipped, naming it), or a broken subject (a harness error).
+fn stop_of(error: &SubjectError) -> Option<Stop> {
     match error {
-        SubjectError::Unsupported(what) => Err(Stop::Unsupported(format!("unsupported: {what}"))),
-        SubjectError::Broken(message) => Err(Stop::Broken(message)),
-        other => Ok(Some(Violation::new(
-            OracleKind::Subject,
-            "the subject failed",
-            "an answer",
-            other.to_string(),
-        ))),
+        SubjectError::Unsupported(what) => Some(Stop::Unsupported(format!("unsupported: {what}"))),
+        SubjectError::Inexpressible(what) => {
+            Some(Stop::Unsupported(format!("unsupported: {what}")))
+        }
+        SubjectError::Broken(message) => Some(Stop::Broken(message.clone())),
+        _ => None,
     }
+}
+
+/// A subject's refusal of an op: an op it cannot run or express ends the run, any other error is
+/// a violation.
+fn subject_failed(error: SubjectError) -> StepResult {
+    if let Some(stop) = stop_of(&error) {
+        return Err(stop);
+    }
+    Ok(Some(Violation::new(
+        OracleKind::Subject,
+        "the subject failed",
+        "an answer",
+        error.to_string(),
+    )))
 }
 
 impl<'a> Lockstep<'a> {
@@ -223,16 +236,30 @@ impl<'a> Lockstep<'a> {
         }
         // A reconfigure of a key the subject did not hold creates it, possibly with its cursor at
         // the subject's eviction horizon: follow that before the model reconfigures.
-        if before == Inspection::Absent {
+        let created = before == Inspection::Absent;
+        let mut ceiling = None;
+        if created {
             // Created: whatever records the subject held for the key are gone (a drop).
             let shown = self.shown_cursor(key);
             self.replays.reset(key, shown);
+            // What the model's held bucket would be after this reconfigure: the most a bucket the
+            // subject dropped owing may come back with (refill and conversion only grow with it).
+            if self.policy == PolicySpec::EvictKeepingDeficit && self.model.state(key).is_some() {
+                let cursor = shown.unwrap_or(at);
+                ceiling = (self.model.reconfigured_set(key, &new, cursor).first()).cloned();
+            }
             if let Some(v) = self.follow_creation(key, at) {
                 return Ok(Some(v));
             }
         }
         let raised = new.smallest_capacity() >= self.model.bandwidths_of(key).smallest_capacity();
         self.model.reconfigure(key, new, at);
+        if created
+            && self.policy == PolicySpec::EvictKeepingDeficit
+            && let Some(v) = self.follow_owing_reconfigure(key, ceiling)
+        {
+            return Ok(Some(v));
+        }
         self.replays.reconfigured(key, at);
         self.events.add(if raised {
             Event::ReconfiguredUp
@@ -288,11 +315,10 @@ impl<'a> Lockstep<'a> {
         let got = self.subject.acquire(acquire);
         let oracles = self.options.oracles;
         let mut found = None;
+        if let Some(stop) = got.as_ref().err().and_then(stop_of) {
+            return Err(stop);
+        }
         match &got {
-            Err(SubjectError::Unsupported(what)) => {
-                return Err(Stop::Unsupported(format!("unsupported: {what}")));
-            }
-            Err(SubjectError::Broken(message)) => return Err(Stop::Broken(message.clone())),
             Err(SubjectError::KeyLimitReached) => return Ok(self.follow_refusal(key, now)),
             Ok(observed) if observed.created == Some(true) => {
                 let dropped = self.dropped_balance(key);
@@ -343,12 +369,11 @@ impl<'a> Lockstep<'a> {
         self.events.note_time(now);
         let before = self.inspect_for_invariants(key);
         let got = self.subject.settle(settle);
-        match &got {
-            Err(SubjectError::Unsupported(what)) => {
-                return Err(Stop::Unsupported(format!("unsupported: {what}")));
-            }
-            Err(SubjectError::Broken(message)) => return Err(Stop::Broken(message.clone())),
-            _ => {}
+        if let Some(stop) = got.as_ref().err().and_then(stop_of) {
+            return Err(stop);
+        }
+        if got == Err(SubjectError::UnknownRequest) {
+            self.follow_lost_records(key, now);
         }
         let oracles = self.options.oracles;
         let expected = (self.model).settle(key, now, settle.request_id, settle.actual);
@@ -404,6 +429,26 @@ impl<'a> Lockstep<'a> {
             self.subject.inspect(key)
         } else {
             Inspection::Unsupported
+        }
+    }
+
+    /// A settle the subject answered `UnknownRequest`: legal where the model still holds the record
+    /// if the subject may have dropped the key since, with the records its bucket held (settle step 2:
+    /// "its key was dropped"): evictable at the latest time seen, or, under a policy that drops
+    /// buckets that are not full, any key without an override (a victim making room for another
+    /// key), and the subject shows no state for it. The model then forgets the key's records too,
+    /// and keeps its bucket: what a later recreation of the key is judged against (under
+    /// `EvictKeepingDeficit` it may come back owing, never fuller; `follow_owing`).
+    fn follow_lost_records(&mut self, key: u64, at: u64) {
+        if self.model.state(key).is_none() || !self.subject.may_evict() {
+            return;
+        }
+        let latest = self.events.latest().unwrap_or(at);
+        let droppable = self.model.is_evictable_at(key, latest)
+            || (self.policy.drops_non_full() && !self.model.is_pinned(key));
+        let shown = self.subject.inspect(key);
+        if droppable && shown.held().is_none() {
+            self.model.lose_records(key);
         }
     }
 
@@ -505,12 +550,63 @@ impl<'a> Lockstep<'a> {
                 format!("{fresh} tokens"),
             ));
         }
+        if let Some(violation) = self.off_grid(acquire.key, &fresh) {
+            return Some(violation);
+        }
         if fresh < capacity {
             self.events.add(Event::CreatedOwing);
             self.model
                 .recreate_owing(acquire.key, shown.last_refill, &[fresh]);
         }
         None
+    }
+
+    /// Under `EvictKeepingDeficit` a reconfigure that created the key may have found its slot owing:
+    /// the subject's bucket after it (the fresh bucket converted to the new config) must be no fuller
+    /// than the model's held bucket reconfigured would be (`ceiling`; the model's own result for a key
+    /// it held nothing for), and the model, which reconfigured a full bucket, follows the lower one.
+    /// Like `follow_owing`, the first bandwidth's balance.
+    fn follow_owing_reconfigure(
+        &mut self,
+        key: u64,
+        ceiling: Option<Rational>,
+    ) -> Option<Violation> {
+        let shown = self.subject.inspect(key).held().cloned()?;
+        let after = shown.tokens.to_rational()?;
+        let (tokens, _) = self.model.state(key)?;
+        let full = tokens.clone();
+        let most = ceiling.unwrap_or_else(|| full.clone());
+        if after > most {
+            return Some(Violation::new(
+                OracleKind::Model,
+                "a bucket dropped owing came back fuller than it would be",
+                format!("at most {most} tokens at {}", shown.last_refill),
+                format!("{after} tokens"),
+            ));
+        }
+        if let Some(violation) = self.off_grid(key, &after) {
+            return Some(violation);
+        }
+        if after < full {
+            self.events.add(Event::CreatedOwing);
+            // On the new config's grid and within its capacity already: the model holds it as is.
+            self.model.recreate_owing(key, shown.last_refill, &[after]);
+        }
+        None
+    }
+
+    /// A balance an owing recreation showed that is not a whole number of the key's units (its first
+    /// bandwidth's `1/(q * 10^9)` token): no exact bucket holds it, and the model cannot follow it.
+    fn off_grid(&self, key: u64, tokens: &Rational) -> Option<Violation> {
+        let units = tokens.clone() * Rational::from(self.model.config_of(key).units_per_token());
+        (!units.is_int()).then(|| {
+            Violation::new(
+                OracleKind::Model,
+                "a recreated bucket's balance is off the config's unit grid",
+                "a whole number of units",
+                format!("{tokens} tokens"),
+            )
+        })
     }
 
     /// The differential oracle: the model decides the same acquire; the divergence statistics and the

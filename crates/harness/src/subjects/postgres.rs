@@ -5,7 +5,8 @@
 //! its own (so its cleanup's horizon is its own, as a run's clock is) and drops it when dropped.
 //! `sweep` is the crate's cleanup over the whole table, judged at the sweep's `now`; the runner
 //! follows the creations the statement reports. What the crate does not do is unsupported, so a trace
-//! that needs it is skipped visibly: a key bound, and reconfigure of a key of several bandwidths.
+//! that needs it is skipped visibly: a key bound (declared, so the engine skips the setup), and
+//! reconfigure of a key of several bandwidths.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -44,11 +45,6 @@ fn store(error: PgAcquireError) -> SubjectError {
 impl PostgresSubject {
     /// Connects to `DATABASE_URL` with the setup's config.
     pub fn new(setup: &Setup) -> Result<PostgresSubject, SubjectError> {
-        if setup.max_keys < bucketproof_limiter::defaults::MAX_KEYS {
-            return Err(SubjectError::Unsupported(
-                "a key bound below the default (a table on PostgreSQL has none)",
-            ));
-        }
         let config =
             (setup.config.to_bandwidths()).map_err(|e| SubjectError::Build(e.to_string()))?;
         let several = config.len() > 1;
@@ -179,6 +175,11 @@ impl Subject for PostgresSubject {
 
     fn may_evict(&self) -> bool {
         true
+    }
+
+    /// A table on PostgreSQL has no key bound (its cleanup drops full rows only).
+    fn has_key_bound(&self) -> bool {
+        false
     }
 }
 

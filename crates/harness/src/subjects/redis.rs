@@ -7,9 +7,14 @@
 //!
 //! A setup of several bandwidths per key runs on the limiter's set script; a reconfigure to or from
 //! several bandwidths is unsupported (the Redis limiter refuses it), so such a trace stops visibly.
+//!
+//! What the script cannot express is declared, so the engine skips such a run rather than judging
+//! it: a config outside the exact range (`bucketproof_redis::check_exact`, as the setup's config or
+//! a reconfigure's) and a key bound (Redis keeps every key until its TTL).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use bucketproof_limiter::Bandwidths;
 use bucketproof_redis::{RedisAcquireError, RedisLimiter, RedisSettleError};
 
 use crate::subject::{Observed, Subject, SubjectError};
@@ -40,12 +45,21 @@ fn store(error: RedisAcquireError) -> SubjectError {
     }
 }
 
+/// A config of which some bandwidth is outside the script's exact range cannot be expressed on
+/// Redis: the limiter would refuse it, so a run that needs it is skipped, never judged.
+fn exact_on_redis(config: &Bandwidths) -> Result<(), SubjectError> {
+    (config.as_slice().iter())
+        .try_for_each(|bandwidth| bucketproof_redis::check_exact(bandwidth.config()))
+        .map_err(|error| SubjectError::Inexpressible(error.to_string()))
+}
+
 impl RedisSubject {
     /// Connects to `REDIS_URL` with the setup's config and dedupe settings.
     pub fn new(setup: &Setup) -> Result<RedisSubject, SubjectError> {
         let url =
             std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned());
         let config = setup.config.to_bandwidths().map_err(build)?;
+        exact_on_redis(&config)?;
         let several = config.len() > 1;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -128,6 +142,7 @@ impl Subject for RedisSubject {
             ));
         }
         let config = crate::subjects::one_bandwidth(config)?;
+        exact_on_redis(&Bandwidths::from(config))?;
         self.runtime
             .block_on(
                 self.limiter
@@ -163,5 +178,10 @@ impl Subject for RedisSubject {
 
     fn may_evict(&self) -> bool {
         true
+    }
+
+    /// Keys expire by TTL only: the script has no key bound.
+    fn has_key_bound(&self) -> bool {
+        false
     }
 }

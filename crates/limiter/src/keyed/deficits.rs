@@ -72,12 +72,18 @@ pub(super) fn full_at(config: &Config, state: BucketState) -> Nanos {
 
 /// A fresh bucket of `config` with its cursor at `cursor`, owing until `full_at`: `capacity - (full_at
 /// - cursor) * rate` units (at least 0), full when `full_at <= cursor`, and empty when it owes and
-/// `config` never refills (no refill can have paid anything back). Never above the balance a bucket
+/// `config` never refills (no refill can have paid anything back) or owes past the end of the clock
+/// (`full_at` is `Nanos::MAX`, at every cursor, the last instant included). Never above the balance a bucket
 /// that is full at `full_at` holds at `cursor`.
 pub(super) fn owing(config: &Config, cursor: Nanos, full_at: Nanos) -> BucketState {
     let ahead = full_at.saturating_sub(cursor) as u128;
     let per_ns = config.units_per_nanosecond() as u128;
-    let balance = if ahead == 0 {
+    let balance = if full_at == Nanos::MAX {
+        // Full only past the end of the clock, or never (`full_at` saturated): the time it still
+        // owes cannot be measured from any cursor, so it comes back empty. A full bucket at the last
+        // instant would credit the time past the clock it never refilled.
+        0
+    } else if ahead == 0 {
         config.capacity_units()
     } else if per_ns == 0 {
         0
@@ -127,11 +133,24 @@ mod tests {
         assert_eq!(deficits.bytes(), 4 * SLOTS_PER_KEY * 8);
     }
 
+    /// Capacity 4 at 1/s emptied 3 s before the end of the clock would be full 1 s past it: its
+    /// `full_at` saturates, and recreated at the last instant it must not be full (it would hold 3).
+    #[test]
+    fn a_bucket_full_only_past_the_end_of_the_clock_comes_back_no_fuller_than_it_was() {
+        let config = Config::new(4, Rate::per_second(1)).unwrap();
+        let empty = BucketState::new(&config, 0, u64::MAX - 3_000_000_000).unwrap();
+        assert_eq!(full_at(&config, empty), Nanos::MAX);
+        let three = 3 * config.capacity_units() / 4;
+        assert!(owing(&config, u64::MAX, Nanos::MAX).balance() <= three);
+    }
+
     #[test]
     fn a_bucket_that_never_refills_owes_forever() {
         let config = Config::new(3, Rate::per_second(0)).unwrap();
         let empty = BucketState::new(&config, 0, 10).unwrap();
         assert_eq!(full_at(&config, empty), Nanos::MAX);
         assert_eq!(owing(&config, u64::MAX - 1, Nanos::MAX).balance(), 0);
+        // At the last instant too: a bucket owing past the clock is not full there.
+        assert_eq!(owing(&config, u64::MAX, Nanos::MAX).balance(), 0);
     }
 }

@@ -363,7 +363,7 @@ fn wire_error(error: &SubjectError) -> WireError {
         SubjectError::UnknownRequest => "unknown_request",
         SubjectError::NotAdmitted => "not_admitted",
         SubjectError::AlreadySettled => "already_settled",
-        SubjectError::Unsupported(_) => "unsupported",
+        SubjectError::Unsupported(_) | SubjectError::Inexpressible(_) => "unsupported",
         SubjectError::Store(_) | SubjectError::Build(_) | SubjectError::Broken(_) => "store",
     };
     WireError {

@@ -1,0 +1,179 @@
+//! Under `EvictKeepingDeficit` at a key bound small enough to evict, the runner follows what a
+//! correct subject legally does with a victim (docs/semantics.md, "Expiry and the key bound" and
+//! "settle"), on the reference adapters in other languages (`subjects/python-bucket.toml`,
+//! `subjects/node-bucket.toml`), whose bound is exactly `max_keys` (the core's per-shard bound
+//! never evicts in traces this small):
+//!
+//! - a settle of a request whose key was dropped as a victim is `UnknownRequest` (its record went
+//!   with the bucket), not an error where the model decides;
+//! - a reconfigure that recreates a key dropped owing starts from the owed balance, not full.
+//!
+//! The state machine then runs with keys 0-3 against a bound of one or two keys under this policy,
+//! with settles and reconfigures on, against the core and every reference adapter (the Rust one
+//! too, `subjects/rust-core.toml`, once built): every case passes.
+//!
+//! An adapter whose interpreter is missing is skipped with a loud line, and
+//! `BUCKETPROOF_REQUIRE_ADAPTERS=1` (CI sets it) turns that skip into a failure.
+
+use std::path::Path;
+
+use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_harness::state_machine::{self, OpKinds, Options};
+use bucketproof_harness::subjects::CoreSubject;
+use bucketproof_harness::subjects::exec::ExecSubjects;
+use bucketproof_harness::{
+    Acquire, ConfigSpec, Op, PolicySpec, Settle, Setup, Subject, SubjectError, SubjectFactory,
+};
+
+const SECOND: u64 = 1_000_000_000;
+
+/// `(subject file, interpreter)` of each reference adapter in another language.
+const ADAPTERS: [(&str, &str); 2] = [("python-bucket", "python3"), ("node-bucket", "node")];
+
+/// Capacity 4 at 1/s, one key at most, `EvictKeepingDeficit`.
+fn setup() -> Setup {
+    Setup {
+        max_keys: 1,
+        policy: PolicySpec::EvictKeepingDeficit,
+        ..Setup::new(ConfigSpec::new(4, "1/s"))
+    }
+}
+
+fn acquire(key: u64, cost: u64, now: u64, request_id: Option<u64>) -> Op {
+    Op::Acquire(Acquire {
+        key,
+        cost,
+        now,
+        request_id,
+    })
+}
+
+/// True if `program` runs here; else a loud skip, or a failure under `BUCKETPROOF_REQUIRE_ADAPTERS=1`.
+fn runs(program: &str) -> bool {
+    let ran = std::process::Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !ran {
+        assert!(
+            std::env::var("BUCKETPROOF_REQUIRE_ADAPTERS").as_deref() != Ok("1"),
+            "{program} is not installed but BUCKETPROOF_REQUIRE_ADAPTERS=1"
+        );
+        eprintln!(
+            "\n!!!!! SKIP: {program} is not installed, this adapter test did NOT run !!!!!\n"
+        );
+    }
+    ran
+}
+
+/// The project's subject files (the reference adapters among them), run from the workspace.
+fn project_subjects() -> ExecSubjects {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    ExecSubjects::new(&root)
+        .with_subject_files(&root)
+        .expect("the project's subject files parse")
+}
+
+/// Runs `ops` on every reference adapter that runs here; each must pass.
+fn assert_adapters_pass(ops: &[Op]) {
+    let factory = project_subjects();
+    for (name, program) in ADAPTERS {
+        if !runs(program) {
+            continue;
+        }
+        let mut subject = factory
+            .build(name, &setup())
+            .expect("a subject file of the project")
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let report = run_trace(
+            &setup(),
+            ops.iter().cloned(),
+            subject.as_mut(),
+            &RunOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(report.verdict, Verdict::Pass, "{name}");
+    }
+}
+
+/// Key 0 reserves one token under request id 1; key 1 needs the one place, so key 0 (owing, with a
+/// live record) is the victim; settling id 1 on key 0 then finds no record: `UnknownRequest`.
+#[test]
+fn a_settle_of_a_request_whose_key_was_a_victim_is_an_unknown_request() {
+    assert_adapters_pass(&[
+        acquire(0, 1, 0, Some(1)),
+        acquire(1, 1, 0, None),
+        Op::Settle(Settle {
+            key: 0,
+            request_id: 1,
+            actual: 0,
+            now: 0,
+        }),
+    ]);
+}
+
+/// Key 0 is emptied, then dropped owing for key 1; a reconfigure of key 0 one second later
+/// recreates it (dropping key 1) with the one token it refilled since, not a full bucket: the next
+/// acquire of two tokens is denied and one is admitted.
+#[test]
+fn a_reconfigure_that_recreates_a_key_dropped_owing_starts_from_what_it_owes() {
+    assert_adapters_pass(&[
+        acquire(0, 4, 0, None),
+        acquire(1, 1, 0, None),
+        Op::Reconfigure {
+            key: 0,
+            now: SECOND,
+            config: ConfigSpec::new(4, "1/s"),
+        },
+        acquire(0, 2, SECOND, None),
+        acquire(0, 1, SECOND, None),
+    ]);
+}
+
+/// The state machine at a bound small enough to evict: keys 0-3 against `max_keys` 1 and 2 under
+/// `EvictKeepingDeficit`, request ids, settles and reconfigures on, against the core and each
+/// reference adapter that runs here (the Rust adapter when its binary is built). A few dozen cases
+/// each, so the adapters' pipes keep it to seconds.
+#[test]
+fn the_state_machine_at_a_small_key_bound_passes_on_the_core_and_every_reference_adapter() {
+    let factory = project_subjects();
+    let rust_built = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../adapters/rust/target/release/bucketproof-rust-subject")
+        .is_file();
+    let mut subjects: Vec<&str> = vec!["core"];
+    for (name, program) in ADAPTERS {
+        if runs(program) {
+            subjects.push(name);
+        }
+    }
+    if rust_built {
+        subjects.push("rust-core");
+    } else {
+        eprintln!(
+            "\n!!!!! SKIP rust-core: adapters/rust is not built (cargo build --release --manifest-path adapters/rust/Cargo.toml) !!!!!\n"
+        );
+    }
+    for max_keys in [1, 2] {
+        for &name in &subjects {
+            let mut setup = setup();
+            setup.max_keys = max_keys;
+            setup.dedupe_window_ns = 5 * SECOND;
+            setup.dedupe_per_key = 2;
+            let mut options = Options::new(setup);
+            options.keys = 4;
+            options.ops = OpKinds::all();
+            options.cases = 48;
+            options.deterministic = true;
+            let build = |setup: &Setup| -> Result<Box<dyn Subject>, SubjectError> {
+                if name == "core" {
+                    return Ok(Box::new(CoreSubject::new(setup)?));
+                }
+                factory
+                    .build(name, setup)
+                    .expect("a subject file of the project")
+            };
+            let outcome = state_machine::run(&build, &options).unwrap();
+            assert!(outcome.passed(), "{name}, max_keys {max_keys}: {outcome}");
+        }
+    }
+}
