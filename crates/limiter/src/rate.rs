@@ -6,6 +6,7 @@
 //! approximation.
 
 use std::fmt;
+use std::num::{IntErrorKind, ParseIntError};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -112,7 +113,9 @@ impl fmt::Display for Rate {
 }
 
 /// Parses `"<tokens>/<period>"`, where the period is an optional whole count followed by a unit:
-/// `ns`, `us`, `ms`, `s`, `min` (or `m`), `h`, `d`. Examples: `"100/s"`, `"5/min"`, `"1/h"`, `"3/2s"`.
+/// `ns`, `us`, `ms`, `s`, `min` (or `m`), `h`, `d`, `y` (365 days, as the harness's durations count
+/// it). The token count is a whole number in `[0, 2^64 - 1]`. Examples: `"100/s"`, `"5/min"`,
+/// `"1/h"`, `"3/2s"`.
 impl FromStr for Rate {
     type Err = ConfigError;
 
@@ -125,10 +128,13 @@ impl FromStr for Rate {
             .trim()
             .split_once('/')
             .ok_or_else(|| bad("expected <tokens>/<period>, e.g. \"100/s\""))?;
-        let tokens: u64 = tokens
-            .trim()
-            .parse()
-            .map_err(|_| bad("the token count is not a whole number"))?;
+        let tokens: u64 = tokens.trim().parse().map_err(|e: ParseIntError| {
+            bad(match e.kind() {
+                IntErrorKind::PosOverflow => "the token count is above 2^64 - 1",
+                _ if tokens.trim().starts_with('-') => "the token count is negative",
+                _ => "the token count is not a whole number",
+            })
+        })?;
         let period = period.trim();
         let digits_end = period
             .find(|c: char| !c.is_ascii_digit())
@@ -137,9 +143,12 @@ impl FromStr for Rate {
         let count: u128 = if count.is_empty() {
             1
         } else {
-            count
-                .parse()
-                .map_err(|_| bad("the period count is not a whole number"))?
+            count.parse().map_err(|e: ParseIntError| {
+                bad(match e.kind() {
+                    IntErrorKind::PosOverflow => "the period count is above 2^128 - 1",
+                    _ => "the period count is not a whole number",
+                })
+            })?
         };
         let unit_ns: u128 = match unit.trim() {
             "ns" => 1,
@@ -149,7 +158,8 @@ impl FromStr for Rate {
             "m" | "min" => 60 * NANOS_PER_SECOND as u128,
             "h" => 3_600 * NANOS_PER_SECOND as u128,
             "d" => 86_400 * NANOS_PER_SECOND as u128,
-            _ => return Err(bad("unknown unit; use ns, us, ms, s, min, h or d")),
+            "y" => 365 * 86_400 * NANOS_PER_SECOND as u128,
+            _ => return Err(bad("unknown unit; use ns, us, ms, s, min, h, d or y")),
         };
         let period_ns = count
             .checked_mul(unit_ns)
@@ -181,6 +191,33 @@ mod tests {
             "7/500ms".parse::<Rate>().unwrap(),
             Rate::per_second(14),
             "sub-second periods scale up"
+        );
+    }
+
+    #[test]
+    fn each_malformed_rate_names_its_own_mistake() {
+        let reason = |input: &str| match input.parse::<Rate>() {
+            Err(ConfigError::ParseRate { reason, .. }) => reason,
+            other => panic!("{input:?} gave {other:?}"),
+        };
+        assert_eq!(
+            reason("99999999999999999999999999999/s"),
+            "the token count is above 2^64 - 1"
+        );
+        assert_eq!(reason("-2/5s"), "the token count is negative");
+        assert_eq!(reason("x/s"), "the token count is not a whole number");
+        assert_eq!(
+            reason("1/999999999999999999999999999999999999999999s"),
+            "the period count is above 2^128 - 1"
+        );
+        assert_eq!(
+            reason("1/fortnight"),
+            "unknown unit; use ns, us, ms, s, min, h, d or y"
+        );
+        // A year is 365 days, as in the harness's durations.
+        assert_eq!(
+            "365/2y".parse::<Rate>().unwrap(),
+            "1/2d".parse::<Rate>().unwrap()
         );
     }
 
