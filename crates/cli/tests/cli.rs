@@ -143,10 +143,7 @@ fn mutants_checks_its_report_path_before_running_anything() {
     let out = bucketproof(&["mutants", "--report", "Cargo.toml/mutants.md"]);
     let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(2), "{all}");
-    assert!(
-        all.contains("Cargo.toml/mutants.md: cannot write"),
-        "{all}"
-    );
+    assert!(all.contains("Cargo.toml/mutants.md: cannot write"), "{all}");
     // Refused before the suite: no kill table was printed, and it took no time to say so.
     assert!(!all.contains("killed"), "{all}");
     assert!(
