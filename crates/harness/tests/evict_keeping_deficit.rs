@@ -12,8 +12,11 @@
 //! with settles and reconfigures on, against the core and every reference adapter (the Rust one
 //! too, `subjects/rust-core.toml`, once built): every case passes.
 //!
-//! An adapter whose interpreter is missing is skipped with a loud line, and
-//! `BUCKETPROOF_REQUIRE_ADAPTERS=1` (CI sets it) turns that skip into a failure.
+//! An adapter whose interpreter is missing (or the Rust one, not built) is skipped with a loud line,
+//! and `BUCKETPROOF_REQUIRE_ADAPTERS=1` (CI sets it, and builds the Rust adapter first) turns that
+//! skip into a failure.
+
+mod common;
 
 use std::path::Path;
 
@@ -24,8 +27,8 @@ use bucketproof_harness::subjects::exec::ExecSubjects;
 use bucketproof_harness::{
     Acquire, ConfigSpec, Op, PolicySpec, Settle, Setup, Subject, SubjectError, SubjectFactory,
 };
+use common::{SECOND, program_available};
 
-const SECOND: u64 = 1_000_000_000;
 
 /// `(subject file, interpreter)` of each reference adapter in another language.
 const ADAPTERS: [(&str, &str); 2] = [("python-bucket", "python3"), ("node-bucket", "node")];
@@ -48,24 +51,6 @@ fn acquire(key: u64, cost: u64, now: u64, request_id: Option<u64>) -> Op {
     })
 }
 
-/// True if `program` runs here; else a loud skip, or a failure under `BUCKETPROOF_REQUIRE_ADAPTERS=1`.
-fn runs(program: &str) -> bool {
-    let ran = std::process::Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if !ran {
-        assert!(
-            std::env::var("BUCKETPROOF_REQUIRE_ADAPTERS").as_deref() != Ok("1"),
-            "{program} is not installed but BUCKETPROOF_REQUIRE_ADAPTERS=1"
-        );
-        eprintln!(
-            "\n!!!!! SKIP: {program} is not installed, this adapter test did NOT run !!!!!\n"
-        );
-    }
-    ran
-}
-
 /// The project's subject files (the reference adapters among them), run from the workspace.
 fn project_subjects() -> ExecSubjects {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -78,7 +63,7 @@ fn project_subjects() -> ExecSubjects {
 fn assert_adapters_pass(ops: &[Op]) {
     let factory = project_subjects();
     for (name, program) in ADAPTERS {
-        if !runs(program) {
+        if !program_available(program) {
             continue;
         }
         let mut subject = factory
@@ -142,13 +127,17 @@ fn the_state_machine_at_a_small_key_bound_passes_on_the_core_and_every_reference
         .is_file();
     let mut subjects: Vec<&str> = vec!["core"];
     for (name, program) in ADAPTERS {
-        if runs(program) {
+        if program_available(program) {
             subjects.push(name);
         }
     }
     if rust_built {
         subjects.push("rust-core");
     } else {
+        assert!(
+            std::env::var("BUCKETPROOF_REQUIRE_ADAPTERS").as_deref() != Ok("1"),
+            "adapters/rust is not built but BUCKETPROOF_REQUIRE_ADAPTERS=1"
+        );
         eprintln!(
             "\n!!!!! SKIP rust-core: adapters/rust is not built (cargo build --release --manifest-path adapters/rust/Cargo.toml) !!!!!\n"
         );

@@ -38,8 +38,7 @@ fn the_redis_script_survives_century_gaps_at_the_edge_of_its_range() {
     if !redis_available("the_redis_script_survives_century_gaps_at_the_edge_of_its_range") {
         return;
     }
-    let capacity = bucketproof_redis::max_capacity(bucketproof_limiter::Rate::per_second(1))
-        .expect("rate 1/s has an exact range");
+    let capacity = edge_capacity();
     let setup = Setup::new(ConfigSpec::new(capacity, "1/s"));
     let century = 100 * YEAR;
     let ops = vec![
@@ -88,8 +87,7 @@ fn a_config_outside_the_exact_range_is_inexpressible_not_a_failure() {
     if !redis_available("a_config_outside_the_exact_range_is_inexpressible_not_a_failure") {
         return;
     }
-    let capacity = bucketproof_redis::max_capacity(bucketproof_limiter::Rate::per_second(1))
-        .expect("rate 1/s has an exact range");
+    let capacity = edge_capacity();
     let outside = ConfigSpec::new(capacity + 1, "1/s");
     assert!(matches!(
         RedisSubject::new(&Setup::new(outside.clone())),
@@ -116,4 +114,10 @@ fn a_config_outside_the_exact_range_is_inexpressible_not_a_failure() {
         "{:?}",
         report.verdict
     );
+}
+
+/// The largest capacity the Redis script holds exactly at 1 token/s: the edge of its range.
+fn edge_capacity() -> u64 {
+    bucketproof_redis::max_capacity(bucketproof_limiter::Rate::per_second(1))
+        .expect("rate 1/s has an exact range")
 }

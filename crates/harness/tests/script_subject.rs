@@ -23,6 +23,13 @@ fn fixture(name: &str) -> PathBuf {
     workspace().join("tests/fixtures/redis-script").join(name)
 }
 
+/// The exact bucket fixture, loaded (its script read, ready to build subjects of).
+fn bucket() -> Arc<Loaded> {
+    ScriptSubjects::new(workspace())
+        .load(&fixture("bucket.toml"))
+        .unwrap()
+}
+
 fn acquire(cost: u64, now: u64) -> Acquire {
     Acquire {
         key: 7,
@@ -51,8 +58,7 @@ fn a_flushed_script_is_loaded_again_and_no_key_outlives_the_subject() {
     if !redis_available("a_flushed_script_is_loaded_again_and_no_key_outlives_the_subject") {
         return;
     }
-    let factory = ScriptSubjects::new(workspace());
-    let loaded = factory.load(&fixture("bucket.toml")).unwrap();
+    let loaded = bucket();
     let setup = Setup::new(ConfigSpec::new(3, "1/s"));
     let mut subject = ScriptSubjects::build_loaded("bucket", loaded, &setup).unwrap();
     let prefix = subject.prefix().to_owned();
@@ -108,8 +114,7 @@ fn an_op_the_script_cannot_be_given_is_unsupported_not_a_verdict() {
     if !redis_available("an_op_the_script_cannot_be_given_is_unsupported_not_a_verdict") {
         return;
     }
-    let factory = ScriptSubjects::new(workspace());
-    let loaded = factory.load(&fixture("bucket.toml")).unwrap();
+    let loaded = bucket();
     // 1/3 s per token is not a whole number of ns: the setup is refused, the run skipped.
     let thirds = Setup::new(ConfigSpec::new(3, "3/s"));
     assert!(matches!(
@@ -158,8 +163,7 @@ fn pipelined_calls_judge_exactly_as_lone_calls() {
     }
     use bucketproof_harness::subjects::script::PIPELINE;
     use bucketproof_harness::{RunOptions, Stepper, run_trace};
-    let factory = ScriptSubjects::new(workspace());
-    let loaded = factory.load(&fixture("bucket.toml")).unwrap();
+    let loaded = bucket();
     let setup = Setup::new(ConfigSpec::new(5, "2/s"));
     let options = RunOptions {
         stop_at_first: false,
@@ -199,8 +203,7 @@ fn a_script_flushed_before_a_pipeline_is_loaded_again_for_it() {
     if !redis_available("a_script_flushed_before_a_pipeline_is_loaded_again_for_it") {
         return;
     }
-    let factory = ScriptSubjects::new(workspace());
-    let loaded = factory.load(&fixture("bucket.toml")).unwrap();
+    let loaded = bucket();
     let setup = Setup::new(ConfigSpec::new(3, "1/s"));
     let mut subject = ScriptSubjects::build_loaded("bucket", loaded, &setup).unwrap();
     let ops = [
@@ -227,8 +230,7 @@ fn a_step_that_was_not_announced_next_is_a_harness_error() {
     if !redis_available("a_step_that_was_not_announced_next_is_a_harness_error") {
         return;
     }
-    let factory = ScriptSubjects::new(workspace());
-    let loaded = factory.load(&fixture("bucket.toml")).unwrap();
+    let loaded = bucket();
     let setup = Setup::new(ConfigSpec::new(3, "1/s"));
     let mut subject = ScriptSubjects::build_loaded("bucket", loaded, &setup).unwrap();
     subject.upcoming(&[acquire(1, 0), acquire(1, 5)].map(bucketproof_harness::Op::Acquire));

@@ -138,3 +138,21 @@ pub fn redis_available(test: &str) -> bool {
     eprintln!("\n!!!!! SKIP {test}: REDIS_URL is not set, this Redis test did NOT run !!!!!\n");
     false
 }
+
+/// True if `program` runs here; else a loud skip, or a failure under `BUCKETPROOF_REQUIRE_ADAPTERS=1`.
+pub fn program_available(program: &str) -> bool {
+    let ran = std::process::Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !ran {
+        assert!(
+            std::env::var("BUCKETPROOF_REQUIRE_ADAPTERS").as_deref() != Ok("1"),
+            "{program} is not installed but BUCKETPROOF_REQUIRE_ADAPTERS=1"
+        );
+        eprintln!(
+            "\n!!!!! SKIP: {program} is not installed, this adapter test did NOT run !!!!!\n"
+        );
+    }
+    ran
+}

@@ -220,27 +220,14 @@ impl Context {
         Ok(out)
     }
 
+    /// A config or cost integer, held to `max_integer`.
     fn integer(&self, name: &str, value: u128) -> Result<String, Unsupported> {
-        if let Some(max) = self.max_integer
-            && value > max
-        {
-            return Err(unsupported(format!(
-                "{{{name}}} = {value} is above the script's max_integer {max}"
-            )));
-        }
-        Ok(value.to_string())
+        capped(name, value, self.max_integer, "max_integer")
     }
 
     /// A time integer, held to `max_time`.
     fn time(&self, name: &str, value: u128) -> Result<String, Unsupported> {
-        if let Some(max) = self.max_time
-            && value > max
-        {
-            return Err(unsupported(format!(
-                "{{{name}}} = {value} is above the script's max_time {max}"
-            )));
-        }
-        Ok(value.to_string())
+        capped(name, value, self.max_time, "max_time")
     }
 
     /// `numer / denom`, which must be an integer.
@@ -393,6 +380,18 @@ fn times_ten_div(rem: u128, denom: u128) -> (u8, u128) {
             }
             (digit, acc)
         }
+    }
+}
+
+
+/// `value` as the placeholder `{name}`'s text, or unsupported above the description's `cap`
+/// (the field `field`).
+fn capped(name: &str, value: u128, cap: Option<u128>, field: &str) -> Result<String, Unsupported> {
+    match cap {
+        Some(max) if value > max => Err(unsupported(format!(
+            "{{{name}}} = {value} is above the script's {field} {max}"
+        ))),
+        _ => Ok(value.to_string()),
     }
 }
 
