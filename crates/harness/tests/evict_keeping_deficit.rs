@@ -29,7 +29,6 @@ use bucketproof_harness::{
 };
 use common::{SECOND, program_available};
 
-
 /// `(subject file, interpreter)` of each reference adapter in another language.
 const ADAPTERS: [(&str, &str); 2] = [("python-bucket", "python3"), ("node-bucket", "node")];
 

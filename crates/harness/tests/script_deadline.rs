@@ -1,6 +1,7 @@
 //! A Redis that stops answering is a harness error within the script subject's deadline, never a
 //! hang: a fake server on loopback answers the connection's setup and `SCRIPT LOAD`, then reads the
-//! first pipeline of `EVALSHA` calls and never replies. Its own test binary because it points
+//! first pipeline of `EVALSHA` calls and never replies; the subject is then dropped without waiting on
+//! the hung connection again. Its own test binary because it points
 //! `REDIS_URL` (read by every script subject of the process) at the fake.
 
 use std::io::{BufRead, BufReader, Write};
@@ -78,5 +79,13 @@ fn a_redis_that_stops_answering_is_an_error_within_the_deadline() {
     assert!(
         waited >= DEADLINE && waited < DEADLINE + Duration::from_secs(5),
         "answered after {waited:?}"
+    );
+    // The connection is out of step: the cleanup does not wait on it for a second deadline.
+    let start = Instant::now();
+    drop(subject);
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "the drop waited {:?}",
+        start.elapsed()
     );
 }

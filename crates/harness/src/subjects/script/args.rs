@@ -383,7 +383,6 @@ fn times_ten_div(rem: u128, denom: u128) -> (u8, u128) {
     }
 }
 
-
 /// `value` as the placeholder `{name}`'s text, or unsupported above the description's `cap`
 /// (the field `field`).
 fn capped(name: &str, value: u128, cap: Option<u128>, field: &str) -> Result<String, Unsupported> {

@@ -67,6 +67,9 @@ pub struct ScriptSubject {
     queued: VecDeque<Op>,
     /// Acquires sent, with their replies, not stepped yet.
     sent: VecDeque<Sent>,
+    /// A pipeline failed after it was sent: replies may still be on their way, so the connection's
+    /// next reply would not be the next call's. Nothing more is sent on it, the cleanup included.
+    out_of_step: bool,
 }
 
 /// An acquire sent in a pipeline, the ARGV it was given (for a raised error's message) and its
@@ -157,6 +160,7 @@ impl ScriptSubject {
             url,
             queued: VecDeque::new(),
             sent: VecDeque::new(),
+            out_of_step: false,
         };
         // Every template filled once for a first op, so a config the script cannot be given (a rate
         // of zero where an interval is needed) skips the run before it starts.
@@ -239,6 +243,11 @@ impl ScriptSubject {
         // reading after a timed-out read, one read timeout per call, so a Redis that stopped
         // answering would hold a pipeline of 256 calls for 256 deadlines. Here the one deadline
         // covers the whole pipeline and the first failed read ends it.
+        if self.out_of_step {
+            return Err(self.broken("its connection to Redis failed earlier in this run".into()));
+        }
+        // Until every reply is read: an early return leaves the connection out of step.
+        self.out_of_step = true;
         let sent = Instant::now();
         self.connection
             .send_packed_command(&pipe.get_packed_pipeline())
@@ -273,6 +282,7 @@ impl ScriptSubject {
                 .set_read_timeout(Some(DEADLINE))
                 .map_err(|e| self.lost(&e))?;
         }
+        self.out_of_step = false;
         Ok(replies)
     }
 
@@ -419,8 +429,13 @@ impl Subject for ScriptSubject {
 }
 
 impl Drop for ScriptSubject {
-    /// Deletes every key under the prefix.
+    /// Deletes every key under the prefix, unless the connection is out of step (a Redis that
+    /// stopped answering, or lost mid-pipeline): its keys are then left under the prefix, and a
+    /// hung Redis costs the run one deadline, not two.
     fn drop(&mut self) {
+        if self.out_of_step {
+            return;
+        }
         let pattern = format!("{}*", self.prefix);
         let mut cursor: u64 = 0;
         loop {
