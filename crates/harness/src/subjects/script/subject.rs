@@ -45,22 +45,12 @@ pub struct ScriptSubject {
     url: String,
 }
 
-/// A reason as the `'static` text [`SubjectError::Unsupported`] carries; distinct reasons are
-/// interned (a few per description), past a bound a generic one is used.
-fn reason(Unsupported(text): Unsupported) -> &'static str {
-    use std::collections::BTreeSet;
-    use std::sync::Mutex;
-    static SEEN: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
-    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(known) = seen.get(text.as_str()) {
-        return known;
-    }
-    if seen.len() >= 256 {
-        return "a value the script cannot be given (see docs/redis-script.md)";
-    }
-    let leaked: &'static str = Box::leak(text.into_boxed_str());
-    seen.insert(leaked);
-    leaked
+/// Why a value cannot be given to the script, as the run's skip reason.
+fn unsupported(Unsupported(text): Unsupported) -> SubjectError {
+    SubjectError::unsupported_because(
+        text,
+        "a value the script cannot be given (see docs/redis-script.md)",
+    )
 }
 
 impl ScriptSubject {
@@ -87,9 +77,7 @@ impl ScriptSubject {
             epoch_s: spec.epoch_s,
             max_integer: spec.max_integer,
         };
-        context
-            .check()
-            .map_err(|u| SubjectError::Unsupported(reason(u)))?;
+        context.check().map_err(unsupported)?;
         let url = redis_url();
         let unreachable = |e: redis::RedisError| {
             SubjectError::Build(format!(
@@ -127,9 +115,7 @@ impl ScriptSubject {
             now: 0,
             request_id: None,
         };
-        subject
-            .call_args(probe)
-            .map_err(|u| SubjectError::Unsupported(reason(u)))?;
+        subject.call_args(probe).map_err(unsupported)?;
         Ok(subject)
     }
 
@@ -210,9 +196,7 @@ impl Subject for ScriptSubject {
         if acquire.request_id.is_some() {
             return Err(SubjectError::Unsupported("request ids"));
         }
-        let (keys, argv) = self
-            .call_args(acquire)
-            .map_err(|u| SubjectError::Unsupported(reason(u)))?;
+        let (keys, argv) = self.call_args(acquire).map_err(unsupported)?;
         let mut reply = self.evalsha(&keys, &argv);
         if let Err(e) = &reply
             && e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
