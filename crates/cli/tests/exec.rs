@@ -278,3 +278,24 @@ fn a_broken_child_is_a_harness_error_that_says_what_happened() {
 fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
+
+#[test]
+fn a_setup_the_child_refuses_is_skipped_with_the_childs_own_reason() {
+    let script = greets_then(
+        r#"read l; echo '{"id":1,"error":{"kind":"unsupported","message":"no key bound here"}}'"#,
+    );
+    let subject = format!("exec:sh -c {}", shell_quote(&script));
+    let out = bucketproof(&[
+        "check",
+        "scenarios/exact-refill.toml",
+        "--subject",
+        &subject,
+    ]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(all.contains("skipped"), "{all}");
+    // The reason line, not the subject's name: the command line holds the message too.
+    assert!(
+        all.contains("unsupported: this setup (the subject refused it: no key bound here)"),
+        "{all}"
+    );
+}

@@ -224,6 +224,27 @@ pub enum SubjectError {
     Broken(String),
 }
 
+impl SubjectError {
+    /// [`SubjectError::Unsupported`] with a reason known only at run time (a script's or a child
+    /// process's own words), as the `'static` text the variant carries: distinct reasons are interned
+    /// (a subject gives a few), and past a bound of them `fallback` is used instead.
+    pub fn unsupported_because(reason: String, fallback: &'static str) -> SubjectError {
+        use std::collections::BTreeSet;
+        use std::sync::Mutex;
+        static SEEN: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(known) = seen.get(reason.as_str()) {
+            return SubjectError::Unsupported(known);
+        }
+        if seen.len() >= 256 {
+            return SubjectError::Unsupported(fallback);
+        }
+        let leaked: &'static str = Box::leak(reason.into_boxed_str());
+        seen.insert(leaked);
+        SubjectError::Unsupported(leaked)
+    }
+}
+
 /// An implementation under test.
 pub trait Subject {
     /// Stable name used in reports and replay commands (e.g. `core`, `float-textbook`, `mutant:no-clamp`).

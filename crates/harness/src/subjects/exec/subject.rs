@@ -126,7 +126,8 @@ impl ExecSubject {
         };
         match reply.error {
             None => Ok(subject),
-            Some(error) if error.kind == "unsupported" => Err(SubjectError::Unsupported(
+            Some(error) if error.kind == "unsupported" => Err(SubjectError::unsupported_because(
+                format!("this setup (the subject refused it: {})", error.message),
                 "this setup (the subject refused it as unsupported)",
             )),
             Some(error) => {
@@ -299,6 +300,7 @@ impl ExecSubject {
         }
         self.read_front()?;
         let sent = self.sent.pop_front().expect("front exists");
+        let op_name = sent.request.op();
         let reply = sent.reply.expect("read above");
         self.answered = Some(Answered {
             op,
@@ -311,7 +313,10 @@ impl ExecSubject {
                 "unknown_request" => SubjectError::UnknownRequest,
                 "not_admitted" => SubjectError::NotAdmitted,
                 "already_settled" => SubjectError::AlreadySettled,
-                "unsupported" => SubjectError::Unsupported("an op (the subject said unsupported)"),
+                "unsupported" => SubjectError::unsupported_because(
+                    format!("{op_name} (the subject refused it: {})", error.message),
+                    "an op (the subject said unsupported)",
+                ),
                 "store" => SubjectError::Store(error.message.clone()),
                 other => {
                     let what = format!("answered with an unknown error kind {other:?}");

@@ -223,13 +223,56 @@ impl WireAmount {
 }
 
 /// A wait on the wire: ns, `"never"` or null.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Read by hand rather than as an untagged enum so that a wait that is no `u64` (negative, a
+/// fraction, above `2^64 - 1` ns) is refused saying what to send instead.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum WireWait {
     /// Nanoseconds.
     Ns(u64),
     /// `"never"` (any other string is refused when read).
     Word(String),
+}
+
+/// What a wait must be, for every refusal.
+const WAIT_EXPECTED: &str = "a whole number of nanoseconds in [0, 2^64 - 1], \"never\" or null";
+
+impl<'de> Deserialize<'de> for WireWait {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = WireWait;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(WAIT_EXPECTED)
+            }
+            fn visit_u64<E: serde::de::Error>(self, ns: u64) -> Result<WireWait, E> {
+                Ok(WireWait::Ns(ns))
+            }
+            fn visit_i64<E: serde::de::Error>(self, ns: i64) -> Result<WireWait, E> {
+                u64::try_from(ns).map(WireWait::Ns).map_err(|_| {
+                    E::custom(format!(
+                        "a wait of {ns} ns is negative; send {WAIT_EXPECTED}"
+                    ))
+                })
+            }
+            // serde_json reads an integer above `u64::MAX` (or any fraction) as a float.
+            fn visit_f64<E: serde::de::Error>(self, ns: f64) -> Result<WireWait, E> {
+                Err(E::custom(if ns >= 18_446_744_073_709_551_615.0 {
+                    format!(
+                        "a wait of {ns:e} ns is above 2^64 - 1 ns: it ends past the end of the \
+                         clock, so send \"never\""
+                    )
+                } else {
+                    format!("a wait of {ns} ns is not {WAIT_EXPECTED}")
+                }))
+            }
+            fn visit_str<E: serde::de::Error>(self, word: &str) -> Result<WireWait, E> {
+                Ok(WireWait::Word(word.to_owned()))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 impl WireWait {
@@ -510,5 +553,41 @@ impl Reply {
             return Err(format!("the reply to {} says \"ok\": false", request.op()));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wait_error(wait: &str) -> String {
+        let line =
+            format!(r#"{{"id":1,"allowed":false,"remaining":"0/1","retry_after_ns":{wait}}}"#);
+        serde_json::from_str::<Reply>(&line)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn a_wait_that_is_no_u64_says_what_to_send() {
+        let above = wait_error("18446744073709551616");
+        assert!(
+            above.contains("above 2^64 - 1 ns") && above.contains("send \"never\""),
+            "{above}"
+        );
+        let negative = wait_error("-5");
+        assert!(negative.contains("-5 ns is negative"), "{negative}");
+        let fraction = wait_error("1.5");
+        assert!(
+            fraction.contains("1.5 ns is not a whole number"),
+            "{fraction}"
+        );
+        let line =
+            r#"{"id":1,"allowed":false,"remaining":"0/1","retry_after_ns":18446744073709551615}"#;
+        let reply: Reply = serde_json::from_str(line).unwrap();
+        assert_eq!(reply.retry_after_ns, Some(Some(WireWait::Ns(u64::MAX))));
+        let never: Reply =
+            serde_json::from_str(&line.replace("18446744073709551615", "\"never\"")).unwrap();
+        assert_eq!(never.retry_after_ns, Some(Some(WireWait::never())));
     }
 }

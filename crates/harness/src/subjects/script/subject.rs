@@ -80,22 +80,12 @@ struct Sent {
     reply: redis::RedisResult<Value>,
 }
 
-/// A reason as the `'static` text [`SubjectError::Unsupported`] carries; distinct reasons are
-/// interned (a few per description), past a bound a generic one is used.
-fn reason(Unsupported(text): Unsupported) -> &'static str {
-    use std::collections::BTreeSet;
-    use std::sync::Mutex;
-    static SEEN: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
-    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(known) = seen.get(text.as_str()) {
-        return known;
-    }
-    if seen.len() >= 256 {
-        return "a value the script cannot be given (see docs/redis-script.md)";
-    }
-    let leaked: &'static str = Box::leak(text.into_boxed_str());
-    seen.insert(leaked);
-    leaked
+/// Why a value cannot be given to the script, as the run's skip reason.
+fn unsupported(Unsupported(text): Unsupported) -> SubjectError {
+    SubjectError::unsupported_because(
+        text,
+        "a value the script cannot be given (see docs/redis-script.md)",
+    )
 }
 
 impl ScriptSubject {
@@ -124,9 +114,7 @@ impl ScriptSubject {
             max_time: spec.max_time,
             configs: spec.configs,
         };
-        context
-            .check()
-            .map_err(|u| SubjectError::Unsupported(reason(u)))?;
+        context.check().map_err(unsupported)?;
         let url = redis_url();
         let unreachable = |e: redis::RedisError| {
             SubjectError::Build(format!(
@@ -170,9 +158,7 @@ impl ScriptSubject {
             now: 0,
             request_id: None,
         };
-        subject
-            .call_args(probe)
-            .map_err(|u| SubjectError::Unsupported(reason(u)))?;
+        subject.call_args(probe).map_err(unsupported)?;
         Ok(subject)
     }
 
@@ -302,9 +288,7 @@ impl ScriptSubject {
                 )));
             }
         }
-        let first = self
-            .call_args(acquire)
-            .map_err(|u| SubjectError::Unsupported(reason(u)))?;
+        let first = self.call_args(acquire).map_err(unsupported)?;
         let mut acquires = vec![acquire];
         let mut calls = vec![first];
         // Up to the first op that is not an acquire the script can be given: that op's step
