@@ -16,7 +16,8 @@
 //! - [`Model`]: the keyed limiter over `u64` keys built on that one transition: request-id dedupe (window and
 //!   per-key FIFO, a record holding the whole decision, its cost and its settlement), settle, per-key override
 //!   sets and versions, forget, expiry
-//!   (`is_evictable_at`, `sweep`, `evict`). A key of one bandwidth answers exactly as the single-bucket rules.
+//!   (`model/expiry.rs`: `is_evictable_at`, `sweep`, `evict`, `lose_records`, `recreate_owing`). A key of one
+//!   bandwidth answers exactly as the single-bucket rules.
 //!
 //! What it promises:
 //! - It shares no code with `crates/limiter`: a bug cannot hide in both.
