@@ -238,15 +238,8 @@ fn a_broken_child_is_a_harness_error_that_says_what_happened() {
         (greets_then("exit 0"), "exit status: 0"),
     ];
     for (script, expected) in cases {
-        let subject = format!("exec:sh -c {}", shell_quote(&script));
-        let out = bucketproof(&[
-            "check",
-            "scenarios/exact-refill.toml",
-            "--subject",
-            &subject,
-        ]);
-        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
-        assert_eq!(out.status.code(), Some(2), "{script}: {all}");
+        let (code, all) = check_through_sh(&script);
+        assert_eq!(code, Some(2), "{script}: {all}");
         assert!(
             all.contains(expected),
             "{script}: expected {expected:?} in {all}"
@@ -275,6 +268,20 @@ fn a_broken_child_is_a_harness_error_that_says_what_happened() {
     assert!(all.contains("cannot start subject"), "{all}");
 }
 
+/// `bucketproof check` of `scenarios/exact-refill.toml` through `sh -c script`: its exit code and
+/// all it printed.
+fn check_through_sh(script: &str) -> (Option<i32>, String) {
+    let subject = format!("exec:sh -c {}", shell_quote(script));
+    let out = bucketproof(&[
+        "check",
+        "scenarios/exact-refill.toml",
+        "--subject",
+        &subject,
+    ]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    (out.status.code(), all)
+}
+
 fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
@@ -284,14 +291,7 @@ fn a_setup_the_child_refuses_is_skipped_with_the_childs_own_reason() {
     let script = greets_then(
         r#"read l; echo '{"id":1,"error":{"kind":"unsupported","message":"no key bound here"}}'"#,
     );
-    let subject = format!("exec:sh -c {}", shell_quote(&script));
-    let out = bucketproof(&[
-        "check",
-        "scenarios/exact-refill.toml",
-        "--subject",
-        &subject,
-    ]);
-    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let (_, all) = check_through_sh(&script);
     assert!(all.contains("skipped"), "{all}");
     // The reason line, not the subject's name: the command line holds the message too.
     assert!(

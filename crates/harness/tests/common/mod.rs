@@ -109,50 +109,44 @@ fn assert_agrees(
     }
 }
 
-/// True if `DATABASE_URL` is set. Otherwise a loud SKIP line and false, or, under
-/// `BUCKETPROOF_REQUIRE_POSTGRES=1` (CI), a failure.
+/// True when nothing is `missing`. Otherwise a loud SKIP line naming `test` and what is missing,
+/// and false, or, with the environment variable `require` set to 1 (CI sets them), a failure: a
+/// test never passes by not running.
+pub fn available(test: &str, missing: Option<String>, require: &str) -> bool {
+    let Some(missing) = missing else {
+        return true;
+    };
+    assert!(
+        std::env::var(require).as_deref() != Ok("1"),
+        "{test}: {missing}, but {require}=1"
+    );
+    eprintln!("\n!!!!! SKIP {test}: {missing}; it did NOT run !!!!!\n");
+    false
+}
+
+/// `available` for a PostgreSQL test: `DATABASE_URL` set, else `BUCKETPROOF_REQUIRE_POSTGRES`.
 pub fn postgres_available(test: &str) -> bool {
-    if std::env::var("DATABASE_URL").is_ok() {
-        return true;
-    }
-    assert!(
-        std::env::var("BUCKETPROOF_REQUIRE_POSTGRES").as_deref() != Ok("1"),
-        "{test}: DATABASE_URL is not set but BUCKETPROOF_REQUIRE_POSTGRES=1"
-    );
-    eprintln!(
-        "\n!!!!! SKIP {test}: DATABASE_URL is not set, this PostgreSQL test did NOT run !!!!!\n"
-    );
-    false
+    let missing = std::env::var("DATABASE_URL")
+        .is_err()
+        .then(|| "DATABASE_URL is not set".to_owned());
+    available(test, missing, "BUCKETPROOF_REQUIRE_POSTGRES")
 }
 
-/// True if `REDIS_URL` is set. Otherwise a loud SKIP line and false, or, under
-/// `BUCKETPROOF_REQUIRE_REDIS=1` (CI), a failure: a Redis test never passes by not running.
+/// `available` for a Redis test: `REDIS_URL` set, else `BUCKETPROOF_REQUIRE_REDIS`.
 pub fn redis_available(test: &str) -> bool {
-    if std::env::var("REDIS_URL").is_ok() {
-        return true;
-    }
-    assert!(
-        std::env::var("BUCKETPROOF_REQUIRE_REDIS").as_deref() != Ok("1"),
-        "{test}: REDIS_URL is not set but BUCKETPROOF_REQUIRE_REDIS=1"
-    );
-    eprintln!("\n!!!!! SKIP {test}: REDIS_URL is not set, this Redis test did NOT run !!!!!\n");
-    false
+    let missing = std::env::var("REDIS_URL")
+        .is_err()
+        .then(|| "REDIS_URL is not set".to_owned());
+    available(test, missing, "BUCKETPROOF_REQUIRE_REDIS")
 }
 
-/// True if `program` runs here; else a loud skip, or a failure under `BUCKETPROOF_REQUIRE_ADAPTERS=1`.
+/// `available` for an adapter's interpreter: `program --version` runs, else
+/// `BUCKETPROOF_REQUIRE_ADAPTERS`.
 pub fn program_available(program: &str) -> bool {
-    let ran = std::process::Command::new(program)
+    let runs = std::process::Command::new(program)
         .arg("--version")
         .output()
         .is_ok_and(|out| out.status.success());
-    if !ran {
-        assert!(
-            std::env::var("BUCKETPROOF_REQUIRE_ADAPTERS").as_deref() != Ok("1"),
-            "{program} is not installed but BUCKETPROOF_REQUIRE_ADAPTERS=1"
-        );
-        eprintln!(
-            "\n!!!!! SKIP: {program} is not installed, this adapter test did NOT run !!!!!\n"
-        );
-    }
-    ran
+    let missing = (!runs).then(|| format!("{program} is not installed"));
+    available("adapter test", missing, "BUCKETPROOF_REQUIRE_ADAPTERS")
 }
