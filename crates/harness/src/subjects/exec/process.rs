@@ -539,6 +539,8 @@ impl Drop for Process {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+        // Even after the leader exited: what it started may still hold the group. The group's id
+        // is not handed to a new process while any member is alive.
         kill_group(self.child.id());
         let _ = self.child.wait();
     }
