@@ -15,8 +15,8 @@ use super::wire::{
     Capabilities, Reply, Request, RetryProbe, VERSIONS, WireAmount, WireError, WirePart, WireState,
     WireWait,
 };
-use crate::subject::Observed;
-use crate::subject::{Inspection, Subject, SubjectError};
+use crate::profile::Profile;
+use crate::subject::{Inspection, Observed, Subject, SubjectError};
 use crate::subjects::Registry;
 use crate::trace::{Acquire, BandwidthSpec, ConfigSpec, Settle, Setup};
 
@@ -46,31 +46,7 @@ pub fn serve(
     input: BufReader<impl Read>,
     mut output: impl Write,
 ) -> Result<(), ServeError> {
-    let probe_setup = Setup::new(ConfigSpec::new(1, "1/s"));
-    let probe = registry
-        .build(name, &probe_setup)
-        .map_err(|e| ServeError::Subject(e.to_string()))?;
-    let evicts = probe.may_evict();
-    let profile = probe.profile();
-    // A subject without settle says so to any settle; one with it answers this one with a refusal
-    // (the key holds no record), changing nothing.
-    let mut probe = probe;
-    let settles = !matches!(
-        probe.settle(Settle {
-            key: 0,
-            request_id: 0,
-            actual: 1,
-            now: 0,
-        }),
-        Err(SubjectError::Unsupported(_))
-    );
-    drop(probe);
-    // A subject that cannot be built for two bandwidths holds one per key.
-    let pair = ConfigSpec::set([BandwidthSpec::new(1, "1/s"), BandwidthSpec::new(2, "1/s")]);
-    let held = match registry.build(name, &Setup::new(pair)) {
-        Ok(_) => bucketproof_limiter::MAX_BANDWIDTHS as u64,
-        Err(_) => 1,
-    };
+    let (capabilities, profile) = declared(registry, name)?;
     let mut subject: Option<Box<dyn Subject>> = None;
     let mut lines = LineReader::new(input, DEFAULT_MAX_LINE_BYTES, Overflow::Stop);
     let mut number = 0;
@@ -115,18 +91,7 @@ pub fn serve(
                 reply.protocol = Some(*version);
                 reply.name = Some(name.to_owned());
                 reply.version = Some(env!("CARGO_PKG_VERSION").to_owned());
-                reply.capabilities = Some(Capabilities {
-                    reconfigure: true,
-                    forget: true,
-                    sweep: true,
-                    inspect: true,
-                    would_allow: true,
-                    request_ids: true,
-                    evicts,
-                    batch: 1024,
-                    bandwidths: held,
-                    settle: settles,
-                });
+                reply.capabilities = Some(capabilities.clone());
                 reply.profile = Some(profile.clone());
             }
             Request::Setup {
@@ -174,6 +139,60 @@ pub fn serve(
         }
     }
 }
+
+/// What `name` declares in its hello: each capability found by trying it on a throwaway subject
+/// (an op the subject does not have answers `Unsupported`), so a child never declares a request it
+/// would refuse; and its profile.
+fn declared(registry: &Registry, name: &str) -> Result<(Capabilities, Profile), ServeError> {
+    let build = |setup: &Setup| {
+        registry
+            .build(name, setup)
+            .map_err(|e| ServeError::Subject(e.to_string()))
+    };
+    let config = ConfigSpec::new(1, "1/s");
+    let mut probe = build(&Setup::new(config.clone()))?;
+    let has =
+        |result: Result<(), SubjectError>| !matches!(result, Err(SubjectError::Unsupported(_)));
+    // A settle of a request the key never saw is refused (no record) by a subject that settles,
+    // changing nothing; the other probes run on a key of their own.
+    let settle = has(probe
+        .settle(Settle {
+            key: 0,
+            request_id: 0,
+            actual: 1,
+            now: 0,
+        })
+        .map(drop));
+    let acquire = Acquire {
+        key: 1,
+        cost: 1,
+        now: 0,
+        request_id: Some(1),
+    };
+    let capabilities = Capabilities {
+        inspect: !matches!(probe.inspect(1), Inspection::Unsupported),
+        would_allow: probe.would_allow(acquire).is_some(),
+        request_ids: has(probe.acquire(acquire).map(drop)),
+        reconfigure: has(probe.reconfigure(2, &config, 0)),
+        sweep: has(probe.sweep(0)),
+        forget: has(probe.forget(2)),
+        evicts: probe.may_evict(),
+        batch: BATCH,
+        // A subject that cannot be built for two bandwidths holds one per key.
+        bandwidths: match build(&Setup::new(ConfigSpec::set([
+            BandwidthSpec::new(1, "1/s"),
+            BandwidthSpec::new(2, "1/s"),
+        ]))) {
+            Ok(_) => bucketproof_limiter::MAX_BANDWIDTHS as u64,
+            Err(_) => 1,
+        },
+        settle,
+    };
+    Ok((capabilities, probe.profile()))
+}
+
+/// Requests the server lets the harness write ahead of their replies.
+const BATCH: u64 = 1024;
 
 /// Answers an op of a running trace into `reply`.
 fn answer(subject: &mut dyn Subject, request: Request, reply: &mut Reply) {
@@ -369,5 +388,47 @@ fn wire_error(error: &SubjectError) -> WireError {
     WireError {
         kind: kind.into(),
         message: error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The capabilities `serve` declares for `name` in its hello.
+    fn hello(name: &str) -> Capabilities {
+        let request = br#"{"op":"hello","id":0,"protocol":[1]}
+"#;
+        let mut output = Vec::new();
+        serve(
+            &Registry::default(),
+            name,
+            BufReader::new(&request[..]),
+            &mut output,
+        )
+        .unwrap();
+        let reply: Reply = serde_json::from_slice(&output).unwrap();
+        reply.capabilities.unwrap()
+    }
+
+    #[test]
+    fn a_served_subject_declares_what_it_can_do_and_nothing_else() {
+        let core = hello("core");
+        assert!(core.reconfigure && core.forget && core.sweep, "{core:?}");
+        assert!(core.inspect && core.would_allow && core.request_ids && core.settle);
+        assert!(core.evicts);
+        assert_eq!(core.bandwidths, bucketproof_limiter::MAX_BANDWIDTHS as u64);
+        // The float baselines take no request ids, no reconfigure, no sweep and no settle, and
+        // hold one bandwidth per key.
+        let float = hello("float-textbook");
+        assert!(
+            !float.request_ids && !float.reconfigure && !float.settle,
+            "{float:?}"
+        );
+        assert!(
+            float.forget && float.inspect && float.would_allow,
+            "{float:?}"
+        );
+        assert_eq!(float.bandwidths, 1);
     }
 }
