@@ -299,3 +299,97 @@ fn a_setup_the_child_refuses_is_skipped_with_the_childs_own_reason() {
         "{all}"
     );
 }
+
+#[test]
+fn a_subject_that_cannot_run_is_one_error_before_any_run_saying_what_to_run() {
+    let dir = scratch("not-ready");
+    std::fs::write(
+        dir.join("unbuilt.toml"),
+        "command = \"build/my-limiter\"\nprepare = \"make my-limiter\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("uninstalled.toml"),
+        "command = \"sh\"\nneeds = [\"node_modules/pkg\"]\nprepare = \"npm ci\"\n",
+    )
+    .unwrap();
+    let cases = [
+        ("exec:", "no command after \"exec:\""),
+        (
+            "exec:no-such-program-here",
+            "cannot start subject no-such-program-here",
+        ),
+        ("exec:sh -c 'echo broken >&2; exit 3'", "lines:\n    broken"),
+        (
+            "./unbuilt.toml",
+            "build/my-limiter is missing (in directory .); run `make my-limiter` first",
+        ),
+        (
+            "./uninstalled.toml",
+            "node_modules/pkg is missing (in directory .); run `npm ci` first",
+        ),
+        ("./absent.toml", "./absent.toml: No such file"),
+    ];
+    for (subject, expected) in cases {
+        let out = bucketproof_in(&dir, &["check", "--subject", subject]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{subject}: {stderr}");
+        // Once, before any run: no run line, no summary.
+        assert_eq!(stderr.matches(expected).count(), 1, "{subject}: {stderr}");
+        assert!(
+            stderr.contains(&format!("subject {subject:?} cannot run")),
+            "{subject}: {stderr}"
+        );
+        assert!(out.stdout.is_empty(), "{subject}: {}", text(&out.stdout));
+    }
+}
+
+#[test]
+fn subject_files_load_by_path_relative_or_absolute() {
+    let dir = scratch("by-path");
+    let file = dir.join("mine.toml");
+    std::fs::write(&file, subject_file("core", "\"exact\"")).unwrap();
+    let scenario = workspace().join("scenarios/repeated-denials.toml");
+    let scenario = scenario.to_str().unwrap();
+    for subject in ["./mine.toml", "mine.toml", file.to_str().unwrap()] {
+        let out = bucketproof_in(&dir, &["check", scenario, "--subject", subject]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{subject}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).contains("passed, 0 failed"),
+            "{}",
+            text(&out.stdout)
+        );
+    }
+}
+
+#[test]
+fn list_says_what_a_subject_file_still_needs() {
+    let dir = project(
+        "list-ready",
+        &["repeated-denials.toml"],
+        "command = \"build/my-limiter\"\nprepare = \"make my-limiter\"\n",
+    );
+    let out = bucketproof_in(&dir, &["list"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let listed = text(&out.stdout);
+    let line = listed
+        .lines()
+        .find(|l| l.trim_start().starts_with("mine "))
+        .unwrap();
+    assert!(
+        line.ends_with(
+            "(not ready: build/my-limiter is missing (in directory .); run `make my-limiter` first)"
+        ),
+        "{listed}"
+    );
+    let ready = listed
+        .lines()
+        .find(|l| l.trim_start().starts_with("core"))
+        .unwrap();
+    assert!(!ready.contains("not ready"), "{listed}");
+}

@@ -353,6 +353,22 @@ pub trait SubjectFactory {
     }
     /// Builds `name` for `setup`, or `None` if the name is not this factory's.
     fn build(&self, name: &str, setup: &Setup) -> Option<Result<Box<dyn Subject>, SubjectError>>;
+    /// Checks once, before a gate's first run, that `name` can run at all (its command line or
+    /// file is valid, what it needs is installed, its store is reachable), so a subject that
+    /// cannot start is one error rather than one per run; the message says what is wrong and, when
+    /// known, what to run. `None` if the name is not this factory's. Default: build it once for a
+    /// setup of one token per second; a refusal of that setup (unsupported, inexpressible) is not
+    /// a failure, any other error is.
+    fn preflight(&self, name: &str) -> Option<Result<(), String>> {
+        if !self.knows(name) {
+            return None;
+        }
+        let setup = Setup::new(ConfigSpec::new(1, "1/s"));
+        Some(match self.build(name, &setup)? {
+            Ok(_) | Err(SubjectError::Unsupported(_) | SubjectError::Inexpressible(_)) => Ok(()),
+            Err(error) => Err(error.to_string()),
+        })
+    }
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! `bucketproof list`: the scenarios (ops, seeds, reach targets) and the subjects of this binary.
+//! `bucketproof list`: the scenarios (ops, seeds, reach targets) and the subjects of this binary,
+//! each subject file with what it still needs built or installed.
 
 use std::path::PathBuf;
 
@@ -31,11 +32,21 @@ pub fn list(paths: &[PathBuf], out: &mut Out) -> Result<u8, Fatal> {
             .get(&name)
             .or_else(|| scripts.files().get(&name))
         {
-            Some(path) => out.line(format!("  {name:<28} {}", path.display()))?,
+            Some(path) => {
+                // Checked without starting anything: what a subject file says it needs.
+                let unready = exec.spec(&name).and_then(|spec| match spec {
+                    Ok(spec) => spec.unready(),
+                    Err(e) => Some(e.to_string()),
+                });
+                let status =
+                    unready.map_or_else(String::new, |why| format!("  (not ready: {why})"));
+                out.line(format!("  {name:<28} {}{status}", path.display()))?
+            }
             None => out.line(format!("  {name}"))?,
         }
     }
     out.line("  exec:<command line>           any program speaking docs/subject-protocol.md")?;
+    out.line("  <path>.toml                   a subject file anywhere (docs/subject-protocol.md)")?;
     out.line("  redis-script:<file.toml>      a Lua script on Redis, described as in docs/redis-script.md")?;
     Ok(0)
 }

@@ -34,6 +34,14 @@ pub enum GateError {
         /// Every buildable name, joined.
         known: String,
     },
+    /// A subject that cannot run at all (checked once, before the first run).
+    #[error("subject {name:?} cannot run: {message}")]
+    NotReady {
+        /// The subject.
+        name: String,
+        /// What is wrong, and what to run when known.
+        message: String,
+    },
     /// [`super::GateOptions::seeds`] is `Some(0)`.
     #[error("the seed count must be at least 1")]
     ZeroSeeds,

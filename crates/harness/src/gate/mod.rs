@@ -75,7 +75,7 @@ use std::path::{Path, PathBuf};
 pub use self::counts::{Counts, Verdict};
 pub use self::error::GateError;
 pub use self::options::{GateOptions, ReportMode, writable};
-pub use self::plan::{known_subjects, load_scenarios};
+pub use self::plan::{known_subjects, load_scenarios, ready_subject};
 
 use crate::engine::{Engine, EngineOptions, RunResult};
 use crate::report::ScenarioReport;
@@ -200,6 +200,7 @@ impl<'a> Gate<'a> {
         subject: &str,
     ) -> Result<(RunResult, Option<Saved>), GateError> {
         plan::known_subjects(self.registry, std::slice::from_ref(&subject.to_owned()))?;
+        plan::ready_subject(self.registry, subject)?;
         let scenario = plan::scaled(scenario, self.options.scale)?;
         let result = self.engine.run(&scenario, seed, subject);
         let saved = self.save(&result);

@@ -48,7 +48,8 @@ pub(super) struct Plan {
 }
 
 impl Plan {
-    /// Scales the scenarios, checks every subject name, and lists the jobs; runs nothing.
+    /// Scales the scenarios, checks every subject name and that each can run, and lists the jobs;
+    /// runs nothing.
     pub fn new(
         registry: &Registry,
         options: &GateOptions,
@@ -59,6 +60,7 @@ impl Plan {
             .map(|scenario| scaled(scenario, options.scale))
             .collect::<Result<Vec<_>, _>>()?;
         let mut jobs = Vec::new();
+        let mut ready: Vec<String> = Vec::new();
         for (index, scenario) in scenarios.iter().enumerate() {
             let subjects = if options.subjects.is_empty() {
                 &scenario.subjects
@@ -66,6 +68,12 @@ impl Plan {
                 &options.subjects
             };
             known_subjects(registry, subjects)?;
+            for subject in subjects {
+                if !ready.contains(subject) {
+                    ready_subject(registry, subject)?;
+                    ready.push(subject.clone());
+                }
+            }
             for seed in seeds(scenario, options.seeds)? {
                 jobs.extend(subjects.iter().map(|subject| Job {
                     scenario: index,
@@ -87,6 +95,16 @@ pub(super) fn scaled(scenario: &Scenario, scale: u64) -> Result<Scenario, GateEr
 /// counts above its cap.
 fn seeds(scenario: &Scenario, count: Option<usize>) -> Result<Vec<u64>, GateError> {
     Ok(scenario.seeds_to_run(count)?)
+}
+
+/// Refuses a subject that cannot run at all, once, before any run ([`Registry::preflight`]).
+pub fn ready_subject(registry: &Registry, name: &str) -> Result<(), GateError> {
+    registry
+        .preflight(name)
+        .map_err(|message| GateError::NotReady {
+            name: name.to_owned(),
+            message,
+        })
 }
 
 /// Refuses a subject name the registry cannot build (before anything runs, unlike a build error).

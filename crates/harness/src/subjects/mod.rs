@@ -123,6 +123,13 @@ impl Registry {
         self.factories.iter().any(|factory| factory.knows(name))
     }
 
+    /// Checks once that `name` can run at all ([`SubjectFactory::preflight`]).
+    pub fn preflight(&self, name: &str) -> Result<(), String> {
+        (self.factories.iter())
+            .find_map(|factory| factory.preflight(name))
+            .unwrap_or_else(|| Err(format!("unknown subject {name:?}")))
+    }
+
     /// Builds `name` for `setup`.
     pub fn build(&self, name: &str, setup: &Setup) -> Result<Box<dyn Subject>, SubjectError> {
         self.factories

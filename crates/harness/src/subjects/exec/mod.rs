@@ -26,13 +26,13 @@ use std::sync::Arc;
 
 use self::pool::Pool;
 use self::process::Process;
-pub use self::spec::{Command, EXEC_PREFIX, ExecSpec, FileKind, SpecError};
+pub use self::spec::{Command, EXEC_PREFIX, ExecSpec, FileKind, Readiness, SpecError};
 pub use self::subject::{ExecSubject, bandwidths};
 use crate::subject::{Subject, SubjectError, SubjectFactory};
 use crate::trace::Setup;
 
-/// Builds `exec:<command line>` subjects (run in a given directory) and the subjects of a project's
-/// `subjects/*.toml` files (by file stem).
+/// Builds `exec:<command line>` subjects (run in a given directory), the subjects of a project's
+/// `subjects/*.toml` files (by file stem), and exec subject files named by path (`./my.toml`).
 pub struct ExecSubjects {
     cwd: PathBuf,
     files: BTreeMap<String, PathBuf>,
@@ -90,8 +90,36 @@ impl ExecSubjects {
         if name.starts_with(EXEC_PREFIX) {
             return Some(ExecSpec::from_exec_name(name, &self.cwd));
         }
+        if let Some(path) = self.named_file(name) {
+            return Some(ExecSpec::load(&path, &self.cwd));
+        }
         let path = self.files.get(name)?;
         Some(ExecSpec::load(path, &self.project))
+    }
+
+    /// The file of a subject named by path, if it is this factory's: an exec subject file, or one
+    /// that cannot be read or parsed (so the error names it).
+    fn named_file(&self, name: &str) -> Option<PathBuf> {
+        let path = spec::within(&self.cwd, spec::named_file(name)?);
+        (spec::kind_of_file(&path) != Some(FileKind::Script)).then_some(path)
+    }
+
+    /// Checks `name` once before any run: its spec loads, nothing it needs is missing, and it
+    /// starts and greets under the profile asked of it. The greeted child waits in the pool for
+    /// the first trace.
+    fn ready(&self, name: &str, spec: &ExecSpec) -> Result<(), String> {
+        if let Some(missing) = spec.unready() {
+            return Err(missing);
+        }
+        let process = Process::start(&spec.command)
+            .map_err(|broken| format!("{}{}", broken.0, spec.readiness.advice()))?;
+        let declared = &process.hello.profile;
+        spec.profile
+            .as_ref()
+            .map_or(Ok(()), |asked| asked.admits(declared))
+            .map_err(|e| format!("subject {name:?}: {e}"))?;
+        self.pool.give_back(name, process);
+        Ok(())
     }
 
     /// Builds the subject `spec` describes, under `name`, for `setup`.
@@ -127,7 +155,16 @@ impl SubjectFactory for ExecSubjects {
     }
 
     fn knows(&self, name: &str) -> bool {
-        name.starts_with(EXEC_PREFIX) || self.files.contains_key(name)
+        name.starts_with(EXEC_PREFIX)
+            || self.files.contains_key(name)
+            || self.named_file(name).is_some()
+    }
+
+    fn preflight(&self, name: &str) -> Option<Result<(), String>> {
+        Some(match self.spec(name)? {
+            Ok(spec) => self.ready(name, &spec),
+            Err(e) => Err(e.to_string()),
+        })
     }
 
     fn build(&self, name: &str, setup: &Setup) -> Option<Result<Box<dyn Subject>, SubjectError>> {

@@ -96,6 +96,76 @@ pub struct ExecSpec {
     /// declares; `Some(1)`: one round trip per request, as for measuring what batching saves).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<u64>,
+    /// What must be in place before the command can run, and what puts it there.
+    #[serde(default, skip_serializing_if = "Readiness::is_empty")]
+    pub readiness: Readiness,
+}
+
+/// What a subject needs built or installed before it can start (a subject file's `needs` and
+/// `prepare`), checked without starting it: by `list`, and once before a gate's first run.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Readiness {
+    /// Paths (from the command's directory) that must exist: an interpreter's packages, a build.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub needs: Vec<PathBuf>,
+    /// The command a user runs to make the subject ready (printed, never run by the harness).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepare: Option<String>,
+}
+
+impl Readiness {
+    fn is_empty(&self) -> bool {
+        self.needs.is_empty() && self.prepare.is_none()
+    }
+
+    /// How to make the subject ready, as the end of a message ("" when the file says nothing).
+    pub fn advice(&self) -> String {
+        self.prepare
+            .as_ref()
+            .map_or_else(String::new, |prepare| format!("; run `{prepare}` first"))
+    }
+}
+
+impl ExecSpec {
+    /// Why the subject cannot start yet, without starting it: its program given as a path that
+    /// does not exist, or a path it needs missing; with the file's advice. `None`: nothing missing
+    /// (it may still fail to start, which the first start reports).
+    pub fn unready(&self) -> Option<String> {
+        let command = &self.command;
+        let program = Path::new(&command.program);
+        let missing = std::iter::once(program)
+            .filter(|path| path.components().count() > 1)
+            .chain(self.readiness.needs.iter().map(PathBuf::as_path))
+            .find(|path| !command.cwd.join(path).exists())?;
+        Some(format!(
+            "{} is missing (in directory {}){}",
+            missing.display(),
+            display_dir(&command.cwd),
+            self.readiness.advice()
+        ))
+    }
+}
+
+/// `path` taken from `dir`, without a `./.` where either is the current directory (paths show
+/// in messages and counterexample files).
+pub(crate) fn within(dir: &Path, path: &Path) -> PathBuf {
+    if dir == Path::new(".") || dir.as_os_str().is_empty() {
+        path.to_path_buf()
+    } else if path == Path::new(".") {
+        dir.to_path_buf()
+    } else {
+        dir.join(path)
+    }
+}
+
+/// A directory for messages: the empty path (the current directory) as `.`.
+pub(crate) fn display_dir(dir: &Path) -> String {
+    if dir.as_os_str().is_empty() {
+        ".".into()
+    } else {
+        dir.display().to_string()
+    }
 }
 
 /// A subject that cannot be started as written.
@@ -157,6 +227,7 @@ impl ExecSpec {
             },
             profile: None,
             batch: None,
+            readiness: Readiness::default(),
         })
     }
 
@@ -174,7 +245,7 @@ impl ExecSpec {
     pub fn parse(text: &str, path: &Path, project: &Path) -> Result<ExecSpec, SpecError> {
         let file: SubjectFile = parse_toml(text, path)?;
         let profile = ProfileField::resolve(file.profile, path)?;
-        let cwd = project.join(file.cwd.unwrap_or_else(|| PathBuf::from(".")));
+        let cwd = within(project, &file.cwd.unwrap_or_else(|| PathBuf::from(".")));
         Ok(ExecSpec {
             command: Command {
                 program: file.command,
@@ -192,6 +263,10 @@ impl ExecSpec {
             },
             profile,
             batch: file.batch,
+            readiness: Readiness {
+                needs: file.needs,
+                prepare: file.prepare,
+            },
         })
     }
 }
@@ -211,6 +286,9 @@ struct SubjectFile {
     max_memory_mib: Option<u64>,
     profile: Option<ProfileField>,
     batch: Option<u64>,
+    #[serde(default)]
+    needs: Vec<PathBuf>,
+    prepare: Option<String>,
 }
 
 /// `profile = "safety"` or `profile = { name = "safety", ... }`: the same field in exec subject
@@ -284,6 +362,20 @@ pub fn file_kind(text: &str, path: &Path) -> Result<FileKind, SpecError> {
     } else {
         FileKind::Exec
     })
+}
+
+/// A subject named by its file's path (`./my-limiter.toml`, an absolute path): any name ending in
+/// `.toml`. Relative paths in such a file (its `cwd`, a script's `file`) are taken from the current
+/// directory, as an `exec:` line's are.
+pub fn named_file(name: &str) -> Option<&Path> {
+    name.ends_with(".toml").then(|| Path::new(name))
+}
+
+/// The kind of the subject file at `path`, or `None` if it cannot be read or parsed (whoever
+/// builds it then reports why).
+pub fn kind_of_file(path: &Path) -> Option<FileKind> {
+    let text = std::fs::read_to_string(path).ok()?;
+    file_kind(&text, path).ok()
 }
 
 /// The one discovery of `project/subjects/*.toml` (none if the directory does not exist): each

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 pub use self::spec::{SCRIPT_PREFIX, ScriptSpec, TimeMode};
 pub use self::subject::{DEADLINE, PIPELINE, ScriptSubject, redis_url};
 use crate::subject::{Subject, SubjectError, SubjectFactory};
-use crate::subjects::exec::spec::{FileKind, SpecError, discover};
+use crate::subjects::exec::spec::{FileKind, SpecError, discover, kind_of_file, named_file};
 use crate::trace::Setup;
 
 /// A description with its script text, ready to load into Redis.
@@ -48,8 +48,8 @@ impl Loaded {
     }
 }
 
-/// Builds `redis-script:<file.toml>` subjects (paths taken from a directory) and the project's
-/// script subject files (by file stem).
+/// Builds `redis-script:<file.toml>` subjects and script subject files named by path (`./x.toml`;
+/// both taken from a directory), and the project's script subject files (by file stem).
 pub struct ScriptSubjects {
     cwd: PathBuf,
     project: PathBuf,
@@ -89,10 +89,17 @@ impl ScriptSubjects {
 
     /// The description file `name` names, if it is this factory's.
     pub fn path(&self, name: &str) -> Option<PathBuf> {
-        match name.strip_prefix(SCRIPT_PREFIX) {
-            Some(path) => Some(self.cwd.join(path)),
-            None => self.files.get(name).cloned(),
+        if let Some(path) = name.strip_prefix(SCRIPT_PREFIX) {
+            return Some(self.cwd.join(path));
         }
+        // A script subject file named by its path (`./my-script.toml`); every other `.toml`
+        // path is the exec factory's, which reports a file it cannot read.
+        if let Some(path) = named_file(name).map(|path| self.cwd.join(path))
+            && kind_of_file(&path) == Some(FileKind::Script)
+        {
+            return Some(path);
+        }
+        self.files.get(name).cloned()
     }
 
     /// The description and script of `path`, read once per factory.
@@ -124,7 +131,7 @@ impl SubjectFactory for ScriptSubjects {
     }
 
     fn knows(&self, name: &str) -> bool {
-        name.starts_with(SCRIPT_PREFIX) || self.files.contains_key(name)
+        self.path(name).is_some()
     }
 
     fn build(&self, name: &str, setup: &Setup) -> Option<Result<Box<dyn Subject>, SubjectError>> {
