@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use bucketproof_harness::oracle::OracleKind;
 use clap::{Parser, Subcommand};
 
 /// `bucketproof`.
@@ -100,6 +101,17 @@ pub struct CheckArgs {
     /// beside its `scenarios/`).
     #[arg(long)]
     pub reports: Option<PathBuf>,
+    /// Judge only by this oracle: model, invariant, arrival-curve, retry-after, replay (a
+    /// subject's own failure is always reported). Repeatable; default: all.
+    #[arg(long = "oracle", value_name = "ORACLE")]
+    pub oracles: Vec<OracleKind>,
+    /// Do not judge by this oracle. Repeatable.
+    #[arg(long = "no-oracle", value_name = "ORACLE")]
+    pub no_oracles: Vec<OracleKind>,
+    /// Judge each oracle alone, in runs of its own, so one violation cannot hide another; every
+    /// violated property is reported, with its counterexample under `<reports>/<oracle>/failures/`.
+    #[arg(long, alias = "each-property", conflicts_with_all = ["junit", "write_reports", "check_reports"])]
+    pub each_oracle: bool,
 }
 
 /// The arguments of `bucketproof run`.

@@ -151,3 +151,86 @@ fn mutants_checks_its_report_path_before_running_anything() {
         "{all}"
     );
 }
+
+/// A subject that breaks two properties: with every oracle on, each run stops at its first
+/// violation, so only one property is named; `--each-oracle` names every one, and `--oracle` /
+/// `--no-oracle` choose what judges.
+#[test]
+fn each_oracle_reports_every_violated_property_and_oracles_can_be_chosen() {
+    let dir = scratch("each-oracle");
+    let reports = dir.to_str().unwrap();
+    let base = [
+        "check",
+        "scenarios/initial-full-bucket.toml",
+        "--subject",
+        "mutant:no-capacity-clamp",
+        "--reports",
+        reports,
+    ];
+    let failed_by = |args: &[&str]| -> Vec<String> {
+        let out = bucketproof(&[&base[..], args, &["--json"]].concat());
+        let summary: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: {e}: {}", text(&out.stderr)));
+        let mut oracles: Vec<String> = summary["scenarios"][0]["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|run| run["violation"]["oracle"].as_str().map(String::from))
+            .collect();
+        oracles.dedup();
+        oracles
+    };
+    // Every oracle on: the runs stop at the model's verdict, and the arrival curve is never heard.
+    assert_eq!(failed_by(&[]), ["model"]);
+    assert_eq!(failed_by(&["--oracle", "arrival-curve"]), ["arrival_curve"]);
+    assert_eq!(
+        failed_by(&["--no-oracle", "model", "--no-oracle", "arrival-curve"]),
+        ["invariant"]
+    );
+
+    let out = bucketproof(&[&base[..], &["--each-oracle"]].concat());
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let lines = text(&out.stdout);
+    for (oracle, failed) in [
+        ("model", 2),
+        ("invariant", 2),
+        ("arrival-curve", 2),
+        ("retry-after", 0),
+        ("replay", 0),
+    ] {
+        let line = lines
+            .lines()
+            .find(|l| l.starts_with(&format!("{oracle} alone: ")))
+            .unwrap_or_else(|| panic!("no line for {oracle}: {lines}"));
+        assert!(line.contains(&format!(" {failed} failed")), "{line}");
+    }
+    // Each counterexample replays under the oracle that found it.
+    let file = dir
+        .join("arrival-curve/failures")
+        .join("initial-full-bucket-seed1-mutant-no-capacity-clamp.json");
+    let replayed = bucketproof(&["replay", file.to_str().unwrap()]);
+    assert!(
+        text(&replayed.stdout).contains("reproduced: [arrival-curve]"),
+        "{}",
+        text(&replayed.stdout)
+    );
+    let all_off = [
+        "--no-oracle",
+        "model",
+        "--no-oracle",
+        "invariant",
+        "--no-oracle",
+        "arrival-curve",
+        "--no-oracle",
+        "retry-after",
+        "--no-oracle",
+        "replay",
+    ];
+    let out = bucketproof(&[&base[..], &all_off].concat());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("judge nothing"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::oracle::Violation;
+use crate::oracle::{OracleSet, Violation};
 use crate::profile::Profile;
 use crate::runner::{Failure, RunOptions, RunReport, Verdict, failure_of, run_trace};
 use crate::scenario::Scenario;
@@ -117,6 +117,13 @@ pub struct Counterexample {
     /// starts the same command without the subject file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exec: Option<ExecSpec>,
+    /// The oracles that judged the run (absent: all), so a replay judges by the same ones.
+    #[serde(default, skip_serializing_if = "is_all")]
+    pub oracles: OracleSet,
+}
+
+fn is_all(oracles: &OracleSet) -> bool {
+    *oracles == OracleSet::ALL
 }
 
 fn is_exact(profile: &Profile) -> bool {
@@ -343,6 +350,7 @@ impl<'a> Engine<'a> {
             shrink_budget_exhausted: shrunk.budget_exhausted,
             profile: Profile::exact(),
             exec: None,
+            oracles: self.options.run.oracles,
         };
         counterexample.replay = format!(
             "bucketproof replay {}/{}",
@@ -406,7 +414,10 @@ pub fn replay(registry: &Registry, counterexample: &Counterexample) -> Replayed 
         Ok(subject) => subject,
         Err(error) => return Replayed::Incompatible(error.to_string()),
     };
-    let options = RunOptions::default();
+    let options = RunOptions {
+        oracles: counterexample.oracles,
+        ..RunOptions::default()
+    };
     let report = match run_trace(
         &counterexample.setup,
         counterexample.ops.iter().cloned(),

@@ -3,6 +3,7 @@
 //! verdict's exit code.
 
 use bucketproof_harness::gate::{self, Gate, GateOptions, ReportMode, Verdict};
+use bucketproof_harness::oracle::OracleSet;
 
 use crate::args::CheckArgs;
 use crate::fatal::Fatal;
@@ -13,11 +14,12 @@ use crate::project;
 /// Runs the gate.
 pub fn check(args: CheckArgs, out: &mut Out) -> Result<u8, Fatal> {
     let registry = project::registry()?;
-    let mut options = GateOptions::new(args.reports.unwrap_or_else(project::reports_dir));
-    options.subjects = args.subjects;
+    let mut options = GateOptions::new(args.reports.clone().unwrap_or_else(project::reports_dir));
+    options.engine.run.oracles = oracle_set(&args)?;
+    options.subjects = args.subjects.clone();
     options.seeds = args.seeds;
     options.scale = args.scale;
-    options.junit = args.junit;
+    options.junit = args.junit.clone();
     options.allow_skips = args.allow_skips;
     options.reports = if args.write_reports {
         ReportMode::Write
@@ -26,6 +28,9 @@ pub fn check(args: CheckArgs, out: &mut Out) -> Result<u8, Fatal> {
     } else {
         ReportMode::Skip
     };
+    if args.each_oracle {
+        return each_oracle(&registry, options, &args, out);
+    }
     let gate = Gate::new(&registry, options)?;
     let scenarios = gate::load_scenarios(&project::scenario_paths(&args.paths))?;
 
@@ -58,4 +63,46 @@ pub fn check(args: CheckArgs, out: &mut Out) -> Result<u8, Fatal> {
         );
     }
     Ok(outcome.verdict().exit_code())
+}
+
+/// The oracles `--oracle` (default: all) and `--no-oracle` leave on; refuses a set with none.
+fn oracle_set(args: &CheckArgs) -> Result<OracleSet, Fatal> {
+    let chosen = if args.oracles.is_empty() {
+        OracleSet::ALL
+    } else {
+        OracleSet::of(args.oracles.iter().copied())
+    };
+    let set = (args.no_oracles.iter()).fold(chosen, |set, &kind| set.without(kind));
+    if set == OracleSet::NONE {
+        return Err(Fatal(
+            "every oracle is switched off: the runs would judge nothing".into(),
+        ));
+    }
+    Ok(set)
+}
+
+/// `--each-oracle`: the gate once per oracle, each alone; one summary line per oracle.
+fn each_oracle(
+    registry: &bucketproof_harness::Registry,
+    options: GateOptions,
+    args: &CheckArgs,
+    out: &mut Out,
+) -> Result<u8, Fatal> {
+    let scenarios = gate::load_scenarios(&project::scenario_paths(&args.paths))?;
+    let oracles = options.engine.run.oracles;
+    let mut progress = Progress::new();
+    let each = gate::each_oracle(registry, &options, oracles, &scenarios, &mut progress)?;
+    progress.finish();
+    let results: Vec<_> = (each.outcomes.iter())
+        .flat_map(|(_, outcome)| outcome.results().iter().cloned())
+        .collect();
+    progress::throughput(&results);
+    if args.json {
+        out.print(&each.to_json())?;
+    } else {
+        for line in each.summary_lines() {
+            out.line(line)?;
+        }
+    }
+    Ok(each.verdict().exit_code())
 }

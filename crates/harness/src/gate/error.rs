@@ -42,6 +42,22 @@ pub enum GateError {
         /// What is wrong, and what to run when known.
         message: String,
     },
+    /// A peer of the catalogue whose subject cannot run (checked for every peer before any run).
+    #[error(
+        "could not run {peer} (subject {subject:?}): {message} (installed? run `peers/install`)"
+    )]
+    PeerNotReady {
+        /// The peer's name in the catalogue.
+        peer: String,
+        /// Its subject.
+        subject: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// One gate per oracle writes no scenario reports and no JUnit (both are of runs with every
+    /// oracle on).
+    #[error("each oracle alone writes no scenario reports and no JUnit file: run those without it")]
+    EachOracleFiles,
     /// [`super::GateOptions::seeds`] is `Some(0)`.
     #[error("the seed count must be at least 1")]
     ZeroSeeds,

@@ -62,6 +62,7 @@
 //! ```
 
 mod counts;
+mod each;
 mod error;
 mod files;
 mod junit;
@@ -73,6 +74,7 @@ mod summary;
 use std::path::{Path, PathBuf};
 
 pub use self::counts::{Counts, Verdict};
+pub use self::each::{EachOracle, each_oracle};
 pub use self::error::GateError;
 pub use self::options::{GateOptions, ReportMode, writable};
 pub use self::plan::{known_subjects, load_scenarios, ready_subject};

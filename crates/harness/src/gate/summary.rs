@@ -11,7 +11,7 @@ use crate::report::ScenarioReport;
 
 /// The summary `--json` prints.
 #[derive(Serialize)]
-struct JsonSummary<'a> {
+pub(super) struct JsonSummary<'a> {
     passed: bool,
     verdict: Verdict,
     runs: usize,
@@ -23,8 +23,15 @@ struct JsonSummary<'a> {
 }
 
 pub(super) fn json(outcome: &GateOutcome) -> String {
+    let mut text = serde_json::to_string_pretty(&of(outcome)).expect("plain data serializes");
+    text.push('\n');
+    text
+}
+
+/// The JSON summary of `outcome`, as data.
+pub(super) fn of(outcome: &GateOutcome) -> JsonSummary<'_> {
     let counts = &outcome.counts;
-    let summary = JsonSummary {
+    JsonSummary {
         passed: outcome.verdict.passed(),
         verdict: outcome.verdict,
         runs: counts.runs,
@@ -37,10 +44,7 @@ pub(super) fn json(outcome: &GateOutcome) -> String {
             .iter()
             .map(|path| path.display().to_string())
             .collect(),
-    };
-    let mut text = serde_json::to_string_pretty(&summary).expect("plain data serializes");
-    text.push('\n');
-    text
+    }
 }
 
 /// `; profile exact` when every run that ran had one profile, else `; profiles: exact 40, safety 8`

@@ -59,6 +59,24 @@ impl OracleKind {
     }
 }
 
+impl std::str::FromStr for OracleKind {
+    type Err = String;
+
+    /// A switchable oracle by its stable name (`model`, `invariant`, `arrival-curve`,
+    /// `retry-after`, `replay`).
+    fn from_str(name: &str) -> Result<OracleKind, String> {
+        (OracleSet::SWITCHABLE.into_iter())
+            .find(|kind| kind.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = OracleSet::SWITCHABLE.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown oracle {name:?}; the oracles are {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
 /// Which oracles a run judges by. Every oracle is on by default; [`OracleSet::only`] and
 /// [`OracleSet::without`] switch them one at a time (the mutants' per-oracle kill table runs each
 /// alone).
@@ -121,6 +139,31 @@ impl OracleSet {
     /// `violation` if its oracle is on.
     pub fn keep(self, violation: Option<Violation>) -> Option<Violation> {
         violation.filter(|v| self.judges(v.oracle))
+    }
+
+    /// The switchable oracles on, in report order.
+    pub fn kinds(self) -> Vec<OracleKind> {
+        (OracleSet::SWITCHABLE.into_iter())
+            .filter(|&kind| self.judges(kind))
+            .collect()
+    }
+
+    /// The set of exactly `kinds`.
+    pub fn of(kinds: impl IntoIterator<Item = OracleKind>) -> OracleSet {
+        kinds.into_iter().fold(OracleSet::NONE, OracleSet::with)
+    }
+}
+
+/// Written as the list of the oracles on, so a counterexample file says which judged it.
+impl Serialize for OracleSet {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.kinds().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for OracleSet {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<OracleSet, D::Error> {
+        Ok(OracleSet::of(Vec::<OracleKind>::deserialize(deserializer)?))
     }
 }
 

@@ -21,18 +21,10 @@ use std::path::PathBuf;
 pub use self::catalogue::{Catalogue, CatalogueError, Note, NoteKind, Peer};
 pub use self::findings::PeerFindings;
 
-use crate::gate::{Gate, GateError, GateOptions, Observer};
+use crate::gate::{Gate, GateError, GateOptions, Observer, each_oracle};
 use crate::oracle::OracleSet;
 use crate::scenario::Scenario;
 use crate::subjects::Registry;
-
-/// Where one oracle set's counterexamples go: `all/`, or the oracle's name.
-fn oracles_dir(oracles: OracleSet) -> &'static str {
-    OracleSet::SWITCHABLE
-        .into_iter()
-        .find(|&kind| oracles == OracleSet::only(kind))
-        .map_or("all", |kind| kind.name())
-}
 
 /// The peers report: every peer's findings, in catalogue order.
 #[derive(Clone, Debug)]
@@ -53,22 +45,29 @@ impl PeersReport {
         observer: &mut dyn Observer,
     ) -> Result<PeersReport, GateError> {
         let work_dir = work_dir.into();
-        let mut peers = Vec::with_capacity(catalogue.peers.len());
-        let runs = |subject: &str, oracles: OracleSet, observer: &mut dyn Observer| {
-            let mut options = GateOptions::new(work_dir.join(oracles_dir(oracles)));
-            options.subjects = vec![subject.to_owned()];
-            options.allow_skips = true;
-            options.engine.run.oracles = oracles;
-            let gate = Gate::new(registry, options)?;
-            Ok::<_, GateError>(gate.check(scenarios, observer)?.results().to_vec())
-        };
+        // Every peer must be able to run before any runs: a missing install is one error.
         for peer in &catalogue.peers {
-            let all = runs(&peer.subject, OracleSet::ALL, observer)?;
-            let mut alone = Vec::new();
-            for kind in OracleSet::SWITCHABLE {
-                alone.push((kind, runs(&peer.subject, OracleSet::only(kind), observer)?));
-            }
-            peers.push(PeerFindings::of(peer, &all, &alone));
+            registry
+                .preflight(&peer.subject)
+                .map_err(|message| GateError::PeerNotReady {
+                    peer: peer.name.clone(),
+                    subject: peer.subject.clone(),
+                    message,
+                })?;
+        }
+        let mut peers = Vec::with_capacity(catalogue.peers.len());
+        for peer in &catalogue.peers {
+            // Every oracle on under `all/`, then each alone under its own name.
+            let mut options = GateOptions::new(work_dir.join("all"));
+            options.subjects = vec![peer.subject.clone()];
+            options.allow_skips = true;
+            let all = Gate::new(registry, options.clone())?.check(scenarios, observer)?;
+            options.reports_dir = work_dir.clone();
+            let each = each_oracle(registry, &options, OracleSet::ALL, scenarios, observer)?;
+            let alone: Vec<_> = (each.outcomes.into_iter())
+                .map(|(kind, outcome)| (kind, outcome.results().to_vec()))
+                .collect();
+            peers.push(PeerFindings::of(peer, all.results(), &alone));
         }
         Ok(PeersReport { peers })
     }

@@ -91,7 +91,7 @@ pub fn serve(
                 reply.protocol = Some(*version);
                 reply.name = Some(name.to_owned());
                 reply.version = Some(env!("CARGO_PKG_VERSION").to_owned());
-                reply.capabilities = Some(capabilities.clone());
+                reply.capabilities = Some(capabilities);
                 reply.profile = Some(profile.clone());
             }
             Request::Setup {

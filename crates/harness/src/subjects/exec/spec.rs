@@ -364,11 +364,14 @@ pub fn file_kind(text: &str, path: &Path) -> Result<FileKind, SpecError> {
     })
 }
 
-/// A subject named by its file's path (`./my-limiter.toml`, an absolute path): any name ending in
-/// `.toml`. Relative paths in such a file (its `cwd`, a script's `file`) are taken from the current
-/// directory, as an `exec:` line's are.
+/// A subject named by its file's path (`./my-limiter.toml`, an absolute path): a name ending in
+/// `.toml` without a kind's prefix (`exec:`, `redis-script:`). Relative paths in such a file (its
+/// `cwd`, a script's `file`) are taken from the current directory, as an `exec:` line's are.
 pub fn named_file(name: &str) -> Option<&Path> {
-    name.ends_with(".toml").then(|| Path::new(name))
+    let prefixed = name
+        .split_once(':')
+        .is_some_and(|(kind, _)| kind.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'));
+    (name.ends_with(".toml") && !prefixed).then(|| Path::new(name))
 }
 
 /// The kind of the subject file at `path`, or `None` if it cannot be read or parsed (whoever
@@ -426,6 +429,26 @@ mod tests {
         for bad in ["exec:", "exec:   ", "exec:python3 'open"] {
             let error = ExecSpec::from_exec_name(bad, Path::new(".")).unwrap_err();
             assert!(error.to_string().contains(bad), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_toml_path_is_a_subject_file_unless_a_kind_prefix_names_it() {
+        for path in [
+            "./mine.toml",
+            "mine.toml",
+            "/abs/dir/mine.toml",
+            "../x/y.toml",
+        ] {
+            assert_eq!(named_file(path), Some(Path::new(path)), "{path}");
+        }
+        for name in [
+            "redis-script:peers/x.toml",
+            "exec:./x.toml",
+            "core",
+            "./x.json",
+        ] {
+            assert_eq!(named_file(name), None, "{name}");
         }
     }
 
