@@ -147,6 +147,8 @@ fn the_state_machine_at_a_small_key_bound_passes_on_the_core_and_every_reference
             options.keys = 4;
             options.ops = OpKinds::all();
             options.cases = 48;
+            // Room for a pressure phase (on by default under this policy) after a few other ops.
+            options.ops_per_case = 1..64;
             options.deterministic = true;
             let build = |setup: &Setup| -> Result<Box<dyn Subject>, SubjectError> {
                 if name == "core" {
