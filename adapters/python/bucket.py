@@ -54,6 +54,7 @@ BUGS = {
     "no-horizon": "a dropped key comes back fresh at now, even under a clock that ran backwards",
     "charge-covering": "a denial of a key of several bandwidths charges the bandwidths that covered the cost",
     "refund-twice": "a settle ignores that its request was settled already, so a retried settle refunds again",
+    "forget-deficits": "the deficit summary keeps only its size's latest victims (each exactly), so one dropped before that many others comes back full",
 }
 
 
@@ -212,6 +213,8 @@ class Limiter:
         # victim dropped there would be full again (0: nothing owed). Allocated at the first drop of
         # a victim that owes, when the table already holds max_keys entries; it never grows.
         self.deficits = None
+        # The forget-deficits bug's summary: (key, full-at instant) of the latest victims.
+        self.latest = []
 
     # --- the bucket arithmetic -------------------------------------------------------------
 
@@ -317,6 +320,10 @@ class Limiter:
             return  # full: it owes nothing
         if self.deficits is None:
             self.deficits = [0] * (DEFICIT_SLOTS_PER_KEY * self.max_keys)
+        if self.bug == "forget-deficits":
+            kept = [(k, g) for k, g in self.latest if k != e.key]
+            self.latest = (kept + [(e.key, f)])[-len(self.deficits):]
+            return
         slot = self.slot(e.key)
         if f > self.deficits[slot]:
             self.deficits[slot] = f
@@ -328,7 +335,10 @@ class Limiter:
         full = self.default.full()
         if self.deficits is None:
             return full
-        f = self.deficits[self.slot(key)]
+        if self.bug == "forget-deficits":
+            f = dict(self.latest).get(key, 0)
+        else:
+            f = self.deficits[self.slot(key)]
         if f <= cursor:
             return full
         if f == NEVER_FULL:

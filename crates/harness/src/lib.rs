@@ -20,6 +20,7 @@ pub mod engine;
 pub mod gate;
 pub mod oracle;
 pub mod peers;
+pub mod pressure;
 pub mod profile;
 pub mod report;
 pub mod runner;

@@ -10,7 +10,9 @@
 //!
 //! The state machine then runs with keys 0-3 against a bound of one or two keys under this policy,
 //! with settles and reconfigures on, against the core and every reference adapter (the Rust one
-//! too, `subjects/rust-core.toml`, once built): every case passes.
+//! too, `subjects/rust-core.toml`, once built): every case passes. Its cases include
+//! eviction-summary pressure phases (`bucketproof_harness::pressure`), and the Python adapter with
+//! a summary that forgets its early victims (`--bug forget-deficits`) fails them.
 //!
 //! An adapter whose interpreter is missing (or the Rust one, not built) is skipped with a loud line,
 //! and `BUCKETPROOF_REQUIRE_ADAPTERS=1` (CI sets it, and builds the Rust adapter first) turns that
@@ -21,7 +23,7 @@ mod common;
 use std::path::Path;
 
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
-use bucketproof_harness::state_machine::{self, OpKinds, Options};
+use bucketproof_harness::state_machine::{self, OpKinds, Options, Outcome};
 use bucketproof_harness::subjects::CoreSubject;
 use bucketproof_harness::subjects::exec::ExecSubjects;
 use bucketproof_harness::{
@@ -114,6 +116,23 @@ fn a_reconfigure_that_recreates_a_key_dropped_owing_starts_from_what_it_owes() {
     ]);
 }
 
+/// The state machine's options at a bound of `max_keys` under `EvictKeepingDeficit`: keys 0-3,
+/// request ids, settles and reconfigures on, a few dozen fixed cases, each with room for an
+/// eviction-summary pressure phase (on by default under this policy) after a few other ops.
+fn small_bound_options(max_keys: usize) -> Options {
+    let mut setup = setup();
+    setup.max_keys = max_keys;
+    setup.dedupe_window_ns = 5 * SECOND;
+    setup.dedupe_per_key = 2;
+    let mut options = Options::new(setup);
+    options.keys = 4;
+    options.ops = OpKinds::all();
+    options.cases = 48;
+    options.ops_per_case = 1..64;
+    options.deterministic = true;
+    options
+}
+
 /// The state machine at a bound small enough to evict: keys 0-3 against `max_keys` 1 and 2 under
 /// `EvictKeepingDeficit`, request ids, settles and reconfigures on, against the core and each
 /// reference adapter that runs here (the Rust adapter when its binary is built). A few dozen cases
@@ -139,15 +158,7 @@ fn the_state_machine_at_a_small_key_bound_passes_on_the_core_and_every_reference
     }
     for max_keys in [1, 2] {
         for &name in &subjects {
-            let mut setup = setup();
-            setup.max_keys = max_keys;
-            setup.dedupe_window_ns = 5 * SECOND;
-            setup.dedupe_per_key = 2;
-            let mut options = Options::new(setup);
-            options.keys = 4;
-            options.ops = OpKinds::all();
-            options.cases = 48;
-            options.deterministic = true;
+            let options = small_bound_options(max_keys);
             let build = |setup: &Setup| -> Result<Box<dyn Subject>, SubjectError> {
                 if name == "core" {
                     return Ok(Box::new(CoreSubject::new(setup)?));
@@ -159,5 +170,31 @@ fn the_state_machine_at_a_small_key_bound_passes_on_the_core_and_every_reference
             let outcome = state_machine::run(&build, &options).unwrap();
             assert!(outcome.passed(), "{name}, max_keys {max_keys}: {outcome}");
         }
+    }
+}
+
+/// The pressure has teeth: the Python adapter with a summary that keeps only as many of the latest
+/// victims as its array has slots (`--bug forget-deficits`; each exactly, so only more victims
+/// than that before one returns can show it) fails the state machine at both bounds, an early
+/// victim coming back fuller than it was dropped.
+#[test]
+fn a_summary_that_forgets_its_early_victims_fails_the_state_machine() {
+    if !program_available("python3") {
+        return;
+    }
+    let factory = project_subjects();
+    let forgetful = "exec:python3 adapters/python/bucket.py --bug forget-deficits";
+    for max_keys in [1, 2] {
+        let build = |setup: &Setup| -> Result<Box<dyn Subject>, SubjectError> {
+            factory.build(forgetful, setup).expect("an exec subject")
+        };
+        let outcome = state_machine::run(&build, &small_bound_options(max_keys)).unwrap();
+        let Outcome::Violated { failure, .. } = &outcome else {
+            panic!("max_keys {max_keys}: a forgetting summary was not caught: {outcome}");
+        };
+        assert!(
+            failure.violation.to_string().contains("came back fuller"),
+            "max_keys {max_keys}: {outcome}"
+        );
     }
 }

@@ -68,8 +68,8 @@ pub use config::Config;
 pub use direct::DirectLimiter;
 pub use error::{AcquireError, ConfigError, SettleError};
 pub use keyed::{
-    Acquired, Builder, EvictionPolicy, FillLevels, Limiter, Peek, Request, RequestId, Settle,
-    Settled, Stats,
+    Acquired, Builder, DEFICIT_SLOTS_PER_KEY, EvictionPolicy, FillLevels, Limiter, Peek, Request,
+    RequestId, Settle, Settled, Stats,
 };
 pub use rate::{MAX_RATE_DENOMINATOR, Rate};
 pub use set::{Decisions, SetState};

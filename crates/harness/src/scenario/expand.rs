@@ -14,6 +14,9 @@
 //! step. At each step the true time advances by the arrival pattern (and maybe jumps), the clock reading
 //! is derived from it (frozen, rolled back, jittered), then the op kind is chosen: a scheduled
 //! reconfiguration whose step has come, a sweep, a forget, a random reconfiguration, else an acquire.
+//! A step of an eviction-summary pressure phase (`[pressure]`, [`crate::pressure`]) is the phase's
+//! own: its op on fresh keys, the true time advanced by the phase's spacing instead of the arrival
+//! pattern (so that no victim is full again when it returns), the clock read as at any step.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -26,6 +29,7 @@ use super::{
     KeyDistribution, Scenario, ScheduledReconfig,
 };
 use crate::boundary::Boundaries;
+use crate::pressure::Phase;
 use crate::trace::{Acquire, Op, Settle};
 
 /// Stream numbers: one per aspect, fixed forever (changing one changes every seed's meaning).
@@ -72,6 +76,7 @@ pub struct Expansion {
     boundary_period: u64,
     boundary_gaps: Vec<u64>,
     schedule: Vec<ScheduledReconfig>,
+    pressure: Option<Phase>,
     // Streams.
     keys_rng: ChaCha8Rng,
     arrivals_rng: ChaCha8Rng,
@@ -104,6 +109,8 @@ pub struct Expansion {
     schedule_next: usize,
     round_robin: u64,
     next_attacker: u64,
+    /// The pressure phase under way: its first key and the index of its next op.
+    phase_at: Option<(u64, u64)>,
     next_request_id: u64,
     recent: VecDeque<(u64, u64, u64)>,
     capacities: BTreeMap<u64, u64>,
@@ -150,6 +157,9 @@ impl Expansion {
             costs,
             boundary_period,
             boundary_gaps: boundary_gaps(scenario),
+            pressure: (scenario.pressure.every > 0)
+                .then(|| Phase::of(&setup))
+                .flatten(),
             schedule,
             keys_rng: sample::stream(seed, streams::KEYS),
             arrivals_rng: sample::stream(seed, streams::ARRIVALS),
@@ -186,6 +196,7 @@ impl Expansion {
             schedule_next: 0,
             round_robin: 0,
             next_attacker: ATTACKER_KEY_BASE,
+            phase_at: None,
             next_request_id: 1,
             recent: VecDeque::new(),
             capacities: BTreeMap::new(),
@@ -302,6 +313,26 @@ impl Expansion {
         reading
     }
 
+    /// The op of step `step` if it belongs to a pressure phase: the next of the one under way, or
+    /// the first of a new one at every `[pressure] every`-th step, on fresh keys (the attackers'
+    /// counter, so they are never seen before).
+    fn pressure_op(&mut self, step: u64) -> Option<Op> {
+        let phase = self.pressure?;
+        let (first, index) = match self.phase_at {
+            Some(at) => at,
+            None if step > 0 && step.is_multiple_of(self.scenario.pressure.every) => {
+                let first = self.next_attacker;
+                self.next_attacker = first.saturating_add(phase.keys());
+                (first, 0)
+            }
+            None => return None,
+        };
+        self.phase_at = (index + 1 < phase.len()).then_some((first, index + 1));
+        self.true_time = self.true_time.saturating_add(phase.gap());
+        let now = self.read_clock();
+        phase.op(first, index, now)
+    }
+
     /// A key of the population (never an attacker's).
     fn population_key(&mut self) -> u64 {
         let count = self.scenario.keys.count;
@@ -411,6 +442,9 @@ impl Iterator for Expansion {
         }
         let step = self.step;
         self.step += 1;
+        if let Some(op) = self.pressure_op(step) {
+            return Some(op);
+        }
         self.advance(step);
         let now = self.read_clock();
 
@@ -600,6 +634,41 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert!(sorted.len() < ids.len(), "no repeated request id");
+    }
+
+    /// A phase starts at every `every`-th step, on keys never seen before, its ops spaced by its gap.
+    #[test]
+    fn pressure_phases_start_every_n_steps_on_fresh_keys() {
+        let s = scenario(
+            "max_keys = 2\npolicy = \"evict_keeping_deficit\"\n[keys]\ncount = 3\n\
+             [pressure]\nevery = 50\n",
+        );
+        let phase = Phase::of(&s.setup()).unwrap();
+        let ops: Vec<Op> = s.expand(5).collect();
+        assert_eq!(ops.len(), 200);
+        for (start, first) in [
+            (50, ATTACKER_KEY_BASE),
+            (100, ATTACKER_KEY_BASE + phase.keys()),
+        ] {
+            let begin = ops[start - 1].now().unwrap();
+            for index in 0..phase.len() {
+                let now = begin + (index + 1) * phase.gap();
+                let op = &ops[start + index as usize];
+                assert_eq!(
+                    Some(op),
+                    phase.op(first, index, now).as_ref(),
+                    "{start} {index}"
+                );
+            }
+        }
+        // Between phases, the population's traffic.
+        assert!(ops[..50].iter().all(|op| op.key().is_some_and(|k| k < 3)));
+        let after = 50 + phase.len() as usize;
+        assert!(
+            ops[after..100]
+                .iter()
+                .all(|op| op.key().is_some_and(|k| k < 3))
+        );
     }
 
     /// For each request id of a trace, the keys that sent it.

@@ -35,7 +35,7 @@ pub use self::parse::{line_column, load_all};
 pub use self::tables::{
     ATTACKER_KEY_BASE, ArrivalPattern, Arrivals, BoundaryOffset, Clock, CostChoice, CostRange,
     IdSpace, Jump, KeyDistribution, Keys, Maintenance, Reconfigure, RequestIds, Rollback,
-    ScheduledReconfig, SetupSpec, Tier,
+    ScheduledReconfig, SetupSpec, SummaryPressure, Tier,
 };
 pub use self::values::{ConfigValue, CostValue, EventName, Probability};
 use crate::trace::{Op, Setup};
@@ -100,6 +100,9 @@ pub struct Scenario {
     /// Sweeps and forgets.
     #[serde(default)]
     pub maintenance: Maintenance,
+    /// Eviction-summary pressure phases.
+    #[serde(default)]
+    pub pressure: SummaryPressure,
 }
 
 fn default_seeds() -> Vec<u64> {

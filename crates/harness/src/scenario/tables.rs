@@ -1,5 +1,5 @@
 //! The scenario format's tables (`[setup]`, `[[tiers]]`, `[keys]`, `[arrivals]`, `[[costs]]`,
-//! `[clock]`, `[reconfigure]`, `[request_ids]`, `[maintenance]`) and their defaults.
+//! `[clock]`, `[reconfigure]`, `[request_ids]`, `[maintenance]`, `[pressure]`) and their defaults.
 //!
 //! Owns the shape of each table and what an absent field means; promises that every table denies
 //! unknown fields (a typo is an error at its place, never silently ignored) and that a rule needing
@@ -435,4 +435,15 @@ pub struct Maintenance {
     /// Per op: forget a key of the population.
     #[serde(default)]
     pub forget: Probability,
+}
+
+/// `[pressure]`: eviction-summary pressure phases ([`crate::pressure`]) under
+/// `evict_keeping_deficit`: more distinct victims drained and dropped than the summary holds, then
+/// the early ones back before they are full.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SummaryPressure {
+    /// A phase starts at every step that is a multiple of this, from step `every` on (0: never).
+    #[serde(default)]
+    pub every: u64,
 }

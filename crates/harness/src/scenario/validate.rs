@@ -220,6 +220,32 @@ fn check_tables(s: &Scenario) -> Result<(), Broken> {
             "reconfigure.probability needs at least one entry in configs",
         ));
     }
+    let every = s.pressure.every;
+    if every > 0 {
+        let setup = &s.setup.0;
+        let Some(phase) = crate::pressure::Phase::of(setup) else {
+            return Err(broken(
+                &[Key("pressure"), Key("every")],
+                "pressure.every needs setup.policy = \"evict_keeping_deficit\" (no other policy keeps \
+                 a summary of its victims)",
+            ));
+        };
+        if every <= phase.len() {
+            return Err(broken(
+                &[Key("pressure"), Key("every")],
+                format!(
+                    "pressure.every: a phase at max_keys {} is {} ops ({} victims, {} per slot of \
+                     its {} summary slots, then their returns); every must be larger, so that \
+                     phases do not overlap",
+                    setup.max_keys,
+                    phase.len(),
+                    phase.keys(),
+                    crate::pressure::VICTIMS_PER_SLOT,
+                    crate::pressure::summary_slots(setup),
+                ),
+            ));
+        }
+    }
     if s.clock.start.is_some() && s.clock.start_before_end.is_some() {
         return Err(broken(
             &[Key("clock"), Key("start_before_end")],
@@ -304,6 +330,24 @@ mod tests {
         assert!(Scenario::parse(&text("1/s"), path).is_ok());
         let above_one = text("1/s").replace("0.1", "1.5");
         assert!(Scenario::parse(&above_one, path).is_err());
+    }
+
+    /// Pressure needs the one policy that keeps a summary, and room between phases.
+    #[test]
+    fn pressure_needs_evict_keeping_deficit_and_phases_that_do_not_overlap() {
+        let text = |policy: &str, every: u64| {
+            format!(
+                "length = 10\nreach = [\"allowed\"]\n[setup]\ncapacity = 3\nrate = \"1/s\"\n\
+                 max_keys = 2\npolicy = \"{policy}\"\n[pressure]\nevery = {every}\n"
+            )
+        };
+        let path = std::path::Path::new("t.toml");
+        let error = Scenario::parse(&text("evict_least_recent", 100), path).unwrap_err();
+        assert!(error.to_string().contains("needs setup.policy"), "{error}");
+        // max_keys 2 on 4 shards: 8 slots, 16 victims, 8 returns.
+        let error = Scenario::parse(&text("evict_keeping_deficit", 24), path).unwrap_err();
+        assert!(error.to_string().contains("is 24 ops"), "{error}");
+        assert!(Scenario::parse(&text("evict_keeping_deficit", 25), path).is_ok());
     }
 
     #[test]

@@ -161,6 +161,9 @@ pub struct Options {
     pub ops: OpKinds,
     /// Caller-chosen gaps, instants and costs on the menu.
     pub extra: ExtraValues,
+    /// Eviction-summary pressure phases ([`crate::pressure`]) on the menu: only a setup whose
+    /// policy keeps a summary (`EvictKeepingDeficit`) has one.
+    pub pressure: bool,
     /// Ops per case.
     pub ops_per_case: Range<usize>,
     /// Generated cases (persisted regressions run first, on top of these).
@@ -184,13 +187,15 @@ pub struct Options {
 impl Options {
     /// Defaults around `setup`: three keys, request ids `0..3`, every op kind, reconfigures to rates
     /// `1/3s`, `5/s`, `7/9s` and `0/s`, 1 to 39 ops per case, [`DEFAULT_CASES`] cases, 10,000 shrink runs,
-    /// no regression file, random seeds, every oracle, and the boundary values of the setup's config
-    /// on the menu ([`ExtraValues::boundaries_of`]).
+    /// no regression file, random seeds, every oracle, the boundary values of the setup's config
+    /// on the menu ([`ExtraValues::boundaries_of`]), and pressure phases under `EvictKeepingDeficit`.
     pub fn new(setup: Setup) -> Options {
         // An invalid config has no boundaries; `check` refuses it by name before any case runs.
         let extra = ExtraValues::boundaries_of(&setup.config).unwrap_or_default();
+        let pressure = crate::pressure::Phase::of(&setup).is_some();
         Options {
             setup,
+            pressure,
             keys: 3,
             request_ids: 3,
             tier_rates: ["1/3s", "5/s", "7/9s", "0/s"].map(String::from).to_vec(),

@@ -5,6 +5,8 @@
 
 use bucketproof_model::{Model, Rational};
 
+use crate::pressure::Phase;
+use crate::scenario::ATTACKER_KEY_BASE;
 use crate::trace::{Acquire, Op, Setup};
 
 /// The model after the ops generated so far, and the last time one of them carried.
@@ -14,6 +16,12 @@ pub struct Reference {
     pub model: Model,
     /// The generator's clock: the time of the last op that had one (the first: the initial clock).
     pub clock: u64,
+    /// The eviction-summary pressure phase of the setup, if its policy keeps a summary.
+    pub phase: Option<Phase>,
+    /// The phase under way: its first key and the index of its next op.
+    pub under_way: Option<(u64, u64)>,
+    /// The first key the next phase drains: fresh keys, far above the generator's `0..keys`.
+    pub next_fresh: u64,
 }
 
 impl Reference {
@@ -24,12 +32,41 @@ impl Reference {
         Some(Reference {
             model: Model::new(config, setup.dedupe_window_ns, setup.dedupe_per_key),
             clock,
+            phase: Phase::of(setup),
+            under_way: None,
+            next_fresh: ATTACKER_KEY_BASE,
         })
+    }
+
+    /// The next op of the pressure phase under way, at `now`; `None` when none is.
+    pub fn phase_op(&self, now: u64) -> Option<Op> {
+        let (first, index) = self.under_way?;
+        self.phase?.op(first, index, now)
+    }
+
+    /// Follows the pressure phase through `op`: its first op starts one, its next op advances it,
+    /// its last ends it (the next phase drains fresh keys again). Any other op leaves it as it is,
+    /// so a shrunk case that lost some of a phase's ops is still a valid case.
+    fn follow_phase(&mut self, op: &Op) {
+        let (Some(phase), Some(now)) = (self.phase, op.now()) else {
+            return;
+        };
+        let (first, index) = self.under_way.unwrap_or((self.next_fresh, 0));
+        if phase.op(first, index, now).as_ref() != Some(op) {
+            return;
+        }
+        if index + 1 < phase.len() {
+            self.under_way = Some((first, index + 1));
+        } else {
+            self.under_way = None;
+            self.next_fresh = first.saturating_add(phase.keys());
+        }
     }
 
     /// The state after `op`. An op the model refuses (a bad cost, a config it cannot hold) changes
     /// nothing, as it changes nothing in a correct subject.
     pub fn apply(mut self, op: &Op) -> Reference {
+        self.follow_phase(op);
         match op {
             Op::Acquire(Acquire {
                 key,

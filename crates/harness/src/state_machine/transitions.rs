@@ -11,6 +11,12 @@
 //! caller's extra gaps and instants. Costs: `0..=capacity + 1` (zero and one past the capacity are
 //! errors a subject must refuse without a change) and the caller's extra costs. Settles: a key, a
 //! request id of the menu's, an actual cost in `0..=capacity + 1`, a time of the menu's.
+//!
+//! Pressure ([`Options::pressure`], on by default under `EvictKeepingDeficit`): the first op of an
+//! eviction-summary pressure phase ([`crate::pressure`]) is on the menu; once drawn, the phase owns
+//! the steps until its last op, each one [`Phase::gap`](crate::pressure::Phase::gap) after the
+//! previous, so a case of a few dozen ops drops more distinct victims than the summary holds
+//! before they return.
 
 use proptest::prelude::*;
 use proptest::strategy::Union;
@@ -36,8 +42,18 @@ pub(super) fn init_state(options: &Options) -> BoxedStrategy<Reference> {
     .boxed()
 }
 
+/// How often the first op of a pressure phase is drawn, against the acquires' 12: about one op in
+/// ten, so a phase usually starts within a case's first ten ops and has room to end.
+const PRESSURE_WEIGHT: u32 = 2;
+
 /// The next op from `state`.
 pub(super) fn next_op(options: &Options, state: &Reference) -> BoxedStrategy<Op> {
+    let phase = state.phase.filter(|_| options.pressure);
+    if let Some(op) =
+        phase.and_then(|phase| state.phase_op(state.clock.saturating_add(phase.gap())))
+    {
+        return Just(op).boxed();
+    }
     let capacity = options.setup.config.smallest_capacity();
     let time = time(options, state);
     let cost = cost(capacity, &options.extra);
@@ -107,6 +123,9 @@ pub(super) fn next_op(options: &Options, state: &Reference) -> BoxedStrategy<Op>
                 })
             });
         ops.push((4, settle.boxed()));
+    }
+    if let Some(start) = phase.and_then(|phase| phase.op(state.next_fresh, 0, state.clock)) {
+        ops.push((PRESSURE_WEIGHT, Just(start).boxed()));
     }
     Union::new_weighted(ops).boxed()
 }

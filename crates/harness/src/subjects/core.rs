@@ -10,6 +10,11 @@ use crate::subject::{
 };
 use crate::trace::{Acquire, ConfigSpec, Settle, Setup};
 
+/// The core subject's shard count: fixed (not the machine's CPU count), so that which keys share a
+/// shard, and so a shard's key bound and deficit array, are the same on every machine. Its key
+/// bound is `max_keys` rounded up to a multiple of it.
+pub const SHARDS: usize = 4;
+
 /// The product under test.
 pub struct CoreSubject {
     limiter: Limiter<u64>,
@@ -47,7 +52,7 @@ impl CoreSubject {
                 std::time::Duration::from_nanos(setup.dedupe_window_ns),
                 setup.dedupe_per_key,
             )
-            .shards(4)
+            .shards(SHARDS)
             .hasher_seed(0x6275_636b_6574_7072)
     }
 

@@ -14,8 +14,10 @@
 use crate::{BucketState, Config, Nanos};
 
 /// Slots per key the shard may hold: with one slot per key, a flood that drops a bucket every
-/// request keeps most slots owing; more slots make a collision with an innocent key rarer.
-pub(super) const SLOTS_PER_KEY: usize = 2;
+/// request keeps most slots owing; more slots make a collision with an innocent key rarer. Public
+/// (as `DEFICIT_SLOTS_PER_KEY`) so that a verification harness can size a flood that outnumbers
+/// the array.
+pub const SLOTS_PER_KEY: usize = 2;
 
 /// The per-shard array of `full_at` instants (0: nothing owed).
 pub(super) struct Deficits {

@@ -44,6 +44,7 @@ use std::sync::Arc;
 
 pub use builder::Builder;
 use builder::Settings;
+pub use deficits::SLOTS_PER_KEY as DEFICIT_SLOTS_PER_KEY;
 pub use eviction::EvictionPolicy;
 pub use fill::FillLevels;
 pub use records::RequestId;
