@@ -126,7 +126,12 @@ fn ours(connection: &mut Connection, url: &str, config: Config, prefix: &str) ->
         .build()
         .unwrap();
     let limiter = runtime
-        .block_on(RedisLimiter::builder(config).prefix(prefix).connect(url))
+        .block_on(
+            RedisLimiter::builder(config)
+                .prefix(prefix)
+                .recovery(bucketproof_redis::Recovery::Trusting)
+                .connect(url),
+        )
         .expect("connect the RedisLimiter");
     // `REDIS_PEERS_SCRIPT`: a variant of our script (prelude.lua and bucket.lua in one file, edited)
     // run in its place with the same words, to measure what a change of the script would save.

@@ -81,6 +81,7 @@ impl Store for Redis {
         let prefix = format!("bptest:{test}:{}:", std::process::id());
         let limiter = RedisLimiter::builder(config)
             .prefix(prefix.clone())
+            .recovery(bucketproof_redis::Recovery::Trusting)
             .connect(&url)
             .await
             .expect("connect to Redis");

@@ -44,6 +44,7 @@ async fn instance(url: &str, prefix: &str, policy: Unavailable) -> RedisLimiter 
         .on_unavailable(policy)
         .attempts(1)
         .response_timeout(Duration::from_millis(300))
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(url)
         .await
         .expect("connects")
@@ -147,6 +148,7 @@ async fn a_redis_key_of_two_bandwidths_advertises_one_item_per_bandwidth() {
     let minute = Bandwidth::named("minute", minute).unwrap();
     let limiter = RedisLimiter::builder(Bandwidths::new([burst, minute]).unwrap())
         .prefix(common::unique_prefix("headers-set"))
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .expect("connects");
@@ -230,6 +232,7 @@ async fn settling_instance(
         .on_unavailable(policy)
         .attempts(1)
         .response_timeout(Duration::from_millis(300))
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(url)
         .await
         .expect("connects")

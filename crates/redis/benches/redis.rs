@@ -68,6 +68,7 @@ fn fixture(rt: &Runtime, url: &str) -> Fixture {
                     // A reserve is settled in the next call on its key, long before 32 more reserves
                     // of the key push it out.
                     .dedupe(Duration::from_secs(3600), RECORDS_PER_KEY)
+                    .recovery(bucketproof_redis::Recovery::Trusting)
                     .connect(url)
                     .await
                     .expect("connect"),

@@ -28,12 +28,15 @@ pub enum Recovery {
     /// empty at the loss instant and has refilled since. Whatever the lost bucket held, it held at
     /// least that, so no window across the loss admits more than capacity plus rate times its span.
     /// The cost: every key of the slot (new users too) starts below full until the refill period has
-    /// passed, and a fresh Redis looks like a loss until [`crate::RedisLimiter::provision`] marks it.
-    Conservative,
-    /// A bucket created after a loss starts full, as if the key were new: today's behaviour, which
-    /// can admit a second burst to a user whose bucket was lost. The loss is still detected and such
-    /// decisions are still flagged ([`crate::Outcome::recovering`]) and counted.
+    /// passed, and a fresh Redis looks like a loss until [`crate::RedisLimiter::provision`] marks it
+    /// (once, when the Redis is new). The default: the one policy under which no overselling holds
+    /// across a loss.
     #[default]
+    Conservative,
+    /// A bucket created after a loss starts full, as if the key were new: it can admit a second burst
+    /// to a user whose bucket was lost. The loss is still detected and such decisions are still
+    /// flagged ([`crate::Outcome::recovering`]) and counted. For a limiter whose users must never be
+    /// throttled by a loss and that accepts the second burst; it needs no provisioning.
     Trusting,
 }
 

@@ -22,6 +22,7 @@ async fn limiter(url: &str, prefix: &str, config: Config, window: Duration) -> R
     RedisLimiter::builder(config)
         .prefix(prefix)
         .dedupe(window, 4)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(url)
         .await
         .expect("connect")
@@ -135,6 +136,7 @@ async fn a_key_outlives_a_lagging_injected_clock_by_the_ttl_floor() {
     let redis = RedisLimiter::builder(config)
         .prefix(&prefix)
         .injected_ttl_floor(Duration::from_secs(1))
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();
@@ -187,6 +189,7 @@ async fn beyond_the_ttl_floor_a_lagging_injected_clock_finds_the_key_fresh() {
     let redis = RedisLimiter::builder(config)
         .prefix(&prefix)
         .injected_ttl_floor(Duration::from_millis(1))
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();

@@ -133,6 +133,7 @@ async fn lost_replies_and_dropped_connections_never_double_charge() {
             .attempts(12)
             .response_timeout(Duration::from_millis(300))
             .retry_backoff(Duration::from_millis(2))
+            .recovery(Recovery::Trusting)
             .connect(&format!("redis://{}/", proxy.addr))
             .await
             .unwrap(),
@@ -309,6 +310,7 @@ async fn redis_stopped_mid_run_each_policy_holds() {
             .attempts(2)
             .response_timeout(Duration::from_millis(200))
             .retry_backoff(Duration::from_millis(1))
+            .recovery(Recovery::Trusting)
             .connect(&url)
     };
     let closed = build(Unavailable::FailClosed).await.unwrap();
@@ -392,6 +394,7 @@ async fn a_set_under_each_policy_when_redis_stops() {
             .attempts(2)
             .response_timeout(Duration::from_millis(200))
             .retry_backoff(Duration::from_millis(1))
+            .recovery(Recovery::Trusting)
             .connect(&url)
     };
     let closed = build(Unavailable::FailClosed).await.unwrap();

@@ -236,6 +236,7 @@ async fn run_real(url: &str, prefix: &str, ops: usize) -> Vec<Seen> {
         let limiter = Arc::new(
             RedisLimiter::builder(config())
                 .prefix(prefix)
+                .recovery(bucketproof_redis::Recovery::Trusting)
                 .connect(url)
                 .await
                 .expect("connect"),

@@ -98,6 +98,7 @@ async fn decisions_equal_the_exact_core_on_random_traces() {
         let prefix = unique_prefix("oracle");
         let limiter = RedisLimiter::builder(config)
             .prefix(&prefix)
+            .recovery(bucketproof_redis::Recovery::Trusting)
             .connect(&url)
             .await
             .expect("connect");
@@ -199,6 +200,7 @@ async fn retry_after_is_tight_through_redis() {
         let prefix = unique_prefix("tight");
         let limiter = RedisLimiter::builder(config)
             .prefix(&prefix)
+            .recovery(bucketproof_redis::Recovery::Trusting)
             .connect(&url)
             .await
             .unwrap();
@@ -248,6 +250,7 @@ async fn request_id_replays_equal_the_in_memory_limiter() {
         let redis = RedisLimiter::builder(config)
             .prefix(&prefix)
             .dedupe(window, per_key)
+            .recovery(bucketproof_redis::Recovery::Trusting)
             .connect(&url)
             .await
             .unwrap();
@@ -317,6 +320,7 @@ async fn ttl_is_the_time_until_full_rounded_up_and_never_zero() {
     let limiter = RedisLimiter::builder(config)
         .prefix(&prefix)
         .dedupe(Duration::from_millis(1), 1)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();
@@ -335,6 +339,7 @@ async fn ttl_is_the_time_until_full_rounded_up_and_never_zero() {
     let fast = Config::new(1, Rate::per_second(1_000_000_000)).unwrap();
     let limiter = RedisLimiter::builder(fast)
         .prefix(&prefix)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();
@@ -353,6 +358,7 @@ async fn ttl_is_the_time_until_full_rounded_up_and_never_zero() {
     let never = Config::new(2, Rate::ZERO).unwrap();
     let limiter = RedisLimiter::builder(never)
         .prefix(&prefix)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();
@@ -376,6 +382,7 @@ async fn noscript_reloads() {
     let config = Config::new(2, Rate::per_second(1)).unwrap();
     let limiter = RedisLimiter::builder(config)
         .prefix(&prefix)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();
@@ -411,11 +418,13 @@ async fn a_bucket_stored_under_another_config_is_refused() {
     let b = Config::new(2, Rate::new(1, 3).unwrap()).unwrap();
     let la = RedisLimiter::builder(a)
         .prefix(&prefix)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();
     let lb = RedisLimiter::builder(b)
         .prefix(&prefix)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();
@@ -447,6 +456,7 @@ async fn configs_outside_the_exact_range_are_refused_by_name() {
         let config = Config::new(cap + 1, rate).unwrap();
         // An unroutable URL: the range check must come first.
         let err = RedisLimiter::builder(config)
+            .recovery(bucketproof_redis::Recovery::Trusting)
             .connect("redis://127.0.0.1:1/")
             .await
             .unwrap_err();
@@ -461,6 +471,7 @@ async fn configs_outside_the_exact_range_are_refused_by_name() {
     let invalid = Config::new(1, Rate::per_second(1)).unwrap();
     let err = RedisLimiter::builder(invalid)
         .prefix("bad{")
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect("redis://127.0.0.1:1/")
         .await
         .unwrap_err();
@@ -498,6 +509,7 @@ async fn reconfigure_equals_the_in_memory_limiter() {
         let redis = RedisLimiter::builder(default)
             .prefix(&prefix)
             .dedupe(Duration::from_secs(5), 4)
+            .recovery(bucketproof_redis::Recovery::Trusting)
             .connect(&url)
             .await
             .unwrap();

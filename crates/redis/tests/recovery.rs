@@ -144,3 +144,30 @@ async fn a_reconfigure_of_a_new_key_starts_it_as_the_recovery_policy_says() {
     assert_eq!((stats.recovering, stats.losses_detected), (2, 1));
     cleanup(&url, &prefix).await;
 }
+
+/// The builder's default is the safe policy: on a Redis that was never provisioned (as after a
+/// loss) a new key starts below full, flagged; provisioned once, its first buckets start full.
+#[tokio::test]
+async fn the_default_policy_is_conservative_and_provisioning_a_new_redis_starts_keys_full() {
+    let Some(url) = redis_url("the_default_policy_is_conservative") else {
+        return;
+    };
+    for provisioned in [false, true] {
+        let prefix = unique_prefix(&format!("default_recovery_{provisioned}"));
+        let limiter = RedisLimiter::builder(config(10, "1/s"))
+            .prefix(&prefix)
+            .connect(&url)
+            .await
+            .expect("connect");
+        if provisioned {
+            limiter.provision().await.unwrap();
+        }
+        let first = limiter.acquire_at("u", 10, T).await.unwrap();
+        assert_eq!(
+            (first.decision().is_allowed(), first.recovering),
+            (provisioned, !provisioned),
+            "provisioned: {provisioned}"
+        );
+        cleanup(&url, &prefix).await;
+    }
+}

@@ -128,6 +128,7 @@ async fn a_set_decides_as_the_model_decision_by_decision() {
         let limiter = RedisLimiter::builder(three())
             .prefix(&prefix)
             .dedupe(window, per_key)
+            .recovery(bucketproof_redis::Recovery::Trusting)
             .connect(&url)
             .await
             .expect("connect");
@@ -265,6 +266,7 @@ async fn a_denial_by_the_second_bandwidth_charges_none() {
     let prefix = unique_prefix("sets-denial");
     let limiter = RedisLimiter::builder(three())
         .prefix(&prefix)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();
@@ -327,6 +329,7 @@ async fn the_wait_is_the_largest_and_acquire_answers_with_the_binding_part() {
     let prefix = unique_prefix("sets-wait");
     let limiter = RedisLimiter::builder(three())
         .prefix(&prefix)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();
@@ -395,6 +398,7 @@ async fn the_cost_bound_is_the_smallest_capacity_and_never_reaches_redis() {
     .unwrap();
     let limiter = RedisLimiter::builder(set)
         .prefix(&prefix)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();
@@ -448,6 +452,7 @@ async fn the_exact_range_is_checked_per_bandwidth() {
         .unwrap();
         let built = RedisLimiter::builder(set)
             .prefix(unique_prefix("sets-range"))
+            .recovery(bucketproof_redis::Recovery::Trusting)
             .connect(&url)
             .await;
         match (ok, built) {
@@ -468,6 +473,7 @@ async fn a_set_of_one_is_todays_bucket() {
     let named_prefix = unique_prefix("sets-one-named");
     let plain = RedisLimiter::builder(config)
         .prefix(&plain_prefix)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();
@@ -475,6 +481,7 @@ async fn a_set_of_one_is_todays_bucket() {
         Bandwidths::new([Bandwidth::named("only", config).unwrap()]).unwrap(),
     )
     .prefix(&named_prefix)
+    .recovery(bucketproof_redis::Recovery::Trusting)
     .connect(&url)
     .await
     .unwrap();
@@ -513,6 +520,7 @@ async fn server_time_and_replays_of_a_set() {
     let prefix = unique_prefix("sets-server");
     let limiter = RedisLimiter::builder(three())
         .prefix(&prefix)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();
@@ -550,11 +558,13 @@ async fn a_key_of_the_other_layout_is_refused_and_untouched() {
     let prefix = unique_prefix("sets-layout");
     let one = RedisLimiter::builder(*three().first())
         .prefix(&prefix)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();
     let set = RedisLimiter::builder(three())
         .prefix(&prefix)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&url)
         .await
         .unwrap();

@@ -55,6 +55,7 @@ async fn redis(
     RedisLimiter::builder(set)
         .prefix(unique_prefix("settle"))
         .dedupe(window, per_key)
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(url)
         .await
         .expect("connect")
@@ -453,6 +454,7 @@ async fn a_settle_during_an_outage_is_an_error_never_a_settlement() {
         .prefix(unique_prefix("settle-outage"))
         .dedupe(Duration::from_secs(60), 8)
         .response_timeout(Duration::from_millis(200))
+        .recovery(bucketproof_redis::Recovery::Trusting)
         .connect(&format!("redis://{}/", switch.addr))
         .await
         .expect("connect through the switch");

@@ -78,6 +78,10 @@ impl RedisSubject {
                         std::time::Duration::from_nanos(setup.dedupe_window_ns),
                         setup.dedupe_per_key,
                     )
+                    // Each trace's fresh prefix is a new, unprovisioned Redis: judged against
+                    // the model, which loses nothing, its buckets start full. The default policy's
+                    // rule after a loss is the redis crate's recovery and fault tests' to judge.
+                    .recovery(bucketproof_redis::Recovery::Trusting)
                     .connect(&url),
             )
             .map_err(|e| build(format!("redis subject at {url}: {e}")))?;

@@ -86,8 +86,10 @@ impl RedisBuilder {
     }
 
     /// What a bucket created after its slot's state was lost starts with (crate `epoch`). Default
-    /// [`Recovery::Trusting`]: full, flagged. [`Recovery::Conservative`] keeps the no-overselling
-    /// bound across a loss; with it, [`RedisLimiter::provision`] a new Redis once.
+    /// [`Recovery::Conservative`], which keeps the no-overselling bound across a loss: run
+    /// [`RedisLimiter::provision`] once on a new Redis, or its first buckets start as after a loss
+    /// (below full for one refill period, flagged). [`Recovery::Trusting`] starts them full (a second
+    /// burst after a loss, flagged) and needs no provisioning.
     pub fn recovery(mut self, policy: Recovery) -> Self {
         self.recovery = policy;
         self

@@ -32,7 +32,10 @@ pub fn redis_url(test: &str) -> Option<String> {
     }
 }
 
-/// A key prefix no other test (or earlier run) uses, so nothing needs FLUSHALL.
+/// A key prefix no other test (or earlier run) uses, so nothing needs FLUSHALL. A fresh prefix is
+/// a new, unprovisioned Redis to the epoch markers: the tests that are not about state loss state
+/// `Recovery::Trusting`, under which its first buckets start full, as the in-memory core's do
+/// (the default, `Conservative`, is judged in `recovery.rs` and `faults.rs`).
 pub fn unique_prefix(test: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
