@@ -41,6 +41,44 @@ fn a_key_dropped_owing_comes_back_no_fuller_than_it_would_be() {
     );
 }
 
+/// The two traces at which a victim's "full again" instant lies past the end of the clock (so it is
+/// saturated at `u64::MAX`): near the clock's end, and mid-clock at a rate so slow that a refill to
+/// full takes longer than the clock holds. Either way the dropped key owes every token it spent, and
+/// comes back no fuller than its dropped bucket would be: here, empty.
+#[test]
+fn a_victim_full_only_past_the_end_of_the_clock_comes_back_owing_all_it_spent() {
+    let cases = [
+        // capacity 4 at 1/s, at the end of the clock: the same trace at 1000 s is denied too.
+        (4, "1/s", u64::MAX - SECOND),
+        (4, "1/s", 1_000 * SECOND),
+        // capacity 8 at 1/2^32 per second, mid-clock: 8 tokens take ~1.1e30 ns to refill.
+        (8, "1/4294967296s", 1_000 * SECOND),
+    ];
+    for (capacity, rate, at) in cases {
+        let limiter: Limiter<u64> =
+            Limiter::builder(Config::new(capacity, rate.parse().unwrap()).unwrap())
+                .max_keys(1, EvictionPolicy::EvictKeepingDeficit)
+                .sweep_per_op(0)
+                .shards(1)
+                .hasher_seed(3)
+                .build();
+        assert!(limiter.acquire_at(&0, capacity, at).unwrap().is_allowed());
+        // Key 3 takes the only slot: key 0 is dropped owing all it spent.
+        assert!(limiter.acquire_at(&3, 1, at).unwrap().is_allowed());
+        assert_eq!(
+            limiter.stats().evicted_owing,
+            1,
+            "{capacity} at {rate}, {at}"
+        );
+        let back = limiter.acquire_at(&0, capacity - 1, at).unwrap();
+        assert!(
+            !back.is_allowed(),
+            "{capacity} at {rate}, {at}: came back fuller"
+        );
+        assert_eq!(back.remaining().whole(), 0, "{capacity} at {rate}, {at}");
+    }
+}
+
 /// A small flood: 10 users at 10 requests a second on a bucket of 2 refilling 1/s, 30,000 fresh
 /// attacker ids at one per 100 µs, a bound of 64 keys over 4 shards. Every user's admissions are
 /// checked against its budget over every interval: none exceeds it under `EvictKeepingDeficit` (nor
