@@ -267,22 +267,33 @@ impl Lockstep<'_> {
         ))
     }
 
-    /// A cost above the key's capacity is never admitted (the exact profile's model says so too;
-    /// under the safety profile this is the check, with no tolerance).
-    pub(super) fn check_cost_within_capacity(
+    /// An invalid cost is never admitted: a cost of 0 or above the key's (smallest) capacity is an
+    /// error by the spec (docs/semantics.md, acquire step 1), never a decision to go ahead. The exact
+    /// profile's model says so too; under the safety profile this is the check, with no tolerance: a
+    /// limiter may round, but must not turn a refused request into an admission (a cost of 0 admitted
+    /// charges nothing, so the arrival curve cannot see it). A denial of an invalid cost admits
+    /// nothing, and is judged as every denial is.
+    pub(super) fn check_cost_admissible(
         &mut self,
         acquire: Acquire,
         observed: &Observed,
     ) -> Option<Violation> {
         let capacity = self.model.bandwidths_of(acquire.key).smallest_capacity();
-        if !observed.allowed || observed.replayed || acquire.cost <= capacity {
+        if !observed.allowed || observed.replayed || (1..=capacity).contains(&acquire.cost) {
             return None;
         }
         self.divergence.other_violations += 1;
+        let what = match acquire.cost {
+            0 => "admitted a cost of 0",
+            _ => "admitted a cost above capacity",
+        };
         Some(Violation::new(
             OracleKind::Invariant,
-            "admitted a cost above capacity",
-            format!("an error for cost {} > capacity {capacity}", acquire.cost),
+            what,
+            format!(
+                "an error for cost {} outside [1, capacity {capacity}]",
+                acquire.cost
+            ),
             "allowed",
         ))
     }
