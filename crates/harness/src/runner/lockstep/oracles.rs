@@ -230,7 +230,8 @@ impl Lockstep<'_> {
 
     /// A decision's reported balance lies in `[0, capacity]` (under every profile: a subject that says
     /// it holds more than a full bucket, or less than nothing, is wrong whatever it rounds). A balance
-    /// that is no number (NaN or infinite) is one the subject does not report, and is not judged.
+    /// the subject does not report ([`crate::subject::Amount::UNREPORTED`]) is not judged, nor is an
+    /// infinite one, which has no exact value to compare.
     pub(super) fn check_remaining_within_capacity(
         &mut self,
         key: u64,
@@ -253,7 +254,7 @@ impl Lockstep<'_> {
             std::iter::once(whole)
                 .chain(parts)
                 .find(|&(amount, capacity)| {
-                    // NaN is how a subject says it reports no balance (a script whose reply has none): unjudged.
+                    // An unreported balance (`Amount::UNREPORTED`, NaN) has no value: unjudged.
                     amount.to_rational().is_some_and(|value| {
                         value < Rational::ZERO || value > Rational::from(capacity)
                     })
