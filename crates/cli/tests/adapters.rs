@@ -3,6 +3,9 @@
 //! classic mistakes (`--bug NAME`) is caught with a shrunk counterexample of at most 6 ops that
 //! replays from its file through the recorded command.
 //!
+//! A limiter that reports no balance (a fixture over the Python adapter) passes when correct and
+//! fails on the arrival curve when it oversells.
+//!
 //! The millitoken bucket (`adapters/python/millitokens.py`), safe but inexact, passes under the
 //! safety profile it declares, cannot be checked as exact, and its overselling bugs are caught.
 //!
@@ -138,4 +141,48 @@ fn a_safe_inexact_limiter_passes_the_safety_profile_and_its_overselling_is_caugh
         all.contains("declares profile safety; it cannot be checked as exact"),
         "{all}"
     );
+}
+
+/// A limiter that exposes no balance (`tests/fixtures/no_remaining.py`: bucket.py with every reply's
+/// `remaining` taken away) is judged on what it does report: correct, it passes the whole gate;
+/// overselling and showing no state either (`--no-inspect`), it fails on the arrival curve, which
+/// never reads a balance, under the safety profile too, where no model compares its decisions.
+#[test]
+fn a_limiter_without_a_balance_passes_when_correct_and_fails_on_the_arrival_curve_when_it_oversells()
+ {
+    if !runs("python3") {
+        return;
+    }
+    let fixture = common::workspace().join("crates/cli/tests/fixtures/no_remaining.py");
+    let subject = format!("exec:python3 {}", fixture.display());
+    let out = bucketproof(&["check", "--json", "--subject", &subject]);
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{subject}: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(summary["failures"], 0, "{summary}");
+    let dir = scratch("no-remaining-no-clamp");
+    std::fs::create_dir_all(dir.join("subjects")).unwrap();
+    std::fs::create_dir_all(dir.join("scenarios")).unwrap();
+    std::fs::copy(
+        common::workspace().join("scenarios/long-idle.toml"),
+        dir.join("scenarios/long-idle.toml"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("subjects/oversells.toml"),
+        format!(
+            "command = \"python3\"\nargs = [{:?}, \"--no-inspect\", \"--bug\", \"no-clamp\"]\n\
+             profile = \"safety\"\n",
+            fixture
+        ),
+    )
+    .unwrap();
+    let out = bucketproof_in(&dir, &["check", "--subject", "oversells"]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains("[arrival-curve]"), "{all}");
 }

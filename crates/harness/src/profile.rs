@@ -2,9 +2,9 @@
 //!
 //! - [`ProfileName::Exact`]: `docs/semantics.md` exactly; the model judges every decision.
 //! - [`ProfileName::Safety`]: the properties every token bucket owes its users (the arrival curve,
-//!   bounds, denials that charge nothing, costs above capacity never admitted, a retry-after never
-//!   earlier than the next success), judged without the model; the model's distance is measured,
-//!   never a verdict.
+//!   bounds, denials that charge nothing, invalid costs (0, above capacity) never admitted, a
+//!   retry-after never earlier than the next success), judged without the model; the model's
+//!   distance is measured, never a verdict.
 //!
 //! Promise: a profile is plain data, written the same way in a subject's handshake, a subject file
 //! and a counterexample; [`Profile::admits`] is the one rule for when a weaker profile may be asked

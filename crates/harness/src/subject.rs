@@ -26,10 +26,13 @@ pub enum Amount {
     Approx(f64),
 }
 
-/// An exact amount as an integer or `a/b` (lowest terms), a float's as its exact value; NaN and
-/// infinities as the float.
+/// An exact amount as an integer or `a/b` (lowest terms), a float's as its exact value; an
+/// unreported balance as `none` (as an unreported wait is shown); infinities as the float.
 impl std::fmt::Display for Amount {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if !self.is_reported() {
+            return f.write_str("none");
+        }
         match self.to_rational() {
             Some(value) if value.is_int() => write!(f, "{}", value.numerator()),
             Some(value) => write!(f, "{}/{}", value.numerator(), value.denominator()),
@@ -39,6 +42,17 @@ impl std::fmt::Display for Amount {
 }
 
 impl Amount {
+    /// The balance of a decision whose subject reports none (an exec reply without `remaining`, a
+    /// script reply with no balance mapped). It is NaN, so every comparison that needs a number
+    /// finds none, and the oracles that judge a reported balance skip it
+    /// ([`Amount::is_reported`]); the decision itself is judged as any other.
+    pub const UNREPORTED: Amount = Amount::Approx(f64::NAN);
+
+    /// False for [`Amount::UNREPORTED`] (any NaN): the subject said nothing about the balance.
+    pub fn is_reported(self) -> bool {
+        !matches!(self, Amount::Approx(value) if value.is_nan())
+    }
+
     /// The amount as an exact rational (a float is converted exactly, bit for bit). `None` for NaN or
     /// infinities.
     pub fn to_rational(self) -> Option<Rational> {
@@ -117,7 +131,7 @@ impl Amount {
 pub struct Observed {
     /// Admitted and charged (in every bandwidth).
     pub allowed: bool,
-    /// Balance after the decision.
+    /// Balance after the decision ([`Amount::UNREPORTED`] if the subject reports none).
     pub remaining: Amount,
     /// For a denial, the subject's retry-after (`None` if it reports none).
     pub retry_after: Option<Wait>,

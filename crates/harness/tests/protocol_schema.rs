@@ -520,6 +520,11 @@ fn edge_messages_are_accepted() {
         // Well-formed though wrong: a negative float balance is a verdict of the safety profile,
         // not a broken subject.
         (Role::Reply, json!({"id":2,"allowed":true,"remaining":-0.25,"retry_after_ns":null})),
+        // A subject with no balance to show leaves remaining out, or sends null: an acquire's reply
+        // still (told from would_allow's by retry_after_ns), with or without the probes.
+        (Role::Reply, json!({"id":2,"allowed":false,"retry_after_ns":300})),
+        (Role::Reply, json!({"id":2,"allowed":true,"remaining":null,"retry_after_ns":null,"created":true,
+            "before":null,"after":{"tokens":"2/1","last_refill_ns":0,"capacity":3}})),
         (Role::Reply, json!({"id":3,"state":null})),
         (Role::Reply, json!({"id":8,"ok":true,"before":null,"after":{"tokens":"1/1","last_refill_ns":0,"capacity":1}})),
         (Role::Reply, json!({"id":7,"error":{"kind":"invalid_cost","message":"cost 0"},"before":null,"after":null})),
@@ -587,8 +592,6 @@ fn malformed_messages_are_rejected() {
         ("remaining with a decimal point", Role::Reply, with(acquire, "remaining", r#""1.5/2""#)),
         ("remaining with a space", Role::Reply, with(acquire, "remaining", r#"" 1/2""#)),
         ("remaining as a bare integer string", Role::Reply, with(acquire, "remaining", r#""3""#)),
-        ("remaining missing", Role::Reply, r#"{"id":7,"allowed":false,"retry_after_ns":300}"#.into()),
-        ("remaining null", Role::Reply, with(acquire, "remaining", "null")),
         ("retry_after_ns missing", Role::Reply, r#"{"id":7,"allowed":true,"remaining":"1/1"}"#.into()),
         ("negative wait", Role::Reply, with(acquire, "retry_after_ns", "-5")),
         ("wait Never capitalized", Role::Reply, with(acquire, "reset_after_ns", r#""Never""#)),

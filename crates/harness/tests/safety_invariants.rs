@@ -1,17 +1,28 @@
 //! The checks every profile makes without the model, each shown failing on a subject that breaks
-//! it and holding on one that does not: a reported balance lies in `[0, capacity]`, and a cost
-//! above capacity is never admitted. Under the safety profile they are the only judges of these.
+//! it and holding on one that does not: a reported balance lies in `[0, capacity]`, and an invalid
+//! cost (0, or above capacity) is never admitted. Under the safety profile they are the only judges
+//! of these. A denial of an invalid cost (where the spec answers an error) admits nothing: the
+//! safety profile judges it as every denial, so its balance must still lie in `[0, capacity]`.
+//!
+//! Each lie is planted in a wrapper around a correct subject; the same traces pass on the core, on
+//! the model and on the safety-profile reference adapter (`adapters/python/millitokens.py`).
+
+mod common;
+
+use std::path::Path;
 
 use bucketproof_harness::profile::Profile;
-use bucketproof_harness::subjects::CoreSubject;
+use bucketproof_harness::subjects::exec::ExecSubjects;
+use bucketproof_harness::subjects::{CoreSubject, ModelSubject};
 use bucketproof_harness::{
-    Acquire, Amount, ConfigSpec, Observed, Op, RunOptions, Setup, Subject, SubjectError, Verdict,
-    run_trace,
+    Acquire, Amount, ConfigSpec, Observed, Op, RunOptions, Setup, Subject, SubjectError,
+    SubjectFactory, Verdict, run_trace,
 };
+use bucketproof_limiter::Wait;
 
-/// The core, declaring the safety profile, with one way of lying planted.
+/// A correct subject, declaring the safety profile, with one way of lying planted.
 struct Lying {
-    core: CoreSubject,
+    inner: Box<dyn Subject>,
     lie: Lie,
 }
 
@@ -24,6 +35,11 @@ enum Lie {
     RemainingBelowZero,
     /// Admits a cost above capacity without charging it.
     AdmitsAboveCapacity,
+    /// Admits a cost of 0 (charging nothing) where the spec answers an error.
+    AdmitsZero,
+    /// Denies an invalid cost (0 or above capacity) where the spec answers an error, reporting
+    /// this balance and a retry-after of never.
+    DeniesInvalid(Amount),
 }
 
 impl Subject for Lying {
@@ -36,18 +52,30 @@ impl Subject for Lying {
     }
 
     fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
-        if matches!(self.lie, Lie::AdmitsAboveCapacity) && acquire.cost > CAPACITY {
-            return Ok(Observed {
-                allowed: true,
-                remaining: Amount::Exact { numer: 0, denom: 1 },
-                retry_after: None,
-                reset_after: None,
-                bandwidths: Vec::new(),
-                created: None,
-                replayed: false,
-            });
+        let invalid = acquire.cost == 0 || acquire.cost > CAPACITY;
+        let decision = |allowed, remaining, retry_after| Observed {
+            allowed,
+            remaining,
+            retry_after,
+            reset_after: None,
+            bandwidths: Vec::new(),
+            created: None,
+            replayed: false,
+        };
+        match self.lie {
+            Lie::AdmitsAboveCapacity if acquire.cost > CAPACITY => {
+                return Ok(decision(true, Amount::Exact { numer: 0, denom: 1 }, None));
+            }
+            // Every trace here starts on a fresh key, so a full bucket's balance is the true one.
+            Lie::AdmitsZero if acquire.cost == 0 => {
+                return Ok(decision(true, whole(CAPACITY), None));
+            }
+            Lie::DeniesInvalid(remaining) if invalid => {
+                return Ok(decision(false, remaining, Some(Wait::Never)));
+            }
+            _ => {}
         }
-        let mut observed = self.core.acquire(acquire)?;
+        let mut observed = self.inner.acquire(acquire)?;
         let tokens = observed.remaining.to_f64_lossy();
         match self.lie {
             Lie::RemainingAboveCapacity => {
@@ -62,23 +90,41 @@ impl Subject for Lying {
 
 const CAPACITY: u64 = 3;
 
-fn run(lie: Lie, costs: &[u64]) -> Verdict {
-    let setup = Setup::new(ConfigSpec::new(CAPACITY, "1/s"));
-    let mut subject = Lying {
-        core: CoreSubject::new(&setup).unwrap(),
-        lie,
-    };
-    let ops = costs.iter().enumerate().map(|(i, &cost)| {
+fn whole(tokens: u64) -> Amount {
+    Amount::Exact {
+        numer: u128::from(tokens),
+        denom: 1,
+    }
+}
+
+fn setup() -> Setup {
+    Setup::new(ConfigSpec::new(CAPACITY, "1/s"))
+}
+
+/// Acquires of `costs` on key 0, one ms apart (so a millisecond clock sees every step).
+fn ops(costs: &[u64]) -> impl Iterator<Item = Op> + '_ {
+    costs.iter().enumerate().map(|(i, &cost)| {
         Op::Acquire(Acquire {
             key: 0,
             cost,
-            now: i as u64 * 1_000,
+            now: i as u64 * 1_000_000,
             request_id: None,
         })
-    });
-    run_trace(&setup, ops, &mut subject, &RunOptions::default())
+    })
+}
+
+fn run_on(subject: &mut dyn Subject, costs: &[u64]) -> Verdict {
+    run_trace(&setup(), ops(costs), subject, &RunOptions::default())
         .unwrap()
         .verdict
+}
+
+fn run(lie: Lie, costs: &[u64]) -> Verdict {
+    let mut subject = Lying {
+        inner: Box::new(CoreSubject::new(&setup()).unwrap()),
+        lie,
+    };
+    run_on(&mut subject, costs)
 }
 
 fn violation(verdict: Verdict) -> String {
@@ -88,9 +134,13 @@ fn violation(verdict: Verdict) -> String {
     }
 }
 
+/// Valid and invalid costs mixed, starting on a fresh key.
+const EDGES: [u64; 7] = [0, 1, CAPACITY + 1, 2, 0, CAPACITY, u64::MAX];
+
 #[test]
 fn an_honest_subject_passes_under_safety() {
     assert!(run(Lie::None, &[1, 2, 1, 3]).passed());
+    assert!(run(Lie::None, &EDGES).passed());
 }
 
 #[test]
@@ -109,4 +159,52 @@ fn a_balance_below_zero_is_caught() {
 fn a_cost_above_capacity_admitted_is_caught() {
     let what = violation(run(Lie::AdmitsAboveCapacity, &[1, CAPACITY + 1]));
     assert_eq!(what, "admitted a cost above capacity");
+}
+
+#[test]
+fn a_cost_of_zero_admitted_is_caught() {
+    let what = violation(run(Lie::AdmitsZero, &[0]));
+    assert_eq!(what, "admitted a cost of 0");
+}
+
+#[test]
+fn a_denial_of_an_invalid_cost_is_judged_by_its_balance() {
+    // Denying where the spec answers an error admits nothing: with the true balance it passes...
+    assert!(run(Lie::DeniesInvalid(whole(CAPACITY)), &[CAPACITY + 1]).passed());
+    assert!(run(Lie::DeniesInvalid(whole(CAPACITY)), &[0]).passed());
+    // ...and with a balance no bucket of this capacity holds it fails, as any decision would.
+    for (lie, cost) in [
+        (Lie::DeniesInvalid(whole(CAPACITY + 1)), CAPACITY + 1),
+        (Lie::DeniesInvalid(Amount::Approx(-0.5)), CAPACITY + 1),
+        (Lie::DeniesInvalid(whole(CAPACITY + 1)), 0),
+    ] {
+        let what = violation(run(lie, &[cost]));
+        assert_eq!(
+            what, "reported remaining outside [0, capacity]",
+            "cost {cost}"
+        );
+    }
+}
+
+#[test]
+fn invalid_costs_pass_on_the_model_and_the_millitoken_adapter_under_safety() {
+    let mut model = Lying {
+        inner: Box::new(ModelSubject::new(&setup()).unwrap()),
+        lie: Lie::None,
+    };
+    assert!(run_on(&mut model, &EDGES).passed());
+    if !common::program_available("python3") {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let subjects = ExecSubjects::new(&root)
+        .with_subject_files(&root)
+        .expect("the project's subject files parse");
+    let mut millitokens = subjects
+        .build("python-millitokens", &setup())
+        .expect("subjects/python-millitokens.toml")
+        .unwrap();
+    assert!(millitokens.profile().is_safety());
+    let verdict = run_on(millitokens.as_mut(), &EDGES);
+    assert!(verdict.passed(), "{verdict:?}");
 }

@@ -2,7 +2,9 @@
 //!
 //! Decisions must agree on admit/deny, on the remaining balance (as rationals: a float subject's value
 //! is converted bit for bit, so any rounding shows), on `retry_after` and `reset_after` to the
-//! nanosecond, on replays, and on the kind of error. A subject that reports no wait is not judged on it.
+//! nanosecond, on replays, and on the kind of error. A subject that reports no wait is not judged on
+//! it, nor one that reports no balance ([`crate::subject::Amount::UNREPORTED`]) on the balance: its
+//! decisions, waits, replays and errors still are.
 //!
 //! For a key of several bandwidths the whole decision is judged as above (its binding part, its
 //! largest wait), and then, when the subject reports them, every bandwidth's part the same way: a
@@ -176,8 +178,12 @@ pub fn compare_acquire(
     };
     let decision = &outcome.decision;
     let expected_remaining = decision.remaining();
-    let remaining_equal = observed.remaining.equals(expected_remaining);
-    let token_error = if remaining_equal {
+    // An unreported balance is not compared (so it is no mismatch), and its error is not measured.
+    let reported = observed.remaining.is_reported();
+    let remaining_equal = !reported || observed.remaining.equals(expected_remaining);
+    let token_error = if !reported {
+        None
+    } else if remaining_equal {
         Some(0.0)
     } else {
         (observed.remaining.to_rational())

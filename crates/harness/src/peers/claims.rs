@@ -33,6 +33,8 @@ pub enum Claim {
     ReportsBelowZero,
     /// The failing op (the last) asks for more than the capacity.
     CostAboveCapacity,
+    /// The failing op (the last) asks for 0 tokens, which the spec refuses.
+    CostZero,
     /// The capacity is above 2^53, past the integers a double holds exactly.
     #[serde(rename = "capacity-above-2^53")]
     CapacityAbove2Pow53,
@@ -50,6 +52,7 @@ impl Claim {
             Claim::ReportsAboveCapacity => "reports-above-capacity",
             Claim::ReportsBelowZero => "reports-below-zero",
             Claim::CostAboveCapacity => "cost-above-capacity",
+            Claim::CostZero => "cost-zero",
             Claim::CapacityAbove2Pow53 => "capacity-above-2^53",
             Claim::RaisesError => "raises-error",
         }
@@ -79,6 +82,7 @@ impl Claim {
             Claim::CostAboveCapacity => {
                 matches!(found.ops.last(), Some(Op::Acquire(a)) if a.cost > capacity)
             }
+            Claim::CostZero => matches!(found.ops.last(), Some(Op::Acquire(a)) if a.cost == 0),
             Claim::CapacityAbove2Pow53 => capacity > 1 << 53,
             Claim::RaisesError => found.got.starts_with("store error"),
         }
@@ -235,6 +239,15 @@ mod tests {
         assert!(Claim::CostAboveCapacity.holds(&above));
         assert!(!Claim::AdmitsMore.holds(&above));
         assert!(!Claim::CapacityAbove2Pow53.holds(&above));
+        assert!(!Claim::CostZero.holds(&above));
+        // An admitted cost of 0 after an admission (redis-rate's, npm limiter's at the first op).
+        let zero = found(
+            &[(1, 0), (0, 1_000_000_000)],
+            "an error for cost 0",
+            "allowed",
+        );
+        assert!(Claim::CostZero.holds(&zero));
+        assert!(!Claim::CostAboveCapacity.holds(&zero));
         let back = found(&[(1, 5), (1, 9), (1, 7)], "a balance in [0, 7]", "-2");
         assert!(Claim::ClockStepsBack.holds(&back));
         assert!(Claim::ReportsBelowZero.holds(&back));

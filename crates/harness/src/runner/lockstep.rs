@@ -88,8 +88,9 @@ pub(super) struct Lockstep<'a> {
 }
 
 /// How a subject checked under the safety profile is judged where it differs from exact: the model
-/// judges nothing (its distance is only measured), a cost above capacity is never admitted, and a
-/// retry-after is only required not to be earlier than the next success.
+/// judges nothing (its distance is only measured), so an invalid cost admitted is the capacity
+/// check's to catch (`check_cost_admissible`, under every profile), and a retry-after is only
+/// required not to be earlier than the next success.
 #[derive(Clone, Copy, Debug)]
 struct Safety {
     /// The retry is asked at `now + retry_after + retry_slack_ns` (one resolution step unless the
@@ -343,8 +344,8 @@ impl<'a> Lockstep<'a> {
         let restarted = observed.created.unwrap_or(!self.arrivals[0].knows(key));
         let invariants = self.check_invariants(key, &before, &got, restarted);
         keep_first(&mut found, oracles, invariants);
-        let over_capacity = self.check_cost_within_capacity(acquire, observed);
-        keep_first(&mut found, oracles, over_capacity);
+        let invalid_cost = self.check_cost_admissible(acquire, observed);
+        keep_first(&mut found, oracles, invalid_cost);
         let remaining_range = self.check_remaining_within_capacity(key, observed);
         keep_first(&mut found, oracles, remaining_range);
         let arrival = self.check_arrival(acquire, observed);

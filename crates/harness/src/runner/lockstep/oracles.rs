@@ -230,7 +230,8 @@ impl Lockstep<'_> {
 
     /// A decision's reported balance lies in `[0, capacity]` (under every profile: a subject that says
     /// it holds more than a full bucket, or less than nothing, is wrong whatever it rounds). A balance
-    /// that is no number (NaN or infinite) is one the subject does not report, and is not judged.
+    /// the subject does not report ([`crate::subject::Amount::UNREPORTED`]) is not judged, nor is an
+    /// infinite one, which has no exact value to compare.
     pub(super) fn check_remaining_within_capacity(
         &mut self,
         key: u64,
@@ -253,7 +254,7 @@ impl Lockstep<'_> {
             std::iter::once(whole)
                 .chain(parts)
                 .find(|&(amount, capacity)| {
-                    // NaN is how a subject says it reports no balance (a script whose reply has none): unjudged.
+                    // An unreported balance (`Amount::UNREPORTED`, NaN) has no value: unjudged.
                     amount.to_rational().is_some_and(|value| {
                         value < Rational::ZERO || value > Rational::from(capacity)
                     })
@@ -267,22 +268,33 @@ impl Lockstep<'_> {
         ))
     }
 
-    /// A cost above the key's capacity is never admitted (the exact profile's model says so too;
-    /// under the safety profile this is the check, with no tolerance).
-    pub(super) fn check_cost_within_capacity(
+    /// An invalid cost is never admitted: a cost of 0 or above the key's (smallest) capacity is an
+    /// error by the spec (docs/semantics.md, acquire step 1), never a decision to go ahead. The exact
+    /// profile's model says so too; under the safety profile this is the check, with no tolerance: a
+    /// limiter may round, but must not turn a refused request into an admission (a cost of 0 admitted
+    /// charges nothing, so the arrival curve cannot see it). A denial of an invalid cost admits
+    /// nothing, and is judged as every denial is.
+    pub(super) fn check_cost_admissible(
         &mut self,
         acquire: Acquire,
         observed: &Observed,
     ) -> Option<Violation> {
         let capacity = self.model.bandwidths_of(acquire.key).smallest_capacity();
-        if !observed.allowed || observed.replayed || acquire.cost <= capacity {
+        if !observed.allowed || observed.replayed || (1..=capacity).contains(&acquire.cost) {
             return None;
         }
         self.divergence.other_violations += 1;
+        let what = match acquire.cost {
+            0 => "admitted a cost of 0",
+            _ => "admitted a cost above capacity",
+        };
         Some(Violation::new(
             OracleKind::Invariant,
-            "admitted a cost above capacity",
-            format!("an error for cost {} > capacity {capacity}", acquire.cost),
+            what,
+            format!(
+                "an error for cost {} outside [1, capacity {capacity}]",
+                acquire.cost
+            ),
             "allowed",
         ))
     }

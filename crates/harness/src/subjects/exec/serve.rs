@@ -325,7 +325,9 @@ fn answer(subject: &mut dyn Subject, request: Request, reply: &mut Reply) {
 /// The decision fields of an acquire's or a settle's reply.
 fn decision(observed: &Observed, reply: &mut Reply) {
     reply.allowed = Some(observed.allowed);
-    reply.remaining = Some(WireAmount::of(observed.remaining));
+    // A subject that reports no balance leaves the field out, as the protocol lets it.
+    reply.remaining =
+        (observed.remaining.is_reported()).then(|| WireAmount::of(observed.remaining));
     reply.retry_after_ns = Some(observed.retry_after.map(wire_wait));
     reply.reset_after_ns = observed.reset_after.map(wire_wait);
     if !observed.bandwidths.is_empty() {

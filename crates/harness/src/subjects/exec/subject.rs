@@ -23,7 +23,9 @@ use super::process::{Broken, Process};
 use super::spec::ExecSpec;
 use super::wire::{Bandwidth, Reply, Request, WireState, WireWait};
 use crate::profile::Profile;
-use crate::subject::{BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError};
+use crate::subject::{
+    Amount, BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError,
+};
 use crate::trace::{Acquire, ConfigSpec, Op, Settle, Setup};
 
 /// A request written and the op it came from; its reply once read.
@@ -478,10 +480,18 @@ impl ExecSubject {
     }
 
     /// An acquire's or a settle's decision reply as what the subject answered.
+    /// A reply without `remaining` reports no balance: the one unreported amount the oracles skip,
+    /// as for a script whose reply maps none.
     fn observed(&mut self, reply: &Reply) -> Result<Observed, SubjectError> {
-        let Some(remaining) = reply.remaining.as_ref().and_then(|r| r.to_amount()) else {
-            let what = format!("remaining {:?} is not an amount", reply.remaining);
-            return Err(self.malformed(what));
+        let remaining = match &reply.remaining {
+            None => Amount::UNREPORTED,
+            Some(wire) => match wire.to_amount() {
+                Some(amount) => amount,
+                None => {
+                    let what = format!("remaining {wire:?} is not an amount");
+                    return Err(self.malformed(what));
+                }
+            },
         };
         let mut bandwidths = Vec::new();
         for (position, part) in reply.bandwidths.iter().flatten().enumerate() {

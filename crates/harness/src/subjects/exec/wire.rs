@@ -387,7 +387,8 @@ pub struct Reply {
     /// `acquire`, `settle`, `would_allow`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allowed: Option<bool>,
-    /// `acquire`, `settle`.
+    /// `acquire`, `settle`: optional, for a subject that has no balance to show (absent or null:
+    /// the balance is not judged, the decision is).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remaining: Option<WireAmount>,
     /// `acquire`, `settle`: present (possibly null).
@@ -515,22 +516,34 @@ impl Reply {
             },
             Request::Acquire { inspect, .. } => match inspect {
                 true => (
-                    &["allowed", "remaining", "retry_after_ns", "before", "after"],
-                    &["reset_after_ns", "created", "replayed", "retry"],
+                    &["allowed", "retry_after_ns", "before", "after"],
+                    &[
+                        "remaining",
+                        "reset_after_ns",
+                        "created",
+                        "replayed",
+                        "retry",
+                    ],
                 ),
                 false => (
-                    &["allowed", "remaining", "retry_after_ns"],
-                    &["reset_after_ns", "created", "replayed", "retry"],
+                    &["allowed", "retry_after_ns"],
+                    &[
+                        "remaining",
+                        "reset_after_ns",
+                        "created",
+                        "replayed",
+                        "retry",
+                    ],
                 ),
             },
             Request::Settle { inspect, .. } => match inspect {
                 true => (
-                    &["allowed", "remaining", "retry_after_ns", "before", "after"],
-                    &["reset_after_ns", "replayed"],
+                    &["allowed", "retry_after_ns", "before", "after"],
+                    &["remaining", "reset_after_ns", "replayed"],
                 ),
                 false => (
-                    &["allowed", "remaining", "retry_after_ns"],
-                    &["reset_after_ns", "replayed"],
+                    &["allowed", "retry_after_ns"],
+                    &["remaining", "reset_after_ns", "replayed"],
                 ),
             },
             Request::Inspect { .. } => (&["state"], &[]),
@@ -566,6 +579,40 @@ mod tests {
         serde_json::from_str::<Reply>(&line)
             .unwrap_err()
             .to_string()
+    }
+
+    #[test]
+    fn a_decision_reply_may_leave_remaining_out_but_not_retry_after() {
+        let acquire = Request::Acquire {
+            id: 1,
+            key: 0,
+            now_ns: 0,
+            cost: 1,
+            request_id: None,
+            inspect: false,
+            probe_retry: false,
+            retry_slack_ns: 0,
+        };
+        let settle = Request::Settle {
+            id: 1,
+            key: 0,
+            now_ns: 0,
+            request_id: 7,
+            actual: 1,
+            inspect: false,
+        };
+        for line in [
+            r#"{"id":1,"allowed":true,"retry_after_ns":null}"#,
+            r#"{"id":1,"allowed":true,"remaining":null,"retry_after_ns":null}"#,
+        ] {
+            let reply: Reply = serde_json::from_str(line).unwrap();
+            assert_eq!(reply.remaining, None, "{line}");
+            assert_eq!(reply.check_shape(&acquire), Ok(()), "{line}");
+            assert_eq!(reply.check_shape(&settle), Ok(()), "{line}");
+        }
+        let no_wait: Reply = serde_json::from_str(r#"{"id":1,"allowed":true}"#).unwrap();
+        let refused = no_wait.check_shape(&acquire).unwrap_err();
+        assert!(refused.contains("retry_after_ns"), "{refused}");
     }
 
     #[test]

@@ -287,8 +287,8 @@ impl ReplyMap {
             Some(map) if allowed || !map.only_when_allowed => {
                 numeric(map.index, "remaining")?.amount(unit)
             }
-            // No balance reported (NaN): the oracles do not judge one.
-            _ => Amount::Approx(f64::NAN),
+            // No balance reported: the oracles do not judge one.
+            _ => Amount::UNREPORTED,
         };
         let wait = |map: &Option<WaitMap>, what: &str| -> Result<Option<Wait>, Mismatch> {
             let Some(map) = map else { return Ok(None) };
