@@ -186,3 +186,26 @@ fn a_limiter_without_a_balance_passes_when_correct_and_fails_on_the_arrival_curv
     assert_eq!(out.status.code(), Some(1), "{all}");
     assert!(all.contains("[arrival-curve]"), "{all}");
 }
+
+/// A correct limiter that evicts but shows no state (`--no-inspect`) cannot be followed under
+/// `EvictKeepingDeficit` at a key bound (a recreated bucket may start owing, and only the state shown
+/// says how much): those runs are skipped, naming why, instead of failing a correct subject.
+#[test]
+fn a_limiter_that_shows_no_state_is_skipped_under_evict_keeping_deficit_not_failed() {
+    if !runs("python3") {
+        return;
+    }
+    let fixture = common::workspace().join("crates/cli/tests/fixtures/no_remaining.py");
+    let subject = format!("exec:python3 {} --no-inspect", fixture.display());
+    let out = bucketproof(&[
+        "check",
+        "scenarios/attack-evict-keeping-deficit.toml",
+        "--allow-skips",
+        "--subject",
+        &subject,
+    ]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(all.contains("0 failed, 0 errors, 2 skipped"), "{all}");
+    assert!(all.contains("shows no state (no inspect)"), "{all}");
+}

@@ -27,7 +27,7 @@ use crate::shrink::{ShrinkBudget, shrink};
 use crate::subject::{Subject, SubjectError};
 use crate::subjects::Registry;
 use crate::subjects::exec::{ExecSpec, ExecSubjects};
-use crate::trace::{Op, Setup, Trace};
+use crate::trace::{Op, PolicySpec, Setup, Trace};
 
 /// How a run ended, judged with the reach targets.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -363,12 +363,24 @@ impl<'a> Engine<'a> {
 
 /// The skip rule for a key bound, one for every subject: a setup whose key bound is below the
 /// default asks for the bound's events (a refusal, an eviction), which a subject without a key bound
-/// can never show, so it cannot express the setup ([`SubjectError::Inexpressible`]).
+/// can never show, so it cannot express the setup ([`SubjectError::Inexpressible`]). Under
+/// `EvictKeepingDeficit` a recreated bucket may start owing, which the runner can follow only from
+/// the state the subject shows: a subject that evicts and shows none cannot be judged there either.
 fn expresses_key_bound(subject: &dyn Subject, setup: &Setup) -> Result<(), SubjectError> {
-    if setup.max_keys < bucketproof_limiter::defaults::MAX_KEYS && !subject.has_key_bound() {
+    if setup.max_keys >= bucketproof_limiter::defaults::MAX_KEYS {
+        return Ok(());
+    }
+    if !subject.has_key_bound() {
         return Err(SubjectError::Inexpressible(format!(
             "a key bound (max_keys = {}): {} has none",
             setup.max_keys,
+            subject.name()
+        )));
+    }
+    if setup.policy == PolicySpec::EvictKeepingDeficit && !subject.shows_state() {
+        return Err(SubjectError::Inexpressible(format!(
+            "evict_keeping_deficit at a key bound: {} shows no state (no inspect), so a bucket it \
+             recreated owing cannot be followed",
             subject.name()
         )));
     }

@@ -326,6 +326,14 @@ pub trait Subject {
         self.may_evict()
     }
 
+    /// True if the subject can show a key's state ([`Subject::inspect`] answers). Under
+    /// `EvictKeepingDeficit` a bucket the subject recreated may start owing, and the runner learns
+    /// its first balance only from the state shown, so a bounded setup of that policy on a subject
+    /// that evicts and shows nothing is skipped (the engine's rule, [`crate::engine`]). Default: true.
+    fn shows_state(&self) -> bool {
+        true
+    }
+
     /// True if the subject may drop buckets on its own (amortized sweeping, key bound): the differential
     /// oracle then follows its `created` reports instead of failing on them.
     fn may_evict(&self) -> bool {

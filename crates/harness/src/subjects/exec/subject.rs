@@ -562,6 +562,10 @@ impl Subject for ExecSubject {
         self.try_would_allow(acquire).ok().flatten()
     }
 
+    fn shows_state(&self) -> bool {
+        self.capabilities().inspect
+    }
+
     fn inspect(&mut self, key: u64) -> Inspection {
         self.try_inspect(key).unwrap_or(Inspection::Unsupported)
     }
