@@ -119,8 +119,9 @@ fn a_reconfigure_that_recreates_a_key_dropped_owing_starts_from_what_it_owes() {
 /// The state machine's options at a bound of `max_keys` under `EvictKeepingDeficit`: keys 0-3,
 /// request ids, settles and reconfigures on, a few dozen fixed cases, each with room for an
 /// eviction-summary pressure phase (on by default under this policy) after a few other ops.
-fn small_bound_options(max_keys: usize) -> Options {
+fn small_bound_options(max_keys: usize, config: &ConfigSpec) -> Options {
     let mut setup = setup();
+    setup.config = config.clone();
     setup.max_keys = max_keys;
     setup.dedupe_window_ns = 5 * SECOND;
     setup.dedupe_per_key = 2;
@@ -156,9 +157,16 @@ fn the_state_machine_at_a_small_key_bound_passes_on_the_core_and_every_reference
     if available("rust-core", unbuilt, "BUCKETPROOF_REQUIRE_ADAPTERS") {
         subjects.push("rust-core");
     }
-    for max_keys in [1, 2] {
+    // A bucket of 4 at 1/s (its clock-end victims come from the time menu's end of the clock), and
+    // one so slow that an emptied bucket is full again only past the end of the clock from anywhere
+    // (8 tokens at 1/2^32 per second): the victims whose "full again" instant saturates.
+    let configs = [
+        ConfigSpec::new(4, "1/s"),
+        ConfigSpec::new(8, "1/4294967296s"),
+    ];
+    for (config, max_keys) in configs.iter().flat_map(|c| [(c, 1), (c, 2)]) {
         for &name in &subjects {
-            let options = small_bound_options(max_keys);
+            let options = small_bound_options(max_keys, config);
             let build = |setup: &Setup| -> Result<Box<dyn Subject>, SubjectError> {
                 if name == "core" {
                     return Ok(Box::new(CoreSubject::new(setup)?));
@@ -168,7 +176,10 @@ fn the_state_machine_at_a_small_key_bound_passes_on_the_core_and_every_reference
                     .expect("a subject file of the project")
             };
             let outcome = state_machine::run(&build, &options).unwrap();
-            assert!(outcome.passed(), "{name}, max_keys {max_keys}: {outcome}");
+            assert!(
+                outcome.passed(),
+                "{name}, {config:?}, max_keys {max_keys}: {outcome}"
+            );
         }
     }
 }
@@ -188,7 +199,8 @@ fn a_summary_that_forgets_its_early_victims_fails_the_state_machine() {
         let build = |setup: &Setup| -> Result<Box<dyn Subject>, SubjectError> {
             factory.build(forgetful, setup).expect("an exec subject")
         };
-        let outcome = state_machine::run(&build, &small_bound_options(max_keys)).unwrap();
+        let options = small_bound_options(max_keys, &ConfigSpec::new(4, "1/s"));
+        let outcome = state_machine::run(&build, &options).unwrap();
         let Outcome::Violated { failure, .. } = &outcome else {
             panic!("max_keys {max_keys}: a forgetting summary was not caught: {outcome}");
         };
