@@ -117,24 +117,13 @@ fn a_safe_inexact_limiter_passes_the_safety_profile_and_its_overselling_is_caugh
         assert_eq!(out.status.code(), Some(1), "{bug}: {}", text(&out.stderr));
     }
     // Asking the exact profile of a subject that declares safety is an error, not a verdict.
-    let dir = scratch("millitokens-exact");
-    std::fs::create_dir_all(dir.join("subjects")).unwrap();
-    std::fs::create_dir_all(dir.join("scenarios")).unwrap();
-    std::fs::copy(
-        common::workspace().join("scenarios/exact-refill.toml"),
-        dir.join("scenarios/exact-refill.toml"),
-    )
-    .unwrap();
     let script = common::workspace().join("adapters/python/millitokens.py");
-    std::fs::write(
-        dir.join("subjects/strict.toml"),
-        format!(
-            "command = \"python3\"\nargs = [{:?}]\nprofile = \"exact\"\n",
-            script
-        ),
-    )
-    .unwrap();
-    let out = bucketproof_in(&dir, &["check", "--subject", "strict"]);
+    let dir = common::project(
+        "millitokens-exact",
+        &["exact-refill.toml"],
+        &format!("command = \"python3\"\nargs = [{script:?}]\nprofile = \"exact\"\n"),
+    );
+    let out = bucketproof_in(&dir, &["check", "--subject", "mine"]);
     let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(2), "{all}");
     assert!(
@@ -164,24 +153,15 @@ fn a_limiter_without_a_balance_passes_when_correct_and_fails_on_the_arrival_curv
         text(&out.stderr)
     );
     assert_eq!(summary["failures"], 0, "{summary}");
-    let dir = scratch("no-remaining-no-clamp");
-    std::fs::create_dir_all(dir.join("subjects")).unwrap();
-    std::fs::create_dir_all(dir.join("scenarios")).unwrap();
-    std::fs::copy(
-        common::workspace().join("scenarios/long-idle.toml"),
-        dir.join("scenarios/long-idle.toml"),
-    )
-    .unwrap();
-    std::fs::write(
-        dir.join("subjects/oversells.toml"),
-        format!(
-            "command = \"python3\"\nargs = [{:?}, \"--no-inspect\", \"--bug\", \"no-clamp\"]\n\
-             profile = \"safety\"\n",
-            fixture
+    let dir = common::project(
+        "no-remaining-no-clamp",
+        &["long-idle.toml"],
+        &format!(
+            "command = \"python3\"\nargs = [{fixture:?}, \"--no-inspect\", \"--bug\", \"no-clamp\"]\n\
+             profile = \"safety\"\n"
         ),
-    )
-    .unwrap();
-    let out = bucketproof_in(&dir, &["check", "--subject", "oversells"]);
+    );
+    let out = bucketproof_in(&dir, &["check", "--subject", "mine"]);
     let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{all}");
     assert!(all.contains("[arrival-curve]"), "{all}");

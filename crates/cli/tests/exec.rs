@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use bucketproof_harness::state_machine::{self, Options};
 use bucketproof_harness::subjects::exec::ExecSubjects;
 use bucketproof_harness::{ConfigSpec, PolicySpec, Setup, Subject, SubjectError};
-use common::{bucketproof, bucketproof_in, scratch, text, workspace};
+use common::{bucketproof, bucketproof_in, project, scratch, text, workspace};
 
 /// `exec:` + this test's binary serving `subject`.
 fn served(subject: &str) -> String {
@@ -91,19 +91,6 @@ fn a_planted_bug_behind_the_protocol_is_caught_small_and_replays_through_the_rec
         );
         assert!(all.contains("reproduced"), "{all}");
     }
-}
-
-/// A project directory with the given scenarios and one subject file.
-fn project(name: &str, scenarios: &[&str], subject_file: &str) -> PathBuf {
-    let dir = scratch(name);
-    std::fs::create_dir_all(dir.join("scenarios")).unwrap();
-    std::fs::create_dir_all(dir.join("subjects")).unwrap();
-    for scenario in scenarios {
-        let from = workspace().join("scenarios").join(scenario);
-        std::fs::copy(from, dir.join("scenarios").join(scenario)).unwrap();
-    }
-    std::fs::write(dir.join("subjects/mine.toml"), subject_file).unwrap();
-    dir
 }
 
 fn subject_file(served: &str, profile: &str) -> String {

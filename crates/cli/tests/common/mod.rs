@@ -125,3 +125,17 @@ pub fn available(test: &str, missing: Option<String>, require: &str) -> bool {
 pub fn program_runs(program: &str) -> bool {
     Command::new(program).arg("--version").output().is_ok()
 }
+
+/// A project directory with the given scenarios (copied from the workspace's) and one subject
+/// file, `subjects/mine.toml`: `--subject mine` from inside it.
+pub fn project(name: &str, scenarios: &[&str], subject_file: &str) -> PathBuf {
+    let dir = scratch(name);
+    std::fs::create_dir_all(dir.join("scenarios")).unwrap();
+    std::fs::create_dir_all(dir.join("subjects")).unwrap();
+    for scenario in scenarios {
+        let from = workspace().join("scenarios").join(scenario);
+        std::fs::copy(from, dir.join("scenarios").join(scenario)).unwrap();
+    }
+    std::fs::write(dir.join("subjects/mine.toml"), subject_file).unwrap();
+    dir
+}
