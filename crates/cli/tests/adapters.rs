@@ -46,6 +46,20 @@ fn runs(program: &str) -> bool {
     common::available("adapter tests", missing, "BUCKETPROOF_REQUIRE_ADAPTERS")
 }
 
+/// `bucketproof check --json --subject SUBJECT` exits 0 with no failure; its summary.
+fn passes_the_gate(subject: &str) -> serde_json::Value {
+    let out = bucketproof(&["check", "--json", "--subject", subject]);
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{subject}: {}",
+        text(&out.stderr)
+    );
+    assert_eq!(summary["failures"], 0, "{subject}: {summary}");
+    summary
+}
+
 #[test]
 fn each_reference_adapter_passes_the_whole_gate() {
     for (program, script, _) in ADAPTERS {
@@ -53,15 +67,7 @@ fn each_reference_adapter_passes_the_whole_gate() {
             continue;
         }
         let subject = format!("exec:{program} {script}");
-        let out = bucketproof(&["check", "--json", "--subject", &subject]);
-        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{subject}: {}",
-            text(&out.stderr)
-        );
-        assert_eq!(summary["failures"], 0);
+        let summary = passes_the_gate(&subject);
         assert_eq!(summary["skipped"], 0, "every scenario runs: {summary}");
     }
 }
@@ -144,15 +150,7 @@ fn a_limiter_without_a_balance_passes_when_correct_and_fails_on_the_arrival_curv
     }
     let fixture = common::workspace().join("crates/cli/tests/fixtures/no_remaining.py");
     let subject = format!("exec:python3 {}", fixture.display());
-    let out = bucketproof(&["check", "--json", "--subject", &subject]);
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{subject}: {}",
-        text(&out.stderr)
-    );
-    assert_eq!(summary["failures"], 0, "{summary}");
+    passes_the_gate(&subject);
     let dir = common::project(
         "no-remaining-no-clamp",
         &["long-idle.toml"],
