@@ -12,6 +12,9 @@
 //! runs as the crate documents it, one `cleanup(batch)` step on an interval: `--cleanup-batch` (1,000)
 //! rows every `--cleanup-every-ms` (100) of simulated time, judged at that instant.
 //!
+//! `--max-keys N --policy reject-new-keys|evict-full` bounds the table (`PgBuilder::max_keys`; the
+//! in-memory example's bound is 100,000); without them there is no bound, the crate's default.
+//!
 //! Reported per run: rows, table, heap and index bytes (sampled every simulated second, and the peak),
 //! legitimate admissions calm and attacked, over-admissions (every interval checked exactly, by the
 //! shared `Budget`), attacker admissions, and the latency of each decision as the client sees it
@@ -22,6 +25,8 @@
 //! ```text
 //! DATABASE_URL=postgres://postgres@127.0.0.1:5432/test \
 //!   cargo run --release -p bucketproof-postgres --example flood -- --attackers 100000
+//! DATABASE_URL=... cargo run --release -p bucketproof-postgres --example flood -- \
+//!   --max-keys 100000 --policy evict-full
 //! ```
 
 #[path = "../../limiter/examples/support/budget.rs"]
@@ -30,7 +35,7 @@ mod budget;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use bucketproof_limiter::{Config, Rate};
+use bucketproof_limiter::{Config, EvictionPolicy, Rate};
 use bucketproof_postgres::{PgAcquireError, PgLimiter};
 use budget::Budget;
 
@@ -47,6 +52,8 @@ struct Run {
     attackers: u64,
     cleanup_every_us: u64,
     cleanup_batch: u32,
+    /// The key bound and its policy (`None`: no bound).
+    bound: Option<(usize, EvictionPolicy)>,
     /// Wait for each commit's WAL flush (PostgreSQL's default) instead of `synchronous_commit = off`.
     sync_commit: bool,
 }
@@ -128,11 +135,13 @@ async fn run(url: &str, params: Run, attacked: bool) -> Result<Seen, Error> {
         std::process::id(),
         if attacked { "attacked" } else { "calm" }
     );
-    let limiter = PgLimiter::builder(config)
+    let mut builder = PgLimiter::builder(config)
         .namespace(namespace.clone())
-        .pool_size(1)
-        .connect(url)
-        .await?;
+        .pool_size(1);
+    if let Some((max_keys, policy)) = params.bound {
+        builder = builder.max_keys(max_keys, policy);
+    }
+    let limiter = builder.connect(url).await?;
     let (observer, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
     let mut seen = Seen::default();
@@ -198,8 +207,8 @@ async fn run(url: &str, params: Run, attacked: bool) -> Result<Seen, Error> {
 }
 
 /// A refusal of a new key (the key bound): counted, not an error of the run.
-fn refused(_error: &PgAcquireError) -> bool {
-    false
+fn refused(error: &PgAcquireError) -> bool {
+    matches!(error, PgAcquireError::KeyLimitReached { .. })
 }
 
 fn mib(bytes: i64) -> String {
@@ -213,11 +222,13 @@ async fn main() -> Result<(), Error> {
         attackers: 100_000,
         cleanup_every_us: 100_000,
         cleanup_batch: 1_000,
+        bound: None,
         sync_commit: false,
     };
+    let (mut max_keys, mut policy) = (None, None);
     let mut args = std::env::args().skip(1);
     let usage = "usage: flood [--seconds S] [--attackers N] [--cleanup-every-ms MS] \
-                 [--cleanup-batch ROWS] [--sync-commit]";
+                 [--cleanup-batch ROWS] [--sync-commit] [--max-keys N --policy NAME]";
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or(usage);
         match arg.as_str() {
@@ -226,9 +237,27 @@ async fn main() -> Result<(), Error> {
             "--cleanup-every-ms" => params.cleanup_every_us = value()?.parse::<u64>()? * 1_000,
             "--cleanup-batch" => params.cleanup_batch = value()?.parse()?,
             "--sync-commit" => params.sync_commit = true,
+            "--max-keys" => max_keys = Some(value()?.parse::<usize>()?),
+            "--policy" => {
+                policy = Some(match value()?.as_str() {
+                    "reject-new-keys" => EvictionPolicy::RejectNewKeys,
+                    "evict-full" => EvictionPolicy::EvictFull,
+                    other => {
+                        return Err(format!(
+                            "no policy {other:?} on PostgreSQL: reject-new-keys or evict-full"
+                        )
+                        .into());
+                    }
+                })
+            }
             _ => return Err(usage.into()),
         }
     }
+    params.bound = match (max_keys, policy) {
+        (Some(max_keys), Some(policy)) => Some((max_keys, policy)),
+        (None, None) => None,
+        _ => return Err("--max-keys and --policy go together".into()),
+    };
     if params.seconds == 0 || params.attackers == 0 || params.cleanup_every_us == 0 {
         return Err("seconds, attackers and the cleanup interval must be at least 1".into());
     }
@@ -244,12 +273,16 @@ async fn main() -> Result<(), Error> {
     println!(
         "{USERS} users at 10/s on a bucket of {CAPACITY} refilling {RATE_PER_S}/s for {} s; {} fresh \
          attacker ids spread over the run; cleanup({}) every {} ms of simulated time; synchronous_commit \
-         {}",
+         {}; key bound {}",
         params.seconds,
         params.attackers,
         params.cleanup_batch,
         params.cleanup_every_us / 1_000,
-        if params.sync_commit { "on" } else { "off" }
+        if params.sync_commit { "on" } else { "off" },
+        params.bound.map_or_else(
+            || "none".into(),
+            |(max_keys, policy)| format!("{max_keys}, {policy:?}")
+        ),
     );
     let calm = run(&url, params, false).await?;
     let attacked = run(&url, params, true).await?;
