@@ -15,6 +15,10 @@
 //! `--max-keys N --policy reject-new-keys|evict-full` bounds the table (`PgBuilder::max_keys`; the
 //! in-memory example's bound is 100,000); without them there is no bound, the crate's default.
 //!
+//! `--vacuum-every-ms` runs `VACUUM` on the table on an interval of simulated time (default never):
+//! a deleted row's space is reused only once vacuumed, so without it the bytes grow with every
+//! delete and insert even when the rows are bounded.
+//!
 //! Reported per run: rows, table, heap and index bytes (sampled every simulated second, and the peak),
 //! legitimate admissions calm and attacked, over-admissions (every interval checked exactly, by the
 //! shared `Budget`), attacker admissions, and the latency of each decision as the client sees it
@@ -52,6 +56,9 @@ struct Run {
     attackers: u64,
     cleanup_every_us: u64,
     cleanup_batch: u32,
+    /// `VACUUM` of the table every this many µs of simulated time (0: never; the server's
+    /// autovacuum, if on, runs on its own clock besides).
+    vacuum_every_us: u64,
     /// The key bound and its policy (`None`: no bound).
     bound: Option<(usize, EvictionPolicy)>,
     /// Wait for each commit's WAL flush (PostgreSQL's default) instead of `synchronous_commit = off`.
@@ -174,6 +181,12 @@ async fn run(url: &str, params: Run, attacked: bool) -> Result<Seen, Error> {
             let step = limiter.cleanup_at(params.cleanup_batch, now).await?;
             seen.removed_by_cleanup += step.removed;
         }
+        if params.vacuum_every_us > 0 && t_us > 0 && t_us % params.vacuum_every_us == 0 {
+            // Dead rows (every cleanup's and replacement's delete) are reused only once vacuumed.
+            observer
+                .batch_execute(&format!("VACUUM {namespace}.buckets"))
+                .await?;
+        }
         if t_us % 1_000 == 0 {
             let user = (t_us / 1_000) % USER_PERIOD_US.div_ceil(1_000);
             if user < USERS {
@@ -222,13 +235,15 @@ async fn main() -> Result<(), Error> {
         attackers: 100_000,
         cleanup_every_us: 100_000,
         cleanup_batch: 1_000,
+        vacuum_every_us: 0,
         bound: None,
         sync_commit: false,
     };
     let (mut max_keys, mut policy) = (None, None);
     let mut args = std::env::args().skip(1);
     let usage = "usage: flood [--seconds S] [--attackers N] [--cleanup-every-ms MS] \
-                 [--cleanup-batch ROWS] [--sync-commit] [--max-keys N --policy NAME]";
+                 [--cleanup-batch ROWS] [--sync-commit] [--vacuum-every-ms MS] \
+                 [--max-keys N --policy NAME]";
     while let Some(arg) = args.next() {
         let mut value = || args.next().ok_or(usage);
         match arg.as_str() {
@@ -237,6 +252,7 @@ async fn main() -> Result<(), Error> {
             "--cleanup-every-ms" => params.cleanup_every_us = value()?.parse::<u64>()? * 1_000,
             "--cleanup-batch" => params.cleanup_batch = value()?.parse()?,
             "--sync-commit" => params.sync_commit = true,
+            "--vacuum-every-ms" => params.vacuum_every_us = value()?.parse::<u64>()? * 1_000,
             "--max-keys" => max_keys = Some(value()?.parse::<usize>()?),
             "--policy" => {
                 policy = Some(match value()?.as_str() {
@@ -273,7 +289,7 @@ async fn main() -> Result<(), Error> {
     println!(
         "{USERS} users at 10/s on a bucket of {CAPACITY} refilling {RATE_PER_S}/s for {} s; {} fresh \
          attacker ids spread over the run; cleanup({}) every {} ms of simulated time; synchronous_commit \
-         {}; key bound {}",
+         {}; key bound {}; VACUUM every {} ms",
         params.seconds,
         params.attackers,
         params.cleanup_batch,
@@ -283,6 +299,7 @@ async fn main() -> Result<(), Error> {
             || "none".into(),
             |(max_keys, policy)| format!("{max_keys}, {policy:?}")
         ),
+        params.vacuum_every_us / 1_000,
     );
     let calm = run(&url, params, false).await?;
     let attacked = run(&url, params, true).await?;
