@@ -8,9 +8,10 @@
 //!   key the shard may hold);
 //! - never fuller than the dropped bucket would be now. The invariant: for every dropped bucket `v`
 //!   whose `full_at` `f_v` is past the shard's eviction horizon `H`, each of `v`'s slots holds `v`'s tag
-//!   or [`WILD`], with `full_at >= f_v`. A write keeps it: a slot whose instant is at or before `H` is
-//!   overwritten (every debt it held is paid: a fresh bucket's cursor is never before `H`, which never
-//!   falls, and a bucket full by its cursor owes nothing); a slot of the same tag keeps the later
+//!   or [`WILD`], with `full_at >= f_v`. A write keeps it: a slot whose instant is at or before `H`
+//!   (and not `Nanos::MAX`, owed at every cursor) is overwritten (every debt it held is paid: a fresh
+//!   bucket's cursor is never before `H`, which never falls, and a bucket full by its cursor owes
+//!   nothing); a slot of the same tag keeps the later
 //!   instant; a slot of another tag, still owed, becomes [`WILD`] with the later instant. So a new
 //!   bucket of the key, at a cursor `c >= H`, owes nothing if one of its slots holds another key's tag
 //!   (its own debt, were it unpaid, would be there) and otherwise until the earliest instant among its
@@ -82,8 +83,10 @@ impl Deficits {
         let (slots, tag) = self.place(hash);
         for slot in slots {
             let (held, held_tag) = (self.full_at[slot], self.tags[slot]);
-            if held <= horizon {
-                // Every debt written here is paid by the earliest cursor a new bucket can have.
+            if held <= horizon && held != Nanos::MAX {
+                // Every debt written here is paid by the earliest cursor a new bucket can have. Not
+                // `Nanos::MAX`: a bucket full only past the end of the clock (or never) is owed at
+                // every cursor, the last instant included (`owing`).
                 self.full_at[slot] = full_at;
                 self.tags[slot] = tag;
             } else {
@@ -229,6 +232,18 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Two victims dropped at the last instant, each full again only past the end of the clock: the
+    /// second must not overwrite the first's debt as paid, though its instant is not after the horizon.
+    #[test]
+    fn a_debt_past_the_end_of_the_clock_is_never_paid() {
+        let mut deficits = Deficits::new(1, 1);
+        deficits.remember(1, Nanos::MAX, Nanos::MAX);
+        for hash in 2..50 {
+            deficits.remember(hash, Nanos::MAX, Nanos::MAX);
+        }
+        assert_eq!(deficits.owed(1), Nanos::MAX);
     }
 
     /// A key that was never dropped owes nothing while one of its slots holds only another key's
