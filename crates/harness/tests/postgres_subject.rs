@@ -1,7 +1,8 @@
 //! The PostgreSQL subject (the one-statement transition, injected time) against the reference model
 //! with every oracle, on the traces it supports: rollbacks, frozen and exact-multiple steps, invalid
 //! costs, request ids, sweeps (its cleanup), forgets and reconfigurations, on keys of one and of
-//! several bandwidths (no reconfigure of a key of several); and a trace that
+//! several bandwidths (no reconfigure of a key of several); a key bound under RejectNewKeys and
+//! EvictFull only; and a trace that
 //! needs what it lacks is skipped, never judged. Needs `DATABASE_URL`; without it the test prints a loud SKIP line
 //! and passes, unless `BUCKETPROOF_REQUIRE_POSTGRES=1` (CI), which makes the skip a failure.
 
@@ -9,7 +10,7 @@ mod common;
 
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_harness::subjects::postgres::PostgresSubject;
-use bucketproof_harness::{BandwidthSpec, ConfigSpec, Op, Setup, Subject};
+use bucketproof_harness::{BandwidthSpec, ConfigSpec, Op, PolicySpec, Setup, Subject};
 use common::{SECOND, postgres_available};
 
 #[test]
@@ -53,10 +54,20 @@ fn what_the_postgres_subject_lacks_is_unsupported_not_judged() {
         "{:?}",
         report.verdict
     );
-    let bounded = Setup {
-        max_keys: 3,
-        ..setup
-    };
-    // No key bound: declared, so the engine skips a bounded setup (one rule for every subject).
-    assert!(!PostgresSubject::new(&bounded).unwrap().has_key_bound());
+    // A key bound under the lossless policies the crate has; under the others none, declared, so
+    // the engine skips such a bounded setup (one rule for every subject).
+    for (policy, has) in [
+        (PolicySpec::RejectNewKeys, true),
+        (PolicySpec::EvictFull, true),
+        (PolicySpec::EvictLeastRecent, false),
+        (PolicySpec::EvictKeepingDeficit, false),
+    ] {
+        let bounded = Setup {
+            max_keys: 3,
+            policy,
+            ..setup.clone()
+        };
+        let subject = PostgresSubject::new(&bounded).unwrap();
+        assert_eq!(subject.has_key_bound(), has, "{policy:?}");
+    }
 }

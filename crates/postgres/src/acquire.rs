@@ -162,6 +162,8 @@ impl PgLimiter {
                     &id,
                     &w.window,
                     &w.keep,
+                    &w.per_part,
+                    &w.evict,
                 ],
             )
             .await
@@ -174,6 +176,9 @@ impl PgLimiter {
             .ok_or(Failure::Refused(PgAcquireError::Reply("no row")))?;
         if row.get::<_, bool>(8) {
             return Ok(Answer::Mismatch);
+        }
+        if row.get::<_, bool>(11) {
+            return Err(Failure::Refused(self.key_limit()));
         }
         if let Some(bound) = row.get::<_, Option<&str>>(9) {
             let capacity = bound

@@ -9,13 +9,13 @@
 use std::time::Duration;
 
 use bucketproof_limiter::outage::{Fallback, Unavailable};
-use bucketproof_limiter::{Bandwidths, Nanos, defaults};
+use bucketproof_limiter::{Bandwidths, EvictionPolicy, Nanos, defaults};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::NoTls;
 
 use crate::error::BuildError;
 use crate::limiter::{PgLimiter, Words};
-use crate::schema::{Namespace, migrate};
+use crate::schema::{KEY_PARTS, Namespace, migrate};
 
 /// Upper bound on request-id records per key (they live in the key's row).
 pub const MAX_RECORDS_PER_KEY: usize = 1024;
@@ -31,6 +31,8 @@ pub struct PgBuilder {
     pub(crate) unavailable: Unavailable,
     pub(crate) attempts: u32,
     pub(crate) pool_size: usize,
+    /// The key bound and its policy; `None`: no bound.
+    pub(crate) max_keys: Option<(usize, EvictionPolicy)>,
 }
 
 impl PgBuilder {
@@ -64,6 +66,23 @@ impl PgBuilder {
         self
     }
 
+    /// Bounds the table at `max_keys` rows, rounded up to a multiple of [`KEY_PARTS`] and enforced
+    /// per part (a key's part is a hash of the key), as the in-memory limiter enforces its bound per
+    /// shard. A new key whose part is full: under [`EvictionPolicy::RejectNewKeys`] refused
+    /// ([`PgAcquireError::KeyLimitReached`](crate::PgAcquireError::KeyLimitReached), nothing
+    /// changed); under [`EvictionPolicy::EvictFull`] it replaces a removable row of its part (full,
+    /// no live record, no override: dropping it loses nothing, the horizon is raised as the cleanup
+    /// raises it), found among a sample of the part's next 64 keys, and is refused if the sample has
+    /// none. The lossy and deficit-keeping policies are refused here ([`BuildError::Settings`]).
+    ///
+    /// Default: no bound, the table grows with the keys until the cleanup removes full rows. A
+    /// table's size is the database's to budget, and every row is counted either way (so a bound can
+    /// be set on a namespace that has run without one).
+    pub fn max_keys(mut self, max_keys: usize, policy: EvictionPolicy) -> Self {
+        self.max_keys = Some((max_keys, policy));
+        self
+    }
+
     /// Connections the pool keeps at most. Default 16.
     pub fn pool_size(mut self, connections: usize) -> Self {
         self.pool_size = connections;
@@ -84,6 +103,20 @@ impl PgBuilder {
             return Err(BuildError::Settings(
                 "attempts and pool_size must be at least 1".into(),
             ));
+        }
+        if let Some((max_keys, policy)) = self.max_keys {
+            if max_keys == 0 {
+                return Err(BuildError::Settings("max_keys must be at least 1".into()));
+            }
+            if !matches!(
+                policy,
+                EvictionPolicy::RejectNewKeys | EvictionPolicy::EvictFull
+            ) {
+                return Err(BuildError::Settings(format!(
+                    "eviction policy {policy:?} is not supported on PostgreSQL (RejectNewKeys or \
+                     EvictFull)"
+                )));
+            }
         }
         let pg: tokio_postgres::Config =
             url.parse().map_err(|e| BuildError::Url(format!("{e}")))?;
@@ -109,12 +142,19 @@ impl PgBuilder {
             peek: namespace.fill(include_str!("peek.sql")),
             reconfigure: namespace.fill(include_str!("reconfigure.sql")),
             settle: namespace.fill(include_str!("settle.sql")),
-            forget: namespace.fill("DELETE FROM __NS__.buckets WHERE key = $1"),
+            forget: namespace.fill(include_str!("forget.sql")),
             fallback: Fallback::new(self.unavailable),
             cleaned_up_to: std::sync::Mutex::new(String::new()),
             namespace,
             settings: self,
         })
+    }
+}
+
+impl PgBuilder {
+    /// The key bound of each part: `max_keys / KEY_PARTS`, rounded up.
+    pub(crate) fn per_part(&self) -> Option<u64> {
+        (self.max_keys).map(|(max_keys, _)| (max_keys as u64).div_ceil(u64::from(KEY_PARTS)))
     }
 }
 
@@ -131,6 +171,7 @@ impl PgLimiter {
             unavailable: Unavailable::FailClosed,
             attempts: 3,
             pool_size: 16,
+            max_keys: None,
         }
     }
 

@@ -6,8 +6,8 @@
 //!
 //! Promises: one call examines at most `batch` rows (the next ones in key order after the last call's,
 //! wrapping around), removes only rows whose bucket is removable at their judgment time (full, no live
-//! record: dropping them loses nothing), skips rows a decision holds, and raises the namespace's
-//! horizon in the same statement, so a bucket created afterwards never starts before a dropped one's
+//! record: dropping them loses nothing), skips rows a decision holds, takes each off its part's row
+//! count and raises the namespace's horizon in the same transaction, so a bucket created afterwards never starts before a dropped one's
 //! judgment time (docs/semantics.md, "Expiry and the key bound"). Run it on an interval (or whenever
 //! convenient); it is never needed for correctness, only to bound the table.
 

@@ -3,7 +3,8 @@
 //!
 //! Promises: an invalid cost is [`PgAcquireError::Invalid`] (the core's own error), a settle the core
 //! would refuse [`PgAcquireError::Settle`] (the core's own error, the same case), a row on another
-//! config [`PgAcquireError::ConfigMismatch`], a server that cannot be reached
+//! config [`PgAcquireError::ConfigMismatch`], a new key the key bound has no room for
+//! [`PgAcquireError::KeyLimitReached`], a server that cannot be reached
 //! [`PgAcquireError::Unavailable`]: never a denial.
 
 use bucketproof_limiter::{AcquireError, SettleError};
@@ -68,6 +69,20 @@ pub enum PgAcquireError {
     /// PostgreSQL answered with an error of its own.
     #[error("PostgreSQL: {0}")]
     Postgres(tokio_postgres::Error),
+    /// The key is new, its part of the table is at the key bound and the policy found no room
+    /// (`RejectNewKeys`, or `EvictFull` with no removable row in the part's sample): nothing changed.
+    #[error(
+        "key table full: the new key's part holds {per_part} keys (bound {max_keys} over \
+         {parts} parts)"
+    )]
+    KeyLimitReached {
+        /// The bound for the whole table, as configured.
+        max_keys: usize,
+        /// The bound of each part (`max_keys / parts`, rounded up).
+        per_part: u64,
+        /// The number of parts ([`crate::KEY_PARTS`]).
+        parts: u32,
+    },
     /// What this limiter does not do (named in the message): nothing changed.
     #[error("not supported: {0}")]
     Unsupported(&'static str),

@@ -4,7 +4,9 @@
 //! Roles: [`PgLimiter`] (`limiter.rs`) is the front end, built by [`PgBuilder`] (`builder.rs`);
 //! `acquire.rs` calls the transition (`acquire.sql`), with its retries and the outage policy (the
 //! same [`Unavailable`] as the Redis limiter's); `cleanup.rs` removes full rows a bounded step at a
-//! time (`cleanup.sql`); `peek.rs` reads without writing (`peek.sql`); `reconfigure.rs` gives a key a
+//! time (`cleanup.sql`, the schema's `cleanup`), keeping each part's row count right; the key bound
+//! (`PgBuilder::max_keys`, per part, `RejectNewKeys` or `EvictFull`) is the schema's `admit_new`,
+//! called by every creation; `peek.rs` reads without writing (`peek.sql`); `reconfigure.rs` gives a key a
 //! config of its own (`reconfigure.sql`); `settle.rs` reconciles an admitted request's charge with
 //! its actual cost (`settle.sql`, no outage fallback); [`schema`] owns the namespace and the versioned tables and
 //! functions (`schema.sql`); [`error`] the typed errors.
@@ -55,4 +57,4 @@ pub use builder::{MAX_RECORDS_PER_KEY, PgBuilder};
 pub use cleanup::Cleanup;
 pub use error::{BuildError, PgAcquireError};
 pub use limiter::{Outcome, PgLimiter};
-pub use schema::{Namespace, SCHEMA_VERSION};
+pub use schema::{KEY_PARTS, Namespace, SCHEMA_VERSION};

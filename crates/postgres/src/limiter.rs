@@ -2,7 +2,8 @@
 //! one quota.
 //!
 //! Owns: the [`PgLimiter`] type (its pool, its statements' texts, the config's words rendered once,
-//! the outage fallback), [`Outcome`], `forget`, and the one helper that runs a statement on a pooled
+//! the outage fallback), [`Outcome`], `forget` (`forget.sql`: the row and its part's count, in one
+//! statement), the key bound as enforced ([`PgLimiter::key_bound`]), and the one helper that runs a statement on a pooled
 //! connection. Each other job has a file: `builder` (settings, connecting), `acquire` (the
 //! transition's call, its retries and the outage policy), `cleanup`, `peek`, `reconfigure`,
 //! `settle`.
@@ -91,6 +92,10 @@ pub(crate) struct Words {
     pub(crate) fingerprint: String,
     pub(crate) window: String,
     pub(crate) keep: String,
+    /// The key bound per part (`None`: no bound) and whether a new key at it may replace a
+    /// removable row.
+    pub(crate) per_part: Option<String>,
+    pub(crate) evict: bool,
 }
 
 impl Words {
@@ -119,6 +124,11 @@ impl Words {
             fingerprint: fingerprints.join(";"),
             window: settings.dedupe_window.to_string(),
             keep: settings.dedupe_per_key.to_string(),
+            per_part: settings.per_part().map(|n| n.to_string()),
+            evict: matches!(
+                settings.max_keys,
+                Some((_, bucketproof_limiter::EvictionPolicy::EvictFull))
+            ),
         }
     }
 }
@@ -146,6 +156,21 @@ impl PgLimiter {
     /// The namespace of the limiter's tables.
     pub fn namespace(&self) -> &str {
         self.namespace.as_str()
+    }
+
+    /// The key bound as enforced: `max_keys` rounded up to a multiple of [`crate::KEY_PARTS`]
+    /// (`None`: no bound).
+    pub fn key_bound(&self) -> Option<u64> {
+        (self.settings.per_part()).map(|per_part| per_part * u64::from(crate::KEY_PARTS))
+    }
+
+    /// The error for a new key the bound has no room for.
+    pub(crate) fn key_limit(&self) -> PgAcquireError {
+        PgAcquireError::KeyLimitReached {
+            max_keys: self.settings.max_keys.map_or(0, |(max_keys, _)| max_keys),
+            per_part: self.settings.per_part().unwrap_or(0),
+            parts: crate::KEY_PARTS,
+        }
     }
 
     /// Drops `user`'s bucket and its request-id records; its next acquire finds a fresh one. True if

@@ -16,7 +16,7 @@ use crate::limiter::{PgLimiter, classify};
 
 impl PgLimiter {
     /// Moves `user` to `config` at `now` (`None`: the server's clock); a key with no bucket is
-    /// created first, as an acquire would. Answers the key's config version after the change.
+    /// created first, as an acquire would (meeting the key bound as an acquire does). Answers the key's config version after the change.
     pub async fn reconfigure(
         &self,
         user: &str,
@@ -46,6 +46,8 @@ impl PgLimiter {
                     &config.units_per_nanosecond().to_string(),
                     &config.units_per_token().to_string(),
                     &format!("{}/{}/{}", config.capacity(), rate.numer(), rate.denom()),
+                    &w.per_part,
+                    &w.evict,
                 ],
             )
             .await
@@ -55,6 +57,9 @@ impl PgLimiter {
                 "the stored bucket of {user:?} is on another config than {}",
                 w.fingerprint
             )));
+        }
+        if row.get::<_, bool>(2) {
+            return Err(self.key_limit());
         }
         u32::try_from(row.get::<_, i32>(1)).map_err(|_| PgAcquireError::Reply("a negative version"))
     }

@@ -1,9 +1,9 @@
 //! The namespace the crate's objects live in, and its versioned schema.
 //!
-//! Owns: [`Namespace`] (which names are accepted), [`SCHEMA_VERSION`], the DDL (`schema.sql`; the
-//! statements it serves are `acquire.sql`, `settle.sql` and `reconfigure.sql`) and
-//! `migrate`, which creates the schema in a namespace that has none and refuses one of another
-//! version.
+//! Owns: [`Namespace`] (which names are accepted), [`SCHEMA_VERSION`], [`KEY_PARTS`], the DDL
+//! (`schema.sql`; the statements it serves are `acquire.sql`, `settle.sql`, `reconfigure.sql`,
+//! `cleanup.sql` and `forget.sql`) and `migrate`, which creates the schema in a namespace that has
+//! none and refuses one of another version.
 //!
 //! Promises: a namespace is created at most once, even by instances starting together (an advisory
 //! lock serializes them); a schema of another version is never read or changed, only refused by
@@ -14,7 +14,13 @@ use deadpool_postgres::Client;
 use crate::error::BuildError;
 
 /// The version of the tables this crate reads and writes (and of the functions that serve them).
-pub const SCHEMA_VERSION: i32 = 7;
+pub const SCHEMA_VERSION: i32 = 8;
+
+/// The parts a namespace's keys are counted in (by a hash of the key): each part has a counter row,
+/// so creations of keys in different parts never wait for each other, and a key bound is enforced
+/// per part (`max_keys` rounded up to a multiple of this). Fixed in the schema: every instance on a
+/// namespace counts alike.
+pub const KEY_PARTS: u32 = 16;
 
 const DDL: &str = include_str!("schema.sql");
 
@@ -82,7 +88,10 @@ pub(crate) async fn migrate(client: &mut Client, namespace: &Namespace) -> Resul
             });
         }
     } else {
-        transaction.batch_execute(&namespace.fill(DDL)).await?;
+        let ddl = namespace
+            .fill(DDL)
+            .replace("__KEY_PARTS__", &KEY_PARTS.to_string());
+        transaction.batch_execute(&ddl).await?;
     }
     transaction.commit().await?;
     Ok(())

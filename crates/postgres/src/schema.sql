@@ -1,19 +1,32 @@
--- bucketproof-postgres, schema version 7: the tables, the transition's function, settle's and
--- reconfigure's, and the helpers they share, created in the namespace `__NS__` (a plain identifier,
--- substituted by `schema.rs`) by `PgLimiter::connect`. The client calls each function with one
--- prepared statement (`acquire.sql`, `settle.sql`, `reconfigure.sql`); the cleanup is `cleanup.sql`.
+-- bucketproof-postgres, schema version 8: the tables, the transition's function, settle's,
+-- reconfigure's and the cleanup's, and the helpers they share, created in the namespace `__NS__` (a
+-- plain identifier, substituted by `schema.rs`, as is `__KEY_PARTS__`, the number of key parts) by
+-- `PgLimiter::connect`. The client calls each function with one prepared statement (`acquire.sql`,
+-- `settle.sql`, `reconfigure.sql`, `cleanup.sql`).
+--
+-- Locks, always in this order, so no two calls wait for each other in a cycle: a bucket row, then
+-- key counters (several: ascending by part), then the horizon. A creation takes its part's counter
+-- before any bucket row, but takes a row after it only with SKIP LOCKED (an EvictFull victim), and
+-- gives the counter back (a subtransaction rolled back) when the key's row turns out to exist.
 --
 -- Numbers: balances are integers in units of 1/(q * 10^9) token and instants are integer nanoseconds,
 -- both `numeric` (exact, unbounded): nothing is ever rounded, and refill never divides.
 
 CREATE TABLE __NS__.bucketproof_schema (version integer NOT NULL);
-INSERT INTO __NS__.bucketproof_schema VALUES (7);
+INSERT INTO __NS__.bucketproof_schema VALUES (8);
 
 -- One row per key: the bucket (one balance per bandwidth, one cursor), its transition counter, the
 -- set it is on (per bandwidth: units per token / capacity units / p; a row is never read on another
 -- unit grid), its request-id records and when it becomes removable.
+-- The key's part (0 to __KEY_PARTS__ - 1, by a hash of the key): its row counts in that part's
+-- counter, and a key bound is enforced per part.
+CREATE FUNCTION __NS__.part_of(k text) RETURNS integer LANGUAGE sql IMMUTABLE AS $fn$
+  SELECT ((hashtext(k)::bigint + 2147483648) % __KEY_PARTS__)::integer
+$fn$;
+
 CREATE TABLE __NS__.buckets (
   key text PRIMARY KEY,
+  part integer NOT NULL GENERATED ALWAYS AS (__NS__.part_of(key)) STORED,
   balances numeric[] NOT NULL CHECK (0 <= ALL (balances)),
   last_refill numeric NOT NULL CHECK (last_refill >= 0),
   seq bigint NOT NULL,
@@ -39,6 +52,20 @@ CREATE TABLE __NS__.buckets (
   -- The key's config version: one more per reconfigure.
   version integer NOT NULL DEFAULT 0
 );
+
+-- A part's rows, in key order: where an EvictFull creation looks for a victim. Neither column ever
+-- changes, so a decision's update stays a HOT update.
+CREATE INDEX buckets_part ON __NS__.buckets (part, key);
+
+-- Per part, the rows it holds (`used`: every insert and delete of a bucket row changes it in the
+-- same transaction, under this row's lock) and where the next EvictFull sample of the part starts
+-- (the key after which it goes on; '' from the first).
+CREATE TABLE __NS__.key_counts (
+  part integer PRIMARY KEY,
+  used bigint NOT NULL CHECK (used >= 0),
+  evict_after text NOT NULL
+);
+INSERT INTO __NS__.key_counts SELECT p, 0, '' FROM generate_series(0, __KEY_PARTS__ - 1) AS p;
 
 -- The latest judgment time of a dropped bucket: a bucket created afterwards starts its cursor here
 -- or later, so a caller's clock that runs back never finds credit it had already used.
@@ -111,6 +138,70 @@ BEGIN
 END
 $fn$;
 
+-- Room for the new key `k` (no row) at `now`, under its part's counter lock, which every creation
+-- of a key of that part holds until it commits: so once the lock is held and no row is found, no
+-- other call can create `k` before this one does. `per_part` NULL: no bound. Answers 'new' (counted:
+-- the caller inserts), 'replaced' (EvictFull: a removable row of the part was dropped in its place,
+-- the horizon raised to its judgment time max(now, last_refill) exactly as the cleanup does; the
+-- caller inserts), 'refused' (the part is at its bound and, under EvictFull, the sample held no
+-- removable row: no row was dropped, only the sample's position moved on) or 'exists' (a call
+-- created `k` meanwhile: the counter lock is given back, the caller locks that row instead).
+--   An EvictFull sample is the next 64 keys of the part after its position (wrapping around), so
+-- a refusal costs a bounded scan whatever the part holds.
+CREATE FUNCTION __NS__.admit_new(k text, now numeric, per_part bigint, evict boolean)
+RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_part integer := __NS__.part_of(k);
+  v_used bigint;
+  v_after text;
+  v_seen integer;
+  v_end text;
+  v_victim text;
+  v_j numeric;
+BEGIN
+  BEGIN
+    SELECT c.used, c.evict_after INTO v_used, v_after
+      FROM __NS__.key_counts AS c WHERE c.part = v_part FOR UPDATE;
+    PERFORM 1 FROM __NS__.buckets AS b WHERE b.key = k;
+    IF FOUND THEN
+      RAISE EXCEPTION USING ERRCODE = 'BP001';
+    END IF;
+  EXCEPTION WHEN SQLSTATE 'BP001' THEN
+    RETURN 'exists';
+  END;
+  IF per_part IS NULL OR v_used < per_part THEN
+    UPDATE __NS__.key_counts AS c SET used = c.used + 1 WHERE c.part = v_part;
+    RETURN 'new';
+  END IF;
+  IF NOT evict THEN
+    RETURN 'refused';
+  END IF;
+  -- Past the part's last key, the sample starts again from its first.
+  FOR pass IN 1..2 LOOP
+    SELECT count(*), max(s.key) INTO v_seen, v_end
+      FROM (SELECT b.key FROM __NS__.buckets AS b
+             WHERE b.part = v_part AND b.key > v_after ORDER BY b.key LIMIT 64) AS s;
+    EXIT WHEN v_seen > 0 OR v_after = '';
+    v_after := '';
+  END LOOP;
+  SELECT b.key, greatest(now, b.last_refill) INTO v_victim, v_j
+    FROM __NS__.buckets AS b
+   WHERE b.part = v_part AND b.key > v_after AND b.key <= v_end AND b.expires_at <= now
+   ORDER BY b.key LIMIT 1
+     FOR UPDATE SKIP LOCKED;
+  IF v_victim IS NULL THEN
+    UPDATE __NS__.key_counts AS c
+       SET evict_after = CASE WHEN v_seen < 64 THEN '' ELSE v_end END
+     WHERE c.part = v_part;
+    RETURN 'refused';
+  END IF;
+  DELETE FROM __NS__.buckets AS b WHERE b.key = v_victim;
+  UPDATE __NS__.key_counts AS c SET evict_after = v_victim WHERE c.part = v_part;
+  UPDATE __NS__.horizon SET at = greatest(at, v_j);
+  RETURN 'replaced';
+END
+$fn$;
+
 -- The whole transition (docs/semantics.md, acquire steps 1-6) in one call, atomic by the key's row
 -- lock, for a key of one or several bandwidths (one element of `caps`, `ps`, `units` and of a row's
 -- `balances` each; one cursor); a key with an override is decided on its own config instead.
@@ -127,10 +218,10 @@ $fn$;
 -- override; NULL: never).
 CREATE FUNCTION __NS__.acquire(
   k text, cost numeric, injected_now numeric, caps numeric[], ps numeric[], units numeric[], fp text,
-  rid text, win numeric, keep integer,
+  rid text, win numeric, keep integer, per_part bigint, evict boolean,
   OUT o_allowed boolean, OUT o_balances numeric[], OUT o_cursor numeric, OUT o_now numeric,
   OUT o_cost numeric, OUT o_seq bigint, OUT o_created boolean, OUT o_replayed boolean,
-  OUT o_mismatch boolean, OUT o_bound numeric, OUT o_spec text
+  OUT o_mismatch boolean, OUT o_bound numeric, OUT o_spec text, OUT o_refused boolean
 ) LANGUAGE plpgsql AS $fn$
 DECLARE
   v_now numeric := coalesce(injected_now, trunc(extract(epoch FROM clock_timestamp()) * 1000000000));
@@ -149,11 +240,13 @@ DECLARE
   v_bound numeric;
   v_records jsonb;
   v_until numeric;
+  v_room text;
   i integer;
 BEGIN
   o_created := false;
   o_replayed := false;
   o_mismatch := false;
+  o_refused := false;
   o_now := v_now;
   o_cost := cost;
   FOR attempt IN 1..100 LOOP
@@ -165,12 +258,20 @@ BEGIN
            v_override_ps, v_override_units, o_spec
       FROM __NS__.buckets AS b WHERE b.key = k FOR UPDATE;
     EXIT WHEN FOUND;
-    -- No row: a fresh bucket, full at max(now, horizon), then charged.
+    -- No row: a fresh bucket, full at max(now, horizon), then charged, if the key bound has room
+    -- (a refusal changes nothing).
     v_bound := __NS__.cost_bound(caps, units);
     IF cost < 1 OR cost > v_bound THEN
       o_bound := v_bound;
       RETURN;
     END IF;
+    v_room := __NS__.admit_new(k, v_now, per_part, evict);
+    IF v_room = 'refused' THEN
+      o_refused := true;
+      RETURN;
+    END IF;
+    -- Another call created the row meanwhile: lock that one.
+    CONTINUE WHEN v_room = 'exists';
     SELECT greatest(v_now, h.at) INTO o_cursor FROM __NS__.horizon AS h;
     o_balances := caps;
     FOR i IN 1..v_n LOOP
@@ -181,18 +282,15 @@ BEGIN
                                                                o_cursor, v_now, cost, 1, NULL))
                       ELSE '[]'::jsonb END;
     v_until := CASE WHEN v_recording THEN o_cursor + win END;
+    -- No conflict can arise: admit_new found no row under the part's lock, held until commit.
     INSERT INTO __NS__.buckets AS b
            (key, balances, last_refill, seq, config, records, records_until, expires_at)
       VALUES (k, o_balances, o_cursor, 1, fp, v_records, v_until,
-              __NS__.removable_at(o_balances, o_cursor, caps, ps, v_until, false))
-      ON CONFLICT (key) DO NOTHING;
-    IF FOUND THEN
-      o_allowed := true;
-      o_seq := 1;
-      o_created := true;
-      RETURN;
-    END IF;
-    -- Another call created the row meanwhile: lock that one.
+              __NS__.removable_at(o_balances, o_cursor, caps, ps, v_until, false));
+    o_allowed := true;
+    o_seq := 1;
+    o_created := true;
+    RETURN;
   END LOOP;
   IF v_config IS NULL THEN
     RAISE EXCEPTION 'bucketproof: the row of % kept vanishing', k;
@@ -395,11 +493,12 @@ $fn$;
 -- row lock, refill to t = max(now, last) under the key's config (its override, or the limiter's),
 -- convert to the new unit grid rounding down (never creating tokens), clamp to the new capacity, and
 -- store the new config as the key's override (version + 1; never removable from now on). A key with
--- no row is created first, fresh under the limiter's config at max(now, horizon), as an acquire would.
+-- no row is created first, fresh under the limiter's config at max(now, horizon), as an acquire would,
+-- meeting the key bound as an acquire does (`o_refused`: no room, nothing changed).
 CREATE FUNCTION __NS__.reconfigure(
   k text, injected_now numeric, caps numeric[], ps numeric[], units numeric[], fp text,
-  new_cap numeric, new_p numeric, new_unit numeric, new_spec text,
-  OUT o_mismatch boolean, OUT o_version integer
+  new_cap numeric, new_p numeric, new_unit numeric, new_spec text, per_part bigint, evict boolean,
+  OUT o_mismatch boolean, OUT o_version integer, OUT o_refused boolean
 ) LANGUAGE plpgsql AS $fn$
 DECLARE
   v_now numeric := coalesce(injected_now, trunc(extract(epoch FROM clock_timestamp()) * 1000000000));
@@ -411,19 +510,26 @@ DECLARE
   v_unit numeric;
   v_t numeric;
   v_at numeric;
+  v_room text;
 BEGIN
   o_mismatch := false;
+  o_refused := false;
   FOR attempt IN 1..100 LOOP
     SELECT b.balances[1], b.last_refill, b.config, coalesce(b.override_caps[1], caps[1]),
            coalesce(b.override_ps[1], ps[1]), coalesce(b.override_units[1], units[1]), b.version
       INTO v_balance, v_last, v_config, v_cap, v_p, v_unit, o_version
       FROM __NS__.buckets AS b WHERE b.key = k FOR UPDATE;
     EXIT WHEN FOUND;
+    v_room := __NS__.admit_new(k, v_now, per_part, evict);
+    IF v_room = 'refused' THEN
+      o_refused := true;
+      RETURN;
+    END IF;
+    CONTINUE WHEN v_room = 'exists';
     SELECT greatest(v_now, h.at) INTO v_at FROM __NS__.horizon AS h;
     INSERT INTO __NS__.buckets AS b
            (key, balances, last_refill, seq, config, records, records_until, expires_at)
-      VALUES (k, caps, v_at, 0, fp, '[]'::jsonb, NULL, v_at)
-      ON CONFLICT (key) DO NOTHING;
+      VALUES (k, caps, v_at, 0, fp, '[]'::jsonb, NULL, v_at);
   END LOOP;
   IF v_config IS NULL THEN
     RAISE EXCEPTION 'bucketproof: the row of % kept vanishing', k;
@@ -441,5 +547,46 @@ BEGIN
          override_units = ARRAY[new_unit], override_spec = new_spec, version = o_version,
          expires_at = NULL
    WHERE b.key = k;
+END
+$fn$;
+
+-- One bounded step of the cleanup (docs/semantics.md, "Expiry and the key bound"): examine the next
+-- `batch` keys after `after` in key order, drop those whose bucket is removable at their judgment
+-- time j = max(s, last_refill) (full, no live request-id record: `expires_at <= s`), take them off
+-- their parts' counters and raise the namespace's horizon to the latest such j, in one transaction.
+-- A row locked by a decision is skipped, never waited for (SKIP LOCKED), and a row changed since the
+-- scan is judged on its latest version (FOR UPDATE re-reads it). A decision that saw a row dropped
+-- here answers nothing and runs again (acquire's loop), so it never creates from the old horizon.
+-- `injected_now` NULL: the server's clock.
+CREATE FUNCTION __NS__.cleanup(
+  injected_now numeric, after text, batch integer,
+  OUT o_examined bigint, OUT o_last text, OUT o_removed bigint
+) LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_s numeric := coalesce(injected_now, trunc(extract(epoch FROM clock_timestamp()) * 1000000000));
+  v_keys text[];
+  v_parts integer[];
+  v_j numeric;
+BEGIN
+  SELECT count(*), max(scan.key), coalesce(array_agg(scan.key), '{}')
+    INTO o_examined, o_last, v_keys
+    FROM (SELECT b.key FROM __NS__.buckets AS b WHERE b.key > after ORDER BY b.key LIMIT batch) AS scan;
+  WITH victims AS (
+    SELECT bk.key, bk.part, greatest(v_s, bk.last_refill) AS j
+      FROM __NS__.buckets AS bk
+     WHERE bk.key = ANY (v_keys) AND bk.expires_at <= v_s
+       FOR UPDATE OF bk SKIP LOCKED
+  ), gone AS (
+    DELETE FROM __NS__.buckets AS bk USING victims AS v WHERE bk.key = v.key RETURNING v.part, v.j
+  )
+  SELECT coalesce(array_agg(gone.part), '{}'), max(gone.j), count(*)
+    INTO v_parts, v_j, o_removed FROM gone;
+  IF o_removed > 0 THEN
+    PERFORM 1 FROM __NS__.key_counts AS c WHERE c.part = ANY (v_parts) ORDER BY c.part FOR UPDATE;
+    UPDATE __NS__.key_counts AS c SET used = c.used - g.n
+      FROM (SELECT p, count(*) AS n FROM unnest(v_parts) AS p GROUP BY p) AS g
+     WHERE c.part = g.p;
+    UPDATE __NS__.horizon SET at = greatest(at, v_j);
+  END IF;
 END
 $fn$;

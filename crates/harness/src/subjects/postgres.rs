@@ -4,20 +4,22 @@
 //! Needs a database at `DATABASE_URL` in which it may create namespaces: each instance makes one of
 //! its own (so its cleanup's horizon is its own, as a run's clock is) and drops it when dropped.
 //! `sweep` is the crate's cleanup over the whole table, judged at the sweep's `now`; the runner
-//! follows the creations the statement reports. What the crate does not do is unsupported, so a trace
-//! that needs it is skipped visibly: a key bound (declared, so the engine skips the setup), and
-//! reconfigure of a key of several bandwidths.
+//! follows the creations the statement reports. A setup's key bound is the crate's (`max_keys`, per
+//! part) under the lossless policies it has, `RejectNewKeys` and `EvictFull`. What the crate does not
+//! do is unsupported, so a trace that needs it is skipped visibly: a key bound under the other
+//! policies (declared, so the engine skips the setup), and reconfigure of a key of several
+//! bandwidths.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bucketproof_limiter::Request;
+use bucketproof_limiter::{Request, defaults};
 use bucketproof_postgres::{PgAcquireError, PgLimiter};
 
 use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
 use crate::subjects::core::{
     observe_acquired, observe_set, settle_error, settle_request, subject_error,
 };
-use crate::trace::{Acquire, ConfigSpec, Settle, Setup};
+use crate::trace::{Acquire, ConfigSpec, PolicySpec, Settle, Setup};
 
 /// Distinguishes subjects made by one process; the process id distinguishes processes.
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
@@ -32,12 +34,15 @@ pub struct PostgresSubject {
     limiter: Option<PgLimiter>,
     /// A key has several bandwidths: every part is observed.
     several: bool,
+    /// The setup's key bound is enforced (a bound below the default, under a policy the crate has).
+    bounded: bool,
 }
 
 fn store(error: PgAcquireError) -> SubjectError {
     match error {
         PgAcquireError::Invalid(error) => subject_error(error),
         PgAcquireError::Settle(error) => settle_error(error),
+        PgAcquireError::KeyLimitReached { .. } => SubjectError::KeyLimitReached,
         other => SubjectError::Store(other.to_string()),
     }
 }
@@ -61,19 +66,26 @@ impl PostgresSubject {
             INSTANCE.fetch_add(1, Ordering::Relaxed)
         );
         let window = std::time::Duration::from_nanos(setup.dedupe_window_ns);
+        let mut builder = PgLimiter::builder(config)
+            .namespace(namespace)
+            .dedupe(window, setup.dedupe_per_key)
+            .pool_size(1);
+        let bounded = setup.max_keys < defaults::MAX_KEYS
+            && matches!(
+                setup.policy,
+                PolicySpec::RejectNewKeys | PolicySpec::EvictFull
+            );
+        if bounded {
+            builder = builder.max_keys(setup.max_keys, setup.policy.into());
+        }
         let limiter = runtime
-            .block_on(
-                PgLimiter::builder(config)
-                    .namespace(namespace)
-                    .dedupe(window, setup.dedupe_per_key)
-                    .pool_size(1)
-                    .connect(&url),
-            )
+            .block_on(builder.connect(&url))
             .map_err(|e| SubjectError::Build(format!("postgres subject at DATABASE_URL: {e}")))?;
         Ok(PostgresSubject {
             runtime,
             limiter: Some(limiter),
             several,
+            bounded,
         })
     }
 
@@ -177,9 +189,10 @@ impl Subject for PostgresSubject {
         true
     }
 
-    /// A table on PostgreSQL has no key bound (its cleanup drops full rows only).
+    /// The crate's key bound under `RejectNewKeys` and `EvictFull`; under the other policies none
+    /// (the engine then skips a bounded setup).
     fn has_key_bound(&self) -> bool {
-        false
+        self.bounded
     }
 }
 
