@@ -30,12 +30,16 @@
 //! cargo run --release -p bucketproof-limiter --example flood -- --attackers 1000000 --seconds 2
 //! ```
 
+#[path = "support/budget.rs"]
+mod budget;
+
 use std::collections::BTreeMap;
 use std::process::Command;
 
 use bucketproof_limiter::{
     AcquireError, Config, DEFICIT_SLOTS_PER_KEY, EvictionPolicy, Limiter, Rate,
 };
+use budget::Budget;
 
 const USERS: u64 = 100;
 const CAPACITY: u64 = 10;
@@ -151,28 +155,6 @@ struct Seen {
     owed_live: f64,
 }
 
-/// The streaming arrival-curve check for one user, in microseconds and millionths of a token:
-/// admitted in `[a, b]` must be at most `CAPACITY + RATE * (b - a)`.
-#[derive(Default)]
-struct Budget {
-    admitted: i128,
-    /// max over admitted requests j of `RATE * t_j - admitted_before_j`.
-    best: Option<i128>,
-}
-
-impl Budget {
-    /// Admits one token at `t_us`; false if some interval ending here exceeds the budget.
-    fn admit(&mut self, t_us: u64) -> bool {
-        let rate_t = RATE_PER_S as i128 * t_us as i128;
-        let candidate = rate_t - self.admitted;
-        self.best = Some(self.best.map_or(candidate, |best| best.max(candidate)));
-        self.admitted += 1_000_000;
-        // Over [a, t]: admitted since a = admitted - admitted_before_a; bound = C + RATE (t - a).
-        let worst = self.admitted - rate_t + self.best.unwrap_or(candidate);
-        worst <= CAPACITY as i128 * 1_000_000
-    }
-}
-
 fn run(
     policy: EvictionPolicy,
     params: Run,
@@ -220,7 +202,10 @@ fn run(
                 match limiter.acquire_at(&burst.user, 1, now) {
                     Ok(decision) if decision.is_allowed() => {
                         seen.legit_allowed += 1;
-                        if !budgets.entry(burst.user).or_default().admit(t_us) {
+                        if !(budgets.entry(burst.user))
+                            .or_insert_with(|| Budget::new(CAPACITY, RATE_PER_S))
+                            .admit(t_us)
+                        {
                             seen.over_admitted += 1;
                         }
                     }
