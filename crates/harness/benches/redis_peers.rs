@@ -455,7 +455,9 @@ fn main() {
         return;
     };
     let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
+    // CI's smoke mode (`cargo test --benches`): every peer driven, figures meaningless.
+    let smoke = std::env::var_os("BUCKETPROOF_BENCH_SMOKE").is_some();
+    let quick = smoke || args.iter().any(|a| a == "--quick");
     let only = args
         .iter()
         .position(|a| a == "--only")
@@ -467,6 +469,7 @@ fn main() {
         .and_then(|i| args.get(i + 1)?.parse::<usize>().ok());
     let (pipelined_calls, single_calls) = match calls {
         Some(calls) => (calls, calls),
+        None if smoke => (200, 20),
         None if quick => (20_000, 2_000),
         None => (100_000, 10_000),
     };

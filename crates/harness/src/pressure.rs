@@ -142,14 +142,14 @@ mod tests {
         }
     }
 
-    /// The formula is the core's own array: 8 bytes a slot.
+    /// The formula is the core's own array: 12 bytes a slot (an instant and a tag).
     #[test]
     fn the_summary_slots_are_the_cores_deficit_arrays() {
         for max_keys in [1, 2, 5, 8, 100] {
             let setup = setup(max_keys);
             let core = CoreSubject::new(&setup).unwrap();
             let bytes = core.limiter().deficit_bytes() as u64;
-            assert_eq!(summary_slots(&setup) * 8, bytes, "max_keys {max_keys}");
+            assert_eq!(summary_slots(&setup) * 12, bytes, "max_keys {max_keys}");
         }
     }
 

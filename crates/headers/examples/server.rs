@@ -10,6 +10,18 @@
 //! `RateLimit-Policy` and `RateLimit` with `pk`, the keyed hash of the API key (the key itself never
 //! appears in a response); a denial is a 429 with `Retry-After` and a problem+json body.
 //!
+//! The key is read by the library's [`HeaderKey`]: 1 to 256 visible ASCII bytes
+//! ([`bucketproof_headers::key::MAX_KEY_LEN`]), kept in the limiter as a 16-byte keyed digest, so a
+//! flood of fresh keys costs the same memory whatever their length. A longer key is a 431, a key
+//! that is empty, not visible ASCII (`café`) or sent twice is a 400, each with a problem+json body
+//! and without touching any bucket. Requests with no `x-api-key` at all share one anonymous bucket
+//! (a choice of this example: the library refuses them unless asked).
+//!
+//! ```text
+//! curl -i http://127.0.0.1:3000/                             # the anonymous bucket
+//! curl -i -H 'x-api-key: café' http://127.0.0.1:3000/        # 400, no bucket spent
+//! ```
+//!
 //! With `DAILY_QUOTA=<n>` each key also gets `n` requests a day: two bandwidths, `"burst"` and
 //! `"daily"`, both of which must cover a request. Responses then carry one item per bandwidth in each
 //! field, and a denial's `Retry-After` waits for both:
@@ -55,11 +67,13 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::get;
 use bucketproof_headers::PolicyName;
+use bucketproof_headers::key::{HeaderKey, KeyDigest};
 use bucketproof_headers::layer::RateLimitLayer;
-use bucketproof_headers::pk::PartitionKeyHasher;
+use bucketproof_headers::pk::{PartitionKeyHasher, WeakSecret};
 use bucketproof_headers::source::DecisionSource;
 use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Limiter, Rate};
 use bucketproof_metrics::{Publisher, keyed::WithFillLevels};
+use http::HeaderName;
 use metrics_exporter_prometheus::PrometheusBuilder;
 
 /// Used only when `BUCKETPROOF_PK_SECRET` is unset; printed as a warning.
@@ -69,14 +83,10 @@ const DEMO_SECRET: &[u8] = b"bucketproof demo secret: replace me";
 #[cfg(feature = "postgres")]
 const NAMESPACE: &str = "bucketproof_example";
 
-/// The API key a request is limited under: `x-api-key`, or one shared anonymous bucket.
-fn api_key(parts: &http::request::Parts) -> String {
-    parts
-        .headers
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .unwrap_or_else(|| "anonymous".to_owned())
+/// The API key a request is limited under: the digest of `x-api-key`, or, without the header, one
+/// shared anonymous bucket; any other key is refused with its 4xx.
+fn api_key(secret: &[u8]) -> Result<HeaderKey, WeakSecret> {
+    Ok(HeaderKey::new(HeaderName::from_static("x-api-key"), secret)?.anonymous())
 }
 
 /// `/report` is three times as expensive as anything else.
@@ -91,7 +101,7 @@ pub fn app(
     limit: impl Into<Bandwidths>,
     secret: &[u8],
 ) -> Result<Router, Box<dyn std::error::Error>> {
-    let limiter: Arc<Limiter<String>> = Arc::new(Limiter::new(limit));
+    let limiter: Arc<Limiter<KeyDigest>> = Arc::new(Limiter::new(limit));
     // With the token distribution: a scan of the keys per scrape, never per decision.
     let publisher = Publisher::new().add("api", Arc::new(WithFillLevels(Arc::clone(&limiter))));
     routes(limiter, publisher, secret)
@@ -103,14 +113,14 @@ pub fn app(
 /// Each app has its own Prometheus recorder (not the process's global one), so two apps in one
 /// process (the end-to-end tests) count apart.
 fn routes(
-    source: impl DecisionSource<String> + 'static,
+    source: impl DecisionSource<KeyDigest> + 'static,
     publisher: Publisher,
     secret: &[u8],
 ) -> Result<Router, Box<dyn std::error::Error>> {
     let recorder = Arc::new(PrometheusBuilder::new().build_recorder());
     let handle = recorder.handle();
     metrics::with_local_recorder(recorder.as_ref(), || publisher.describe());
-    let layer = RateLimitLayer::new(source, PolicyName::versioned("api", 1)?, api_key)
+    let layer = RateLimitLayer::keyed(source, PolicyName::versioned("api", 1)?, api_key(secret)?)
         .cost(cost)
         .partition_keys(PartitionKeyHasher::new(secret)?);
     #[cfg(feature = "metrics")]

@@ -1,7 +1,11 @@
 //! A tower [`Layer`] that rate-limits requests with a keyed limiter and speaks draft-11 on the wire.
 //!
-//! Per request: a user function extracts the limiter key from the request head, another gives its
-//! cost (default 1), the [`DecisionSource`] decides ([`DecisionSource::decide_set`]), and
+//! Per request: a [`KeyExtractor`] finds the limiter key in the request head, a user function gives
+//! its cost (default 1), the [`DecisionSource`] decides ([`DecisionSource::decide_set`]), and
+//! - **key refused** ([`KeyRejection`]: with [`HeaderKey`], a missing, repeated, empty, over-long
+//!   or not visible ASCII key, [`crate::key`]): `431` for an over-long key, `400` for the others,
+//!   each with a problem body; no decision is made and the inner service is not called, so a
+//!   malformed key never spends anyone's quota;
 //! - **allowed**: the inner service runs; its response gets `RateLimit-Policy` and `RateLimit` when
 //!   [`RateLimitLayer::emit_on_success`] is on (the default), except on redirections unless
 //!   [`RateLimitLayer::emit_on_redirect`] is on: draft-11 Section 6 warns that a low `r` on a 3xx can
@@ -71,6 +75,9 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::field::{PolicyName, QuotaPolicy, QuotaUnit, RateLimit, RateLimitPolicy, ServiceLimit};
+#[cfg(doc)]
+use crate::key::HeaderKey;
+use crate::key::{KeyExtractor, KeyRejection};
 use crate::mapping::{self, AdvertiseOptions};
 use crate::pk::PartitionKeyHasher;
 use crate::problem;
@@ -119,7 +126,7 @@ impl PartitionBytes for std::net::IpAddr {
     }
 }
 
-type KeyFn<K> = dyn Fn(&http::request::Parts) -> K + Send + Sync;
+type KeyFn<K> = dyn KeyExtractor<K>;
 type CostFn = dyn Fn(&http::request::Parts) -> u64 + Send + Sync;
 type ErrorFn = dyn Fn(&SourceError) + Send + Sync;
 type ActualFn = dyn Fn(&http::response::Parts) -> Option<u64> + Send + Sync;
@@ -298,12 +305,25 @@ where
     S: DecisionSource<K> + 'static,
 {
     /// Limits with `source`, advertising the policy `policy` (keep it stable and versioned, e.g.
-    /// `PolicyName::versioned("api", 1)`), keyed by `key(request head)`.
+    /// `PolicyName::versioned("api", 1)`), keyed by `key(request head)`, taken as it is: for a key
+    /// the server chose (a tenant, an authenticated user id). A key a client sends in a header
+    /// wants [`RateLimitLayer::keyed`] with a [`HeaderKey`], which bounds and checks it and keys
+    /// the limiter by a fixed-size digest: a raw client string costs the limiter its length.
     pub fn new(
         source: S,
         policy: PolicyName,
         key: impl Fn(&http::request::Parts) -> K + Send + Sync + 'static,
     ) -> Self {
+        Self::keyed(source, policy, move |head: &http::request::Parts| {
+            Ok::<K, KeyRejection>(key(head))
+        })
+    }
+
+    /// Limits with `source`, advertising the policy `policy`, keyed by what `key` extracts from
+    /// the request head: [`HeaderKey`] (the library's extractor: one header, checked and
+    /// digested, [`crate::key`]) or a function that may refuse a request with a
+    /// [`KeyRejection`], answered with its 4xx problem before any decision.
+    pub fn keyed(source: S, policy: PolicyName, key: impl KeyExtractor<K>) -> Self {
         RateLimitLayer {
             source: Arc::new(source),
             key: Arc::new(key),
@@ -638,7 +658,14 @@ where
         let mut inner = std::mem::replace(&mut self.inner, fresh);
         Box::pin(async move {
             let (parts, body) = req.into_parts();
-            let key = (shared.key)(&parts);
+            let key = match shared.key.extract(&parts) {
+                Ok(key) => key,
+                Err(refused) => {
+                    let resp = problem_response::<ResB>(refused.status(), refused.problem());
+                    shared.observe(resp.status(), None);
+                    return Ok(resp);
+                }
+            };
             let cost = (shared.cost)(&parts);
             let req = Request::from_parts(parts, body);
             let reservation = shared.settling.as_ref().map(|s| (s, request_id()));

@@ -12,6 +12,9 @@
 //! - [`legacy`]: a clearly separated reader for the draft-07 Dictionary form and `X-RateLimit-*`;
 //! - [`mapping`]: limiter decisions to field values, every rounding chosen so the advertised picture
 //!   is never more permissive than the limiter;
+//! - [`key`]: limiter keys from a client's header, checked (visible ASCII, at most
+//!   [`key::MAX_KEY_LEN`] bytes, refused with a 4xx problem otherwise, never pooled) and reduced to
+//!   a fixed-size keyed digest, so a key costs the limiter the same bytes whatever its length;
 //! - [`pk`]: partition keys as a keyed hash (HMAC-SHA256) of the limiter key, never the raw id;
 //! - [`merge`]: how an intermediary combines an origin's fields with its own stricter limiter;
 //! - [`source`] and [`layer`]: a tower `Layer` that limits requests with a keyed limiter (in
@@ -49,6 +52,7 @@
 
 pub mod client;
 pub mod field;
+pub mod key;
 pub mod layer;
 #[cfg(feature = "metrics")]
 pub mod layer_metrics;

@@ -47,24 +47,38 @@ impl PartitionKeyHasher {
     /// A hasher keyed by `secret` (at least [`MIN_SECRET_LEN`] bytes, e.g. 32 random bytes loaded from
     /// the server's secret store).
     pub fn new(secret: &[u8]) -> Result<PartitionKeyHasher, WeakSecret> {
-        if secret.len() < MIN_SECRET_LEN {
-            return Err(WeakSecret(secret.len()));
-        }
-        // HMAC accepts keys of any length; the error arm is unreachable for HMAC, mapped anyway.
-        let mac = Hmac::<Sha256>::new_from_slice(secret).map_err(|_| WeakSecret(secret.len()))?;
-        Ok(PartitionKeyHasher { mac })
+        Ok(PartitionKeyHasher {
+            mac: keyed_mac(secret)?,
+        })
     }
 
     /// The partition key for `key` under `policy`.
     pub fn partition_key(&self, policy: &PolicyName, key: &[u8]) -> Vec<u8> {
-        let mut mac = self.mac.clone();
-        mac.update(DOMAIN);
-        mac.update(policy.as_str().as_bytes());
-        mac.update(&[0]);
-        mac.update(key);
-        let out = mac.finalize().into_bytes();
-        out[..PK_LEN].to_vec()
+        digest(&self.mac, &[DOMAIN, policy.as_str().as_bytes(), &[0], key]).to_vec()
     }
+}
+
+/// HMAC-SHA256 keyed by `secret`, refused below [`MIN_SECRET_LEN`] bytes: the one keying of every
+/// keyed hash of this crate (`pk` here, the limiter keys of [`crate::key`]).
+pub(crate) fn keyed_mac(secret: &[u8]) -> Result<Hmac<Sha256>, WeakSecret> {
+    if secret.len() < MIN_SECRET_LEN {
+        return Err(WeakSecret(secret.len()));
+    }
+    // HMAC accepts keys of any length; the error arm is unreachable for HMAC, mapped anyway.
+    Hmac::<Sha256>::new_from_slice(secret).map_err(|_| WeakSecret(secret.len()))
+}
+
+/// The first [`PK_LEN`] bytes of `mac` over the concatenation of `pieces`. Each caller starts its
+/// pieces with its own domain string, so two constructions never hash the same input.
+pub(crate) fn digest(mac: &Hmac<Sha256>, pieces: &[&[u8]]) -> [u8; PK_LEN] {
+    let mut mac = mac.clone();
+    for piece in pieces {
+        mac.update(piece);
+    }
+    let out = mac.finalize().into_bytes();
+    let mut kept = [0; PK_LEN];
+    kept.copy_from_slice(&out[..PK_LEN]);
+    kept
 }
 
 #[cfg(test)]

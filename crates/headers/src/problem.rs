@@ -2,6 +2,7 @@
 //!
 //! Bodies are built with `serde_json`, so policy names and details are always escaped correctly.
 
+use http::StatusCode;
 use serde_json::json;
 
 use crate::field::PolicyName;
@@ -49,6 +50,19 @@ pub fn cost_exceeds_capacity(policy: &PolicyName, cost: u64, capacity: u64) -> S
         "status": 413,
         "detail": format!("This request costs {cost} quota units; policy {policy} allows at most {capacity} at once."),
         "violated-policies": [policy.as_str()],
+    })
+    .to_string()
+}
+
+/// Body of a 4xx for a request whose limiter key was refused ([`crate::key::KeyRejection`]): no
+/// decision was made, so no policy is named. `about:blank`, titled with the status's reason phrase
+/// (RFC 9457 Section 4.2.1).
+pub fn key_refused(status: StatusCode, detail: &str) -> String {
+    json!({
+        "type": "about:blank",
+        "title": status.canonical_reason().unwrap_or("Client Error"),
+        "status": status.as_u16(),
+        "detail": detail,
     })
     .to_string()
 }

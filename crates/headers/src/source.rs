@@ -28,6 +28,10 @@
 //! fallback on either store: a reservation a fallback decided has no record there, and its settle
 //! fails (see the store modules).
 //!
+//! The layer's digest keys ([`crate::key::KeyDigest`], from [`crate::key::HeaderKey`]) work with
+//! every source: the in-memory limiter as a `Limiter<KeyDigest>` (16 bytes inline per key), the
+//! Redis and PostgreSQL limiters under the digest's 32 hex digits (`keyed_by_digest`).
+//!
 //! This module also owns the glue from one limiter [`Decision`] to the advertised numbers
 //! ([`Outcome::advertised`], [`Outcome::retry_after_secs`]), using [`crate::mapping`]'s rounding;
 //! [`SetOutcome`] uses the same glue for each of its parts.
@@ -43,6 +47,8 @@ use bucketproof_limiter::{
     SettleError, Settled, Wait,
 };
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
+use crate::key::KeyDigest;
 use crate::mapping::{self, AdvertiseOptions, Advertised};
 use crate::set::SetOutcome;
 
@@ -358,6 +364,59 @@ pub mod postgres {
         }
     }
 }
+
+/// A shared store's rows are named by text; a [`KeyDigest`] ([`crate::key::HeaderKey`]'s keys)
+/// names its row by its 32 hex digits, so every key costs the store the same bytes and every
+/// instance keyed with the same secret finds the same row. Each method is the store's `String`
+/// method on that name.
+#[cfg(any(feature = "redis", feature = "postgres"))]
+macro_rules! keyed_by_digest {
+    ($store:ty) => {
+        impl DecisionSource<KeyDigest> for $store {
+            fn decide<'a>(
+                &'a self,
+                key: &'a KeyDigest,
+                cost: u64,
+            ) -> impl Future<Output = Result<Outcome, SourceError>> + Send + 'a {
+                async move { DecisionSource::<String>::decide(self, &key.to_hex(), cost).await }
+            }
+
+            fn decide_set<'a>(
+                &'a self,
+                key: &'a KeyDigest,
+                cost: u64,
+            ) -> impl Future<Output = Result<SetOutcome, SourceError>> + Send + 'a {
+                async move { DecisionSource::<String>::decide_set(self, &key.to_hex(), cost).await }
+            }
+        }
+
+        impl SettleSource<KeyDigest> for $store {
+            fn reserve_set<'a>(
+                &'a self,
+                key: &'a KeyDigest,
+                cost: u64,
+                request_id: RequestId,
+            ) -> impl Future<Output = Result<SetOutcome, SourceError>> + Send + 'a {
+                async move {
+                    SettleSource::<String>::reserve_set(self, &key.to_hex(), cost, request_id).await
+                }
+            }
+
+            fn settle_set<'a>(
+                &'a self,
+                key: &'a KeyDigest,
+                settle: Settle,
+            ) -> impl Future<Output = Result<Settled<Decisions>, SettleFailure>> + Send + 'a {
+                async move { SettleSource::<String>::settle_set(self, &key.to_hex(), settle).await }
+            }
+        }
+    };
+}
+
+#[cfg(feature = "redis")]
+keyed_by_digest!(bucketproof_redis::RedisLimiter);
+#[cfg(feature = "postgres")]
+keyed_by_digest!(bucketproof_postgres::PgLimiter);
 
 /// Whether a shared store's decision is flagged degraded: a fallback of the outage policy made it
 /// (its source is not the store), or the store made it while recovering from a detected loss of

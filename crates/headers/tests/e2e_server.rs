@@ -8,6 +8,7 @@ mod server;
 use std::time::{Duration, Instant};
 
 use bucketproof_headers::client::{Pacer, PacerConfig, RequestInfo, RetryPolicy, send_paced};
+use bucketproof_headers::key::MAX_KEY_LEN;
 use bucketproof_headers::{Profile, RateLimit, RateLimitPolicy};
 use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Rate};
 use http::{HeaderMap, Method, StatusCode};
@@ -351,4 +352,68 @@ async fn metrics_count_what_the_server_did() {
             "no fallback decided"
         );
     }
+}
+
+/// `RateLimit`'s `r` of a response, or `None` without the field.
+fn remaining(resp: &reqwest::Response) -> Option<u64> {
+    let field = resp.headers().get("ratelimit")?;
+    let parsed = RateLimit::parse(Profile::Draft11, field.as_bytes()).ok()?;
+    Some(parsed.limits[0].remaining)
+}
+
+/// Every malformed key (UTF-8 beyond ASCII, bytes that are no text, a blank value, one byte over
+/// the maximum, the header twice) is refused on the wire with its 4xx problem, more often than a
+/// bucket holds, and none of them spends a bucket: afterwards the anonymous bucket (no header) and
+/// a well-formed key's are still full.
+#[tokio::test]
+async fn malformed_keys_are_refused_and_spend_no_bucket() {
+    const CAPACITY: u64 = 3;
+    let base = spawn(Config::new(CAPACITY, Rate::new(1, 1000).unwrap()).unwrap()).await;
+    let client = reqwest::Client::new();
+    let too_long = vec![b'k'; MAX_KEY_LEN + 1];
+    let one = |v: &[u8]| vec![reqwest::header::HeaderValue::from_bytes(v).unwrap()];
+    let cases = [
+        ("café", one("café".as_bytes()), StatusCode::BAD_REQUEST),
+        ("\\xff\\xfe", one(b"\xff\xfe"), StatusCode::BAD_REQUEST),
+        ("blank", one(b""), StatusCode::BAD_REQUEST),
+        (
+            "over-long",
+            one(&too_long),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        ),
+        (
+            "twice",
+            [one(b"alice"), one(b"bob")].concat(),
+            StatusCode::BAD_REQUEST,
+        ),
+    ];
+    for (case, values, status) in cases {
+        // One more than a bucket holds: had they shared one, the last would be a 429.
+        for _ in 0..=CAPACITY {
+            let mut req = client.get(format!("{base}/"));
+            for v in &values {
+                req = req.header("x-api-key", v.clone());
+            }
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.status(), status, "{case}");
+            assert_eq!(resp.headers()["content-type"], "application/problem+json");
+            assert_eq!(remaining(&resp), None, "{case}: no decision, no field");
+            let body: serde_json::Value =
+                serde_json::from_slice(&resp.bytes().await.unwrap()).unwrap();
+            assert_eq!(body["status"], status.as_u16(), "{case}");
+        }
+    }
+    let anonymous = client.get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(
+        remaining(&anonymous),
+        Some(CAPACITY - 1),
+        "the anonymous bucket"
+    );
+    let resp = client.get(format!("{base}/")).header("x-api-key", USER);
+    let resp = resp.send().await.unwrap();
+    assert_eq!(
+        remaining(&resp),
+        Some(CAPACITY - 1),
+        "a well-formed key's bucket"
+    );
 }

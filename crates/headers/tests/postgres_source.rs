@@ -21,11 +21,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bucketproof_headers::PolicyName;
-use bucketproof_headers::layer::{DEGRADED_HEADER, RateLimitLayer};
-use bucketproof_headers::source::SourceError;
+use bucketproof_headers::key::HeaderKey;
+use bucketproof_headers::layer::{DEGRADED_HEADER, PartitionBytes, RateLimitLayer};
+use bucketproof_headers::source::{DecisionSource, SourceError};
 use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Rate};
 use bucketproof_postgres::{PgLimiter, Unavailable};
-use http::{Request, Response, StatusCode};
+use http::{HeaderName, Request, Response, StatusCode};
 use proxy::Proxy;
 use tower::{Layer, Service, ServiceExt};
 
@@ -78,6 +79,9 @@ async fn instance(url: &str, namespace: &str, policy: Unavailable) -> PgLimiter 
         .await
         .expect("connects")
 }
+
+/// The secret of the digest keys ([`HeaderKey`]), the same on every instance.
+const KEY_SECRET: &[u8] = b"shared store key secret, 32 byte";
 
 async fn ok(_: Request<()>) -> Result<Response<String>, Infallible> {
     Ok(Response::new("ok".to_owned()))
@@ -154,15 +158,38 @@ fn through(url: &str, to: SocketAddr) -> String {
 #[tokio::test]
 async fn two_instances_behind_the_layer_share_one_quota() {
     let test = "two_instances_behind_the_layer_share_one_quota";
+    share_one_quota(test, |limiter| {
+        RateLimitLayer::new(limiter, PolicyName::new("api.v1").unwrap(), user_key)
+    })
+    .await;
+}
+
+/// The same with the library's key extractor: both instances find the user's one row by its
+/// digest ([`HeaderKey`], the same secret on each).
+#[tokio::test]
+async fn two_instances_keyed_by_digest_share_one_quota() {
+    let test = "two_instances_keyed_by_digest_share_one_quota";
+    share_one_quota(test, |limiter| {
+        let key = HeaderKey::new(HeaderName::from_static("x-user"), KEY_SECRET).unwrap();
+        RateLimitLayer::keyed(limiter, PolicyName::new("api.v1").unwrap(), key)
+    })
+    .await;
+}
+
+/// Two instances, each behind the layer `layer` makes of its limiter, share one quota.
+async fn share_one_quota<K>(test: &str, layer: impl Fn(PgLimiter) -> RateLimitLayer<K, PgLimiter>)
+where
+    K: PartitionBytes + Send + Sync + 'static,
+    PgLimiter: DecisionSource<K>,
+{
     let Some(url) = database_url(test) else {
         return;
     };
     let namespace = namespace("shared");
-    let policy = PolicyName::new("api.v1").unwrap();
     let a = instance(&url, &namespace, Unavailable::FailClosed).await;
     let b = instance(&url, &namespace, Unavailable::FailClosed).await;
-    let mut svc_a = RateLimitLayer::new(a, policy.clone(), user_key).layer(tower::service_fn(ok));
-    let mut svc_b = RateLimitLayer::new(b, policy, user_key).layer(tower::service_fn(ok));
+    let mut svc_a = layer(a).layer(tower::service_fn(ok));
+    let mut svc_b = layer(b).layer(tower::service_fn(ok));
 
     assert_eq!(call(&mut svc_a, "u1").await.status(), StatusCode::OK);
     let second = call(&mut svc_b, "u1").await;

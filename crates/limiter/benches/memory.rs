@@ -10,7 +10,8 @@
 //! percent between runs, because each run's random hasher seed deals the keys to the shards a little
 //! differently and each shard's table grows on its own.
 //!
-//! Run: `cargo bench -p bucketproof-limiter --bench memory`.
+//! Run: `cargo bench -p bucketproof-limiter --bench memory`. `BUCKETPROOF_BENCH_SMOKE=1` (CI, through
+//! `cargo test --benches`): 1,000 keys and no sweep, figures meaningless, the code still run.
 
 mod common;
 
@@ -121,19 +122,21 @@ fn governor(keys: u64) -> (usize, usize) {
 
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
+    let smoke = std::env::var_os("BUCKETPROOF_BENCH_SMOKE").is_some();
+    let (keys_measured, sweep): (u64, &[u64]) = if smoke { (1_000, &[]) } else { (KEYS, &SWEEP) };
     println!(
         "size_of: Decision {} B, Result<Acquired, AcquireError> {} B, Result<Decision, AcquireError> {} B",
         size_of::<Decision>(),
         size_of::<Result<Acquired, AcquireError>>(),
         size_of::<Result<Decision, AcquireError>>()
     );
-    let (bytes, keys) = ours(KEYS);
+    let (bytes, keys) = ours(keys_measured);
     report("bucketproof Limiter<u64> (defaults)", bytes, keys);
-    let (bytes, keys) = governor(KEYS);
+    let (bytes, keys) = governor(keys_measured);
     report("governor 0.10 keyed (DashMap, u64 keys)", bytes, keys);
     let before = live();
     let proto = common::FlatKeyedProto::new(config());
-    for key in 0..KEYS {
+    for key in 0..keys_measured {
         proto.acquire_at(key, 1, START_NS).unwrap();
     }
     report(
@@ -142,7 +145,7 @@ fn main() {
         proto.len(),
     );
     println!("\nbytes per key at other key counts (ours / governor):");
-    for keys in SWEEP {
+    for &keys in sweep {
         let (our_bytes, our_keys) = ours(keys);
         let (peer_bytes, peer_keys) = governor(keys);
         let (ours_per_key, peer_per_key) = (

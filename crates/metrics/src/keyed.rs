@@ -50,7 +50,7 @@ const DECISIONS_HELP: &str = "Acquires by outcome: allowed, denied, error (inval
 const EVICTIONS: &str = "bucketproof_evictions_total";
 const EVICTIONS_HELP: &str = "Buckets dropped: lossless (evictable, no decision can tell), lossy (EvictLeastRecent), owing (EvictKeepingDeficit, deficit kept).";
 const STATE_BYTES: &str = "bucketproof_state_bytes";
-const STATE_BYTES_HELP: &str = "Bytes of the limiter's state: table (allocated slots times slot size; keys' heap data and the side map left out), deficits (EvictKeepingDeficit's fixed arrays).";
+const STATE_BYTES_HELP: &str = "Bytes of the limiter's state: table (allocated slots times slot size: every byte of a fixed-size key such as the HTTP layer's digest; a key's heap data, e.g. a String's text, and the side map left out), deficits (EvictKeepingDeficit's fixed arrays).";
 
 /// Every metric the keyed limiter publishes, one row per series.
 pub const METRICS: &[Metric<KeyedNumbers>] = &[

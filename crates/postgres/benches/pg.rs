@@ -279,7 +279,13 @@ async fn main() {
         return;
     };
     let quick = std::env::args().any(|a| a == "--quick");
-    let (rounds, calls) = if quick { (1, 800) } else { (3, 4000) };
+    // CI's smoke mode (`cargo test --benches`): every subject driven, figures meaningless.
+    let smoke = std::env::var_os("BUCKETPROOF_BENCH_SMOKE").is_some();
+    let (rounds, calls) = match (smoke, quick) {
+        (true, _) => (1, 40),
+        (false, true) => (1, 800),
+        (false, false) => (3, 4000),
+    };
     let ns = format!("bp_bench_{}", std::process::id());
     // 32 records per key: on the hot key, 8 connections reserving between one reserve and its settle
     // must not push its record out of the FIFO (a settle of a pushed-out record is unknown).

@@ -344,10 +344,16 @@ mod tests {
         let path = std::path::Path::new("t.toml");
         let error = Scenario::parse(&text("evict_least_recent", 100), path).unwrap_err();
         assert!(error.to_string().contains("needs setup.policy"), "{error}");
-        // max_keys 2 on 4 shards: 8 slots, 16 victims, 8 returns.
-        let error = Scenario::parse(&text("evict_keeping_deficit", 24), path).unwrap_err();
-        assert!(error.to_string().contains("is 24 ops"), "{error}");
-        assert!(Scenario::parse(&text("evict_keeping_deficit", 25), path).is_ok());
+        // max_keys 2 on 4 shards: one key per shard, so 4 * DEFICIT_SLOTS_PER_KEY slots, twice as
+        // many victims, and the heavy half of them back.
+        let slots = 4 * bucketproof_limiter::DEFICIT_SLOTS_PER_KEY as u64;
+        let len = 2 * slots + slots;
+        let error = Scenario::parse(&text("evict_keeping_deficit", len), path).unwrap_err();
+        assert!(
+            error.to_string().contains(&format!("is {len} ops")),
+            "{error}"
+        );
+        assert!(Scenario::parse(&text("evict_keeping_deficit", len + 1), path).is_ok());
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //! Owns: [`Budget`], one user's streaming check, in microseconds and millionths of a token (exact:
 //! integers only, every interval considered, in O(1) per admission).
 //!
-//! Used by `crates/postgres/examples/flood.rs` through `#[path]` (examples cannot share a crate
-//! module otherwise); the in-memory `flood.rs` holds the same check inline.
+//! Used by both flood examples (`flood.rs` here and `crates/postgres/examples/flood.rs`) through
+//! `#[path]`: examples cannot share a crate module otherwise.
 
 /// One user's budget: admitted in `[a, b]` must be at most `capacity + rate_per_s * (b - a)`.
 pub struct Budget {

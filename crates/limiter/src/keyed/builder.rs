@@ -9,6 +9,7 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::deficits;
 use super::eviction::EvictionPolicy;
 use super::shard::Shard;
 use super::{Limiter, Padded};
@@ -28,6 +29,7 @@ pub struct Builder<K, C = MonotonicClock> {
     dedupe_per_key: usize,
     resolver: Option<Resolver<K>>,
     hasher_seed: Option<u64>,
+    deficit_slots_per_key: usize,
 }
 
 pub(super) type Resolver<K> = Box<dyn Fn(&K) -> Config + Send + Sync>;
@@ -46,6 +48,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
             dedupe_per_key: self.dedupe_per_key,
             resolver: self.resolver,
             hasher_seed: self.hasher_seed,
+            deficit_slots_per_key: self.deficit_slots_per_key,
         }
     }
 
@@ -80,6 +83,16 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
         self
     }
 
+    /// Under [`EvictionPolicy::EvictKeepingDeficit`], the size of the array that keeps what dropped
+    /// buckets owe: `slots` (at least 1) slots of 12 bytes per key of the bound, fixed when the
+    /// limiter is built. More slots make it rarer that a flood's debts are charged to a key that was
+    /// never dropped owing; none ever lets a key be admitted beyond its budget (`reports/flood.md`
+    /// measures the trade). Default: [`DEFICIT_SLOTS_PER_KEY`](crate::DEFICIT_SLOTS_PER_KEY).
+    pub fn deficit_slots_per_key(mut self, slots: usize) -> Self {
+        self.deficit_slots_per_key = slots.max(1);
+        self
+    }
+
     /// Per-key configs (tiers). Must be a pure function of the key: to change a key's config over
     /// time, use [`Limiter::reconfigure_at`], which converts the balance.
     pub fn resolver(mut self, resolver: impl Fn(&K) -> Config + Send + Sync + 'static) -> Self {
@@ -105,7 +118,7 @@ impl<K: Hash + Eq + Clone, C: Clock> Builder<K, C> {
             .map(|_| {
                 let mut shard = Shard::new(&hasher);
                 if self.policy == EvictionPolicy::EvictKeepingDeficit {
-                    shard.keep_deficits(max_keys_per_shard);
+                    shard.keep_deficits(max_keys_per_shard, self.deficit_slots_per_key);
                 }
                 Padded(Mutex::new(shard))
             })
@@ -190,6 +203,7 @@ impl<K: Hash + Eq + Clone> Limiter<K, MonotonicClock> {
             dedupe_per_key: defaults::DEDUPE_PER_KEY,
             resolver: None,
             hasher_seed: None,
+            deficit_slots_per_key: deficits::SLOTS_PER_KEY,
         }
     }
 }

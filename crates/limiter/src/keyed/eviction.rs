@@ -42,11 +42,12 @@ pub enum EvictionPolicy {
     /// [`EvictionPolicy::EvictKeepingDeficit`] instead.
     EvictLeastRecent,
     /// As [`EvictionPolicy::EvictLeastRecent`], and the victim's deficit is kept: when its bucket
-    /// would be full again, in a fixed array per shard indexed by the key's hash (16 bytes per key the
-    /// shard may hold, whatever arrives). A new bucket whose slot is owing starts no fuller than the
-    /// dropped bucket would be now; two drops on one slot keep the later instant, so a collision can
-    /// only make a new bucket emptier. Never admits more than the key's budget, under a flood too: the
-    /// policy to use under attack. Drops are counted in
+    /// would be full again, in a fixed array per shard of tagged slots chosen by the key's hash (by
+    /// default 48 bytes per key the shard may hold, whatever arrives:
+    /// [`Builder::deficit_slots_per_key`](super::Builder::deficit_slots_per_key)). A new bucket
+    /// whose slots say it may owe starts no fuller than the dropped bucket would be now; a
+    /// collision can only make a new bucket emptier. Never admits more than the key's budget,
+    /// under a flood too: the policy to use under attack. Drops are counted in
     /// [`Stats::evicted_owing`](super::Stats::evicted_owing), new buckets that started below full in
     /// [`Stats::created_owing`](super::Stats::created_owing).
     EvictKeepingDeficit,
@@ -139,14 +140,16 @@ impl<K: Hash + Eq + Clone> Shard<K> {
                 Ok(())
             }
             (EvictionPolicy::EvictKeepingDeficit, Some((victim, _))) => {
-                if let Some((key, bucket)) = self.entries.get(victim) {
+                let owed = self.entries.get(victim).map(|(key, bucket)| {
                     let hash = self.extras.hasher().hash_one(key);
-                    let full_at = self.full_at(key, *bucket, now, settings);
-                    if let Some(deficits) = &mut self.deficits {
-                        deficits.remember(hash, full_at);
-                    }
-                }
+                    (hash, self.full_at(key, *bucket, now, settings))
+                });
                 self.evict(victim, now);
+                // After the drop, which raised the horizon: no new bucket starts before it.
+                let horizon = self.evicted_horizon;
+                if let (Some((hash, full_at)), Some(deficits)) = (owed, &mut self.deficits) {
+                    deficits.remember(hash, full_at, horizon);
+                }
                 self.stats.evicted_owing += 1;
                 Ok(())
             }

@@ -488,10 +488,13 @@ impl<K: Hash + Eq + Clone, C: Clock> Limiter<K, C> {
     }
 
     /// Bytes of the shards' key tables: every slot allocated (occupied or vacant) times the size of
-    /// one slot, a key and its packed bucket (24 bytes for a `u64` key). An estimate of the state's
-    /// memory: it leaves out what a key owns on the heap (a `String`'s text), the side map of the
-    /// rare extras (override configs, request-id records, wide balances, bandwidth sets) and
-    /// [`Limiter::deficit_bytes`]. Reading it locks each shard briefly.
+    /// one slot, a key and its packed bucket (24 bytes for a `u64` key). For a key type that owns
+    /// nothing on the heap (an integer, a fixed-size digest such as the HTTP layer's `KeyDigest`)
+    /// that is every byte a key costs the table, whatever the key it stands for. It leaves out what
+    /// a key owns on the heap (a `String`'s text: key by a fixed-size digest when clients choose
+    /// the keys, or their length is what they cost), the side map of the rare extras (override
+    /// configs, request-id records, wide balances, bandwidth sets) and [`Limiter::deficit_bytes`].
+    /// Reading it locks each shard briefly.
     pub fn table_bytes(&self) -> usize {
         let slot = crate::table::slot_size::<K, shard::PackedBucket>();
         (self.shards.iter())

@@ -147,9 +147,9 @@ impl<K: Hash + Eq + Clone> Shard<K> {
         }
     }
 
-    /// Keeps what buckets dropped while not full owe, in an array sized for `keys` keys.
-    pub(super) fn keep_deficits(&mut self, keys: usize) {
-        self.deficits = Some(Deficits::new(keys));
+    /// Keeps what buckets dropped while not full owe: `slots_per_key` slots for each of `keys` keys.
+    pub(super) fn keep_deficits(&mut self, keys: usize, slots_per_key: usize) {
+        self.deficits = Some(Deficits::new(keys, slots_per_key));
     }
 
     /// A bucket for a key this shard does not hold, with its cursor at `now` or at the eviction
