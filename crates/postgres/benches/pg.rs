@@ -435,7 +435,7 @@ async fn server_side(pool: &Pool, ns: &str) {
     let client = pool.get().await.unwrap();
     let config = config();
     let words = format!(
-        "('k0', '1', NULL, '{{{cap}}}', '{{{p}}}', '{{{unit}}}', '{unit}/{cap}/{p}', NULL, '60000000000', '8')",
+        "('k0', '1', NULL, '{{{cap}}}', '{{{p}}}', '{{{unit}}}', '{unit}/{cap}/{p}', NULL, '60000000000', '8', NULL, 'false')",
         cap = config.capacity_units(),
         p = config.units_per_nanosecond(),
         unit = config.units_per_token(),
@@ -450,7 +450,7 @@ async fn server_side(pool: &Pool, ns: &str) {
                UPDATE {ns}.buckets AS b SET seq = v_seq + 1 WHERE b.key = k;
                RETURN v_seq + 1;
              END $fn$;
-             PREPARE ours(text, text, text, text, text, text, text, text, text, text) AS {ours};
+             PREPARE ours(text, text, text, text, text, text, text, text, text, text, text, boolean) AS {ours};
              PREPARE function_floor(text) AS SELECT {ns}.lock_and_update($1);
              PREPARE bare_update(text) AS
                UPDATE {ns}.buckets SET last_refill = last_refill + 1 WHERE key = $1;"
