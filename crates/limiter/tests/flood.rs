@@ -105,22 +105,7 @@ fn no_user_is_admitted_beyond_its_budget_under_a_flood() {
                 }
             }
         }
-        // Over [a, b]: at most 2 + (b - a) / 1 s tokens, for every pair of admissions a <= b.
-        let over = admitted
-            .iter()
-            .map(|times| {
-                let mut over = 0;
-                for (i, &a) in times.iter().enumerate() {
-                    for (j, &b) in times.iter().enumerate().skip(i) {
-                        let count = (j - i + 1) as u64;
-                        if count * SECOND > 2 * SECOND + (b - a) {
-                            over += 1;
-                        }
-                    }
-                }
-                over
-            })
-            .sum::<u64>();
+        let over = over_budget(&admitted, 2, 1);
         let total: usize = admitted.iter().map(Vec::len).sum();
         if policy == EvictionPolicy::EvictLeastRecent {
             assert!(
@@ -161,22 +146,7 @@ fn bursty_users(users: u64, flood: bool) -> (usize, u64) {
             }
         }
     }
-    // Over [a, b]: at most 10 + 5 (b - a) / 1 s tokens, for every pair of admissions a <= b.
-    let over = admitted
-        .iter()
-        .map(|times| {
-            let mut over = 0;
-            for (i, &a) in times.iter().enumerate() {
-                for (j, &b) in times.iter().enumerate().skip(i) {
-                    let count = (j - i + 1) as u64;
-                    if count * SECOND > 10 * SECOND + 5 * (b - a) {
-                        over += 1;
-                    }
-                }
-            }
-            over
-        })
-        .sum();
+    let over = over_budget(&admitted, 10, 5);
     (admitted.iter().map(Vec::len).sum(), over)
 }
 
@@ -200,4 +170,21 @@ fn bursty_users_lose_under_one_percent_to_a_flood() {
         flooded * 100 >= calm * 99,
         "{flooded} admitted under the flood against {calm} calm"
     );
+}
+
+/// Over every interval `[a, b]` between two of a user's admissions (`admitted[user]`, in ns), the
+/// admissions beyond its budget of `capacity + rate_per_s * (b - a)` tokens, summed over users.
+fn over_budget(admitted: &[Vec<u64>], capacity: u64, rate_per_s: u64) -> u64 {
+    let mut over = 0;
+    for times in admitted {
+        for (i, &a) in times.iter().enumerate() {
+            for (j, &b) in times.iter().enumerate().skip(i) {
+                let count = (j - i + 1) as u64;
+                if count * SECOND > capacity * SECOND + rate_per_s * (b - a) {
+                    over += 1;
+                }
+            }
+        }
+    }
+    over
 }
