@@ -1,26 +1,26 @@
-//! Building a [`PgLimiter`]: its settings, their defaults, and connecting.
+//! The settings of a [`PgLimiter`](crate::PgLimiter) and their defaults.
 //!
 //! Owns: [`PgBuilder`] with every default (the dedupe defaults and the outage policy's are those of
-//! the in-memory and Redis limiters) and [`PgBuilder::connect`].
+//! the in-memory and Redis limiters), their validation, and the key bound per part. Connecting
+//! ([`PgBuilder::connect`]) is `connect.rs`'s; the limiter keeps the settings it was built with.
 //!
-//! Promises: a limiter exists only with its schema in place at this crate's version, and settings the
-//! statement runs as documented (records per key within [`MAX_RECORDS_PER_KEY`], at least one attempt).
+//! Promises: a limiter exists only with settings the statement runs as documented (records per key
+//! within [`MAX_RECORDS_PER_KEY`], at least one attempt, a bound of at least one key under a policy
+//! PostgreSQL supports).
 
 use std::time::Duration;
 
-use bucketproof_limiter::outage::{Fallback, Unavailable};
+use bucketproof_limiter::outage::Unavailable;
 use bucketproof_limiter::{Bandwidths, EvictionPolicy, Nanos, defaults};
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use tokio_postgres::NoTls;
 
 use crate::error::BuildError;
-use crate::limiter::{PgLimiter, Words};
-use crate::schema::{KEY_PARTS, Namespace, migrate};
+use crate::schema::{KEY_PARTS, Namespace};
 
 /// Upper bound on request-id records per key (they live in the key's row).
 pub const MAX_RECORDS_PER_KEY: usize = 1024;
 
-/// Settings of a [`PgLimiter`]; build one with [`PgLimiter::builder`].
+/// Settings of a [`PgLimiter`](crate::PgLimiter); build one with
+/// [`PgLimiter::builder`](crate::PgLimiter::builder).
 #[derive(Clone, Debug)]
 pub struct PgBuilder {
     /// Every key's bandwidths (one, or several: all kept in the key's one row).
@@ -88,10 +88,25 @@ impl PgBuilder {
         self.pool_size = connections;
         self
     }
+}
 
-    /// Validates the settings, connects to `url` (a tokio-postgres connection string or URL), and
-    /// creates the schema in the namespace if it has none (refusing one of another version).
-    pub async fn connect(self, url: &str) -> Result<PgLimiter, BuildError> {
+impl PgBuilder {
+    /// Settings for `bandwidths` with every default.
+    pub(crate) fn new(bandwidths: Bandwidths) -> PgBuilder {
+        PgBuilder {
+            bandwidths,
+            namespace: "bucketproof".into(),
+            dedupe_window: defaults::DEDUPE_WINDOW,
+            dedupe_per_key: defaults::DEDUPE_PER_KEY,
+            unavailable: Unavailable::FailClosed,
+            attempts: 3,
+            pool_size: 16,
+            max_keys: None,
+        }
+    }
+
+    /// Checks the settings, in the order `connect` reports them; the namespace is the first check.
+    pub(crate) fn validate(&self) -> Result<Namespace, BuildError> {
         let namespace = Namespace::new(&self.namespace)?;
         if self.dedupe_per_key == 0 || self.dedupe_per_key > MAX_RECORDS_PER_KEY {
             return Err(BuildError::Settings(format!(
@@ -118,72 +133,11 @@ impl PgBuilder {
                 )));
             }
         }
-        let pg: tokio_postgres::Config =
-            url.parse().map_err(|e| BuildError::Url(format!("{e}")))?;
-        let manager = Manager::from_config(
-            pg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(self.pool_size)
-            .build()
-            .map_err(|e| BuildError::Url(format!("{e}")))?;
-        let mut client = pool.get().await?;
-        migrate(&mut client, &namespace).await?;
-        drop(client);
-        Ok(PgLimiter {
-            pool,
-            words: Words::new(&self),
-            acquire: namespace.fill(include_str!("acquire.sql")),
-            cleanup: namespace.fill(include_str!("cleanup.sql")),
-            peek: namespace.fill(include_str!("peek.sql")),
-            reconfigure: namespace.fill(include_str!("reconfigure.sql")),
-            settle: namespace.fill(include_str!("settle.sql")),
-            forget: namespace.fill(include_str!("forget.sql")),
-            fallback: Fallback::new(self.unavailable),
-            cleaned_up_to: std::sync::Mutex::new(String::new()),
-            namespace,
-            settings: self,
-        })
+        Ok(namespace)
     }
-}
 
-impl PgBuilder {
     /// The key bound of each part: `max_keys / KEY_PARTS`, rounded up.
     pub(crate) fn per_part(&self) -> Option<u64> {
         (self.max_keys).map(|(max_keys, _)| (max_keys as u64).div_ceil(u64::from(KEY_PARTS)))
-    }
-}
-
-impl PgLimiter {
-    /// Settings for a limiter with `config` for every key (a [`Config`](bucketproof_limiter::Config),
-    /// or a [`Bandwidths`] set of several, all of which must cover a cost), to adjust and then
-    /// [`connect`](PgBuilder::connect).
-    pub fn builder(config: impl Into<Bandwidths>) -> PgBuilder {
-        PgBuilder {
-            bandwidths: config.into(),
-            namespace: "bucketproof".into(),
-            dedupe_window: defaults::DEDUPE_WINDOW,
-            dedupe_per_key: defaults::DEDUPE_PER_KEY,
-            unavailable: Unavailable::FailClosed,
-            attempts: 3,
-            pool_size: 16,
-            max_keys: None,
-        }
-    }
-
-    /// Shorthand for `PgLimiter::builder(config).namespace(namespace).connect(url)`.
-    pub async fn connect(
-        url: &str,
-        namespace: &str,
-        config: impl Into<Bandwidths>,
-    ) -> Result<PgLimiter, BuildError> {
-        PgLimiter::builder(config)
-            .namespace(namespace)
-            .connect(url)
-            .await
     }
 }

@@ -1,7 +1,8 @@
 //! bucketproof on PostgreSQL: the exact token-bucket transition in one call, so several
 //! instances share one quota through a database they already run.
 //!
-//! Roles: [`PgLimiter`] (`limiter.rs`) is the front end, built by [`PgBuilder`] (`builder.rs`);
+//! Roles: [`PgLimiter`] (`limiter.rs`) is the front end, built by [`PgBuilder`] (`builder.rs`: the
+//! settings) and [`PgBuilder::connect`] (`connect.rs`: the pool, the schema and the statements);
 //! `acquire.rs` calls the transition (`acquire.sql`), with its retries and the outage policy (the
 //! same [`Unavailable`] as the Redis limiter's); `cleanup.rs` removes full rows a bounded step at a
 //! time (`cleanup.sql`, the schema's `cleanup`), keeping each part's row count right; the key bound
@@ -44,6 +45,7 @@
 mod acquire;
 mod builder;
 mod cleanup;
+mod connect;
 pub mod error;
 mod limiter;
 mod peek;

@@ -4,7 +4,7 @@
 //! Owns: the [`PgLimiter`] type (its pool, its statements' texts, the config's words rendered once,
 //! the outage fallback), [`Outcome`], `forget` (`forget.sql`: the row and its part's count, in one
 //! statement), the key bound as enforced ([`PgLimiter::key_bound`]), and the one helper that runs a statement on a pooled
-//! connection. Each other job has a file: `builder` (settings, connecting), `acquire` (the
+//! connection. Each other job has a file: `builder` (settings), `connect` (connecting), `acquire` (the
 //! transition's call, its retries and the outage policy), `cleanup`, `peek`, `reconfigure`,
 //! `settle`.
 //!
