@@ -31,34 +31,37 @@
 //!
 //! Emitting costs a few registry look-ups per response, on the HTTP path, never in the limiter.
 //!
+//! [`Advertiser::policy`]: crate::layer::Advertiser::policy
 //! [`DEGRADED_HEADER`]: crate::layer::DEGRADED_HEADER
+//! [`SettleReport::unpaid`]: crate::layer::SettleReport::unpaid
 //! [`SettleFailure`]: crate::source::SettleFailure
 
+use bucketproof_limiter::{Decisions, Settled};
 use http::StatusCode;
 
-use crate::layer::{Advertisement, Advertiser, SettleReport};
+use crate::field::{PolicyName, RateLimitPolicy};
 use crate::set::SetOutcome;
 use crate::source::SettleFailure;
 
-/// Emits one response's numbers: its status, whether a fallback decided it, and, for a decided
-/// response (`decided` = its advertisement and outcome), every item's advertised and enforced
-/// limits.
+/// Emits one response's numbers under the layer's `policy`: its status, whether a fallback decided
+/// it, and, for a decided response (`decided` = the `RateLimit-Policy` it advertised and its
+/// outcome), every item's advertised and enforced limits.
 pub(crate) fn response(
-    advertiser: &Advertiser,
+    policy: &PolicyName,
     status: StatusCode,
-    decided: Option<(&Advertisement, &SetOutcome)>,
+    decided: Option<(&RateLimitPolicy, &SetOutcome)>,
 ) {
-    let policy = advertiser.policy.as_str().to_owned();
+    let policy = policy.as_str().to_owned();
     let status_label = status.as_str().to_owned();
     let labels = [("policy", policy), ("status", status_label)];
     metrics::counter!("bucketproof_http_responses_total", &labels).increment(1);
-    let Some((adv, outcome)) = decided else {
+    let Some((advertised, outcome)) = decided else {
         return;
     };
     if outcome.degraded() {
         metrics::counter!("bucketproof_http_degraded_responses_total", &labels).increment(1);
     }
-    for (item, part) in adv.policy.policies.iter().zip(outcome.parts()) {
+    for (item, part) in advertised.policies.iter().zip(outcome.parts()) {
         let labels = [("policy", item.name.as_str().to_owned())];
         let config = part.config();
         let rate = config.rate();
@@ -76,17 +79,25 @@ pub(crate) fn response(
     }
 }
 
-/// Emits one settle's numbers: its result, and what it left unpaid.
-pub(crate) fn settle(advertiser: &Advertiser, report: &SettleReport) {
-    let policy = advertiser.policy.as_str().to_owned();
-    let result = match &report.result {
+/// Emits one settle's numbers under the layer's `policy`: its result, and what it left `unpaid`
+/// ([`SettleReport::unpaid`]).
+pub(crate) fn settle(
+    policy: &PolicyName,
+    result: &Result<Settled<Decisions>, SettleFailure>,
+    unpaid: u64,
+) {
+    let policy = policy.as_str().to_owned();
+    let result_label = match result {
         Ok(settled) if settled.decision.is_allowed() => "settled",
         Ok(_) => "extra_denied",
         Err(_) => "failed",
     };
-    let labels = [("policy", policy.clone()), ("result", result.to_owned())];
+    let labels = [
+        ("policy", policy.clone()),
+        ("result", result_label.to_owned()),
+    ];
     metrics::counter!("bucketproof_http_settles_total", &labels).increment(1);
-    if let Err(failure) = &report.result {
+    if let Err(failure) = result {
         let reason = match failure {
             SettleFailure::Refused(_) => "refused",
             SettleFailure::Unavailable(_) => "unavailable",
@@ -95,7 +106,6 @@ pub(crate) fn settle(advertiser: &Advertiser, report: &SettleReport) {
         let labels = [("policy", policy.clone()), ("reason", reason.to_owned())];
         metrics::counter!("bucketproof_http_settle_failures_total", &labels).increment(1);
     }
-    let unpaid = report.unpaid();
     if unpaid > 0 {
         metrics::counter!("bucketproof_http_unpaid_total", "policy" => policy).increment(unpaid);
     }

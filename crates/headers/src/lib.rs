@@ -48,6 +48,9 @@
 //! };
 //! assert_eq!(ours.serialize(Profile::Draft11).unwrap(), r#""api.v1";r=7;t=2"#);
 //! ```
+
+// On docs.rs (`--cfg docsrs`, nightly), items behind a feature say which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 pub mod client;
@@ -55,10 +58,12 @@ pub mod field;
 pub mod key;
 pub mod layer;
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod layer_metrics;
 pub mod legacy;
 pub mod mapping;
 pub mod merge;
+mod outcome;
 pub mod pk;
 pub mod problem;
 pub mod profile;

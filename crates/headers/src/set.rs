@@ -36,7 +36,7 @@ use bucketproof_limiter::{Bandwidths, Config, Decision, Decisions, MAX_NAME_LEN,
 
 use crate::field::PolicyName;
 use crate::mapping::{AdvertiseOptions, Advertised};
-use crate::source::{self, Outcome};
+use crate::outcome::{self, Outcome};
 
 /// What an unnamed bandwidth's item name starts with; its position follows. Longer than
 /// [`MAX_NAME_LEN`], so no bandwidth's own name can be a generated one.
@@ -187,7 +187,7 @@ impl SetOutcome {
     /// `Retry-After` in delay seconds for a denial, from the combined wait (rounded up, never 0 for
     /// a positive wait); `None` when allowed or when the wait is `Never`.
     pub fn retry_after_secs(&self) -> Option<u64> {
-        source::wait_secs(self.retry_after)
+        outcome::wait_secs(self.retry_after)
     }
 
     /// How far the key's refill cursor was ahead of the decision's `now`, in ns: one number for every
@@ -197,7 +197,7 @@ impl SetOutcome {
         // because a longer `t` is the stricter hint.
         self.parts
             .iter()
-            .filter_map(|p| source::exposed_lag(&p.config, &p.decision, self.cost))
+            .filter_map(|p| outcome::exposed_lag(&p.config, &p.decision, self.cost))
             .max()
     }
 
@@ -206,7 +206,7 @@ impl SetOutcome {
         let lag = self.lag_ns();
         self.parts
             .iter()
-            .map(|p| source::advertise_balance(&p.config, &p.decision, lag, options))
+            .map(|p| outcome::advertise_balance(&p.config, &p.decision, lag, options))
             .collect()
     }
 }
