@@ -74,3 +74,8 @@ pub(crate) fn offset_from(now_ns: u64, offset: Option<u64>) -> Option<u64> {
     let off = offset?;
     now_ns.checked_add(off).map(|_| off)
 }
+
+/// The README's example runs as a doctest, so the crate's front page cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -40,6 +40,9 @@
 //!   whose slots hold a key and its packed bucket inline, used by [`keyed`];
 //! - `internal`: the transition itself, for the project's own oracles, mutants and Redis tests (not
 //!   public API).
+
+// On docs.rs (`--cfg docsrs`, nightly), items behind a feature say which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 mod bandwidths;
@@ -109,7 +112,8 @@ pub mod internal {
     }
 }
 
-/// The README's example runs as a doctest, so the front page cannot rot.
+/// The README's example runs as a doctest, so the front page cannot rot (`README.md` is the
+/// workspace's, through a link, so the packaged crate carries it too).
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -231,6 +231,7 @@ where
 /// Attempts until allowed, sleeping on tokio's timer between attempts by the retry rule. Cancellation
 /// safe as long as `attempt` is (see the module doc).
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub async fn until_ready<D: Verdict, E, F>(
     pacing: Pacing,
     attempt: impl FnMut() -> F,
@@ -244,6 +245,7 @@ where
 /// A [`crate::Clock`] that reads tokio's clock (nanoseconds since this clock was made), so that a
 /// limiter's time moves with `tokio::time::sleep`, a paused test clock included.
 #[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 #[derive(Clone, Copy, Debug)]
 pub struct TokioClock {
     origin: tokio::time::Instant,
@@ -288,6 +290,7 @@ impl<C: crate::Clock> crate::DirectLimiter<C> {
     /// safe: dropping the future charges nothing. The clock must move with tokio's ([`TokioClock`]
     /// under a paused test clock; [`crate::MonotonicClock`] otherwise).
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub async fn until_ready(
         &self,
         cost: u64,
@@ -316,6 +319,7 @@ where
     /// Takes `cost` tokens for `key`, sleeping on tokio's timer by the retry rule until allowed.
     /// Cancellation safe: dropping the future charges nothing.
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub async fn until_ready(
         &self,
         key: &K,
@@ -328,6 +332,7 @@ where
     /// [`crate::Limiter::until_ready`] for every bandwidth of a key's set: waits the largest
     /// retry-after, after which every bandwidth covers the cost.
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub async fn until_ready_set(
         &self,
         key: &K,

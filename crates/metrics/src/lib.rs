@@ -57,10 +57,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// On docs.rs (`--cfg docsrs`, nightly), items behind a feature say which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 pub mod keyed;
 #[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub mod redis;
 
 use std::sync::Arc;
@@ -232,3 +235,8 @@ impl<S> Metric<S> {
         }
     }
 }
+
+/// The README's example runs as a doctest, so the crate's front page cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -116,3 +116,8 @@ pub use dashu_ratio::RBig as Rational;
 
 /// The model's exact integer (floors and ceilings of [`Rational`]s, wide sums).
 pub use dashu_int::IBig as Integer;
+
+/// The README's example runs as a doctest, so the crate's front page cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
