@@ -1,8 +1,10 @@
 //! [`ScriptSubject`]: one trace of a user's Lua script on Redis, as a [`Subject`].
 //!
 //! Each instance owns a key prefix (`bucketproof:{<pid>-<n>:<key>}`: the hash tag keeps every key of
-//! one call in one Cluster slot); dropping it deletes every key under the prefix (SCAN MATCH +
-//! UNLINK), so each trace starts from an empty store and nothing is left behind. The script is
+//! one call in one Cluster slot), so each trace starts from an empty store; dropping it unlinks
+//! every key it passed the script in KEYS, so nothing a cluster-safe script wrote is left behind.
+//! (A scan of the prefix would cost a pass over the whole keyspace per trace, and the shrinker
+//! builds thousands of subjects: on a Redis holding other data that was most of a peers run.) The script is
 //! loaded once with SCRIPT LOAD and called by EVALSHA, and loaded again on NOSCRIPT.
 //!
 //! Pipelining: the runner announces the ops it will step ([`Subject::upcoming`]); when an acquire
@@ -24,7 +26,7 @@
 //! as broken; every call to Redis has a deadline ([`DEADLINE`]), so a hung Redis is an error naming
 //! `REDIS_URL`, never a hang.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -70,6 +72,9 @@ pub struct ScriptSubject {
     /// A pipeline failed after it was sent: replies may still be on their way, so the connection's
     /// next reply would not be the next call's. Nothing more is sent on it, the cleanup included.
     out_of_step: bool,
+    /// Every key passed in KEYS so far: what the drop unlinks. Bounded by the trace's keys times
+    /// the description's KEYS templates.
+    written: BTreeSet<String>,
 }
 
 /// An acquire sent in a pipeline, the ARGV it was given (for a raised error's message) and its
@@ -149,6 +154,7 @@ impl ScriptSubject {
             queued: VecDeque::new(),
             sent: VecDeque::new(),
             out_of_step: false,
+            written: BTreeSet::new(),
         };
         // Every template filled once for a first op, so a config the script cannot be given (a rate
         // of zero where an interval is needed) skips the run before it starts.
@@ -219,6 +225,7 @@ impl ScriptSubject {
     ) -> Result<Vec<redis::RedisResult<Value>>, SubjectError> {
         let mut pipe = redis::pipe();
         for (keys, argv) in calls {
+            self.written.extend(keys.iter().cloned());
             pipe.cmd("EVALSHA")
                 .arg(&self.sha)
                 .arg(keys.len())
@@ -413,35 +420,20 @@ impl Subject for ScriptSubject {
 }
 
 impl Drop for ScriptSubject {
-    /// Deletes every key under the prefix, unless the connection is out of step (a Redis that
-    /// stopped answering, or lost mid-pipeline): its keys are then left under the prefix, and a
-    /// hung Redis costs the run one deadline, not two.
+    /// Unlinks every key passed in KEYS, unless the connection is out of step (a Redis that
+    /// stopped answering, or lost mid-pipeline): its keys are then left under the prefix, which no
+    /// later subject uses, and a hung Redis costs the run one deadline, not two.
     fn drop(&mut self) {
-        if self.out_of_step {
+        if self.out_of_step || self.written.is_empty() {
             return;
         }
-        let pattern = format!("{}*", self.prefix);
-        let mut cursor: u64 = 0;
-        loop {
-            let scanned: redis::RedisResult<(u64, Vec<String>)> = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query(&mut self.connection);
-            let Ok((next, keys)) = scanned else { return };
-            if !keys.is_empty() {
-                let unlinked: redis::RedisResult<i64> =
-                    redis::cmd("UNLINK").arg(&keys).query(&mut self.connection);
-                if unlinked.is_err() {
-                    return;
-                }
-            }
-            if next == 0 {
+        let keys: Vec<&String> = self.written.iter().collect();
+        for chunk in keys.chunks(1000) {
+            let unlinked: redis::RedisResult<i64> =
+                redis::cmd("UNLINK").arg(chunk).query(&mut self.connection);
+            if unlinked.is_err() {
                 return;
             }
-            cursor = next;
         }
     }
 }
