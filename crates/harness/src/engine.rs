@@ -20,14 +20,15 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::oracle::{OracleSet, Violation};
-use crate::profile::Profile;
 use crate::runner::{Failure, RunOptions, RunReport, Verdict, failure_of, run_trace};
 use crate::scenario::Scenario;
 use crate::shrink::{ShrinkBudget, shrink};
-use crate::subject::{Subject, SubjectError};
 use crate::subjects::Registry;
-use crate::subjects::exec::{ExecSpec, ExecSubjects};
-use crate::trace::{Op, PolicySpec, Setup, Trace};
+use crate::subjects::exec::ExecSubjects;
+use bucketproof_trace::profile::Profile;
+use bucketproof_trace::subject::{Subject, SubjectError};
+use bucketproof_trace::subject_file::ExecSpec;
+use bucketproof_trace::trace::{Op, PolicySpec, Setup, Trace};
 
 /// How a run ended, judged with the reach targets.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

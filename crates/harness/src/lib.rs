@@ -14,28 +14,25 @@
 //! same report bytes on every machine.
 #![warn(missing_docs)]
 
-pub mod boundary;
 pub mod compare;
 pub mod engine;
 pub mod gate;
 pub mod oracle;
 pub mod peers;
-pub mod pressure;
-pub mod profile;
 pub mod report;
 pub mod runner;
 pub mod scenario;
 pub mod shrink;
 #[cfg(feature = "state-machine")]
 pub mod state_machine;
-pub mod subject;
 pub mod subjects;
-pub mod trace;
 
-pub use runner::{RunOptions, RunReport, Stepper, Verdict, run_trace};
-pub use subject::{
+pub use bucketproof_trace::subject::{
     Amount, BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError,
     SubjectFactory,
 };
+pub use bucketproof_trace::trace::{
+    Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Settle, Setup, Trace,
+};
+pub use runner::{RunOptions, RunReport, Stepper, Verdict, run_trace};
 pub use subjects::Registry;
-pub use trace::{Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Settle, Setup, Trace};

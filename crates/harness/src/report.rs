@@ -14,7 +14,7 @@ use serde::Serialize;
 use crate::engine::{RunResult, Status};
 use crate::runner::{Divergence, Sample};
 use crate::scenario::Scenario;
-use crate::trace::Setup;
+use bucketproof_trace::trace::Setup;
 
 /// One run in a report.
 #[derive(Clone, Debug, Serialize)]

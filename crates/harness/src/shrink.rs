@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use crate::oracle::{OracleKind, Violation};
 use crate::runner::Failure;
-use crate::scenario::duration::SECOND;
-use crate::trace::{Acquire, Op, Settle, Trace};
+use bucketproof_trace::duration::SECOND;
+use bucketproof_trace::trace::{Acquire, Op, Settle, Trace};
 
 /// Bounds on the work of one shrink. Whichever runs out first ends shrinking.
 ///

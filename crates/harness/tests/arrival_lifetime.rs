@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 
 use bucketproof_harness::oracle::{OracleKind, OracleSet};
 use bucketproof_harness::runner::{RunOptions, Verdict, failure_of, run_trace};
-use bucketproof_harness::scenario::duration::SECOND;
 use bucketproof_harness::subjects::core::observe;
 use bucketproof_harness::{
     Acquire, Amount, ConfigSpec, Inspected, Inspection, Observed, Op, Setup, Subject, SubjectError,
@@ -17,6 +16,7 @@ use bucketproof_harness::{
 };
 use bucketproof_limiter::internal::{Attempt, transition};
 use bucketproof_limiter::{AcquireError, BucketState, Config};
+use bucketproof_trace::duration::SECOND;
 
 /// Where a fresh bucket's cursor may start after a sweep dropped buckets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,9 +6,9 @@
 mod common;
 
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
-use bucketproof_harness::scenario::duration::YEAR;
 use bucketproof_harness::subjects::redis::RedisSubject;
 use bucketproof_harness::{Acquire, ConfigSpec, Op, Setup, SubjectError};
+use bucketproof_trace::duration::YEAR;
 use common::{SECOND, redis_available};
 
 #[test]

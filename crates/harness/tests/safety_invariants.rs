@@ -11,7 +11,6 @@ mod common;
 
 use std::path::Path;
 
-use bucketproof_harness::profile::Profile;
 use bucketproof_harness::subjects::exec::ExecSubjects;
 use bucketproof_harness::subjects::{CoreSubject, ModelSubject};
 use bucketproof_harness::{
@@ -19,6 +18,7 @@ use bucketproof_harness::{
     SubjectFactory, Verdict, run_trace,
 };
 use bucketproof_limiter::Wait;
+use bucketproof_trace::profile::Profile;
 
 /// A correct subject, declaring the safety profile, with one way of lying planted.
 struct Lying {

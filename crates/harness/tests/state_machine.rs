@@ -5,13 +5,13 @@
 //! Regressions persist in `tests/state_machine.proptest-regressions` (committed). `PROPTEST_CASES`
 //! raises the case count (default: the library's CI-sized default).
 
-use bucketproof_harness::scenario::duration::SECOND;
 use bucketproof_harness::state_machine::{self, DEFAULT_CASES, OpKinds, Options, Outcome};
 use bucketproof_harness::subjects::broken::{Bug, Classic};
 use bucketproof_harness::subjects::{CoreSubject, broken::BrokenSubjects};
 use bucketproof_harness::{
     BandwidthSpec, ConfigSpec, PolicySpec, Registry, Setup, Subject, SubjectError, SubjectFactory,
 };
+use bucketproof_trace::duration::SECOND;
 
 /// The project's setup: a small capacity, a rate whose refill boundaries fall between nanoseconds,
 /// short request-id records, a key bound far above the keys used.

@@ -22,12 +22,12 @@
 
 use std::collections::BTreeMap;
 
-use bucketproof_harness::boundary::{self, Boundaries};
-use bucketproof_harness::scenario::duration::{SECOND, YEAR};
 use bucketproof_harness::scenario::sample;
 use bucketproof_harness::{
     Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Settle, Setup, Trace,
 };
+use bucketproof_trace::boundary::{self, Boundaries};
+use bucketproof_trace::duration::{SECOND, YEAR};
 use rand_chacha::ChaCha8Rng;
 
 /// What a generated trace stresses.

@@ -10,11 +10,11 @@ use serde::Serialize;
 
 use super::run::{SubjectCell, comparison_options};
 use crate::runner::run_trace;
-use crate::scenario::duration::{HOUR, SECOND};
-use crate::subject::Subject;
 use crate::subjects::CoreSubject;
 use crate::subjects::float::FloatSubject;
-use crate::trace::{Acquire, ConfigSpec, Op, Setup, Trace};
+use bucketproof_trace::duration::{HOUR, SECOND};
+use bucketproof_trace::subject::Subject;
+use bucketproof_trace::trace::{Acquire, ConfigSpec, Op, Setup, Trace};
 
 /// A named reproduction of a published float failure.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -16,11 +16,11 @@ use super::go_repro::{ScenarioResult, named_scenarios};
 use super::traces::{cell_seed, generate_trace};
 use super::{CompareError, CompareOptions, GridRate, SUBJECTS};
 use crate::runner::{RunOptions, RunReport, Verdict, run_trace};
-use crate::scenario::duration::SECOND;
-use crate::subject::{Amount, Inspection, Observed, Subject, SubjectError};
 use crate::subjects::float::FloatSubject;
 use crate::subjects::{CoreSubject, ModelSubject};
-use crate::trace::{Acquire, ConfigSpec, Op, Setup};
+use bucketproof_trace::duration::SECOND;
+use bucketproof_trace::subject::{Amount, Inspection, Observed, Subject, SubjectError};
+use bucketproof_trace::trace::{Acquire, ConfigSpec, Op, Setup};
 
 /// One subject's results in one cell (or one scenario).
 #[derive(Clone, Debug, PartialEq, Serialize)]

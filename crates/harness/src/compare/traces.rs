@@ -10,9 +10,9 @@
 use rand_chacha::ChaCha8Rng;
 
 use super::GridRate;
-use crate::scenario::duration::SECOND;
 use crate::scenario::sample::{self, below};
-use crate::trace::{Acquire, Op};
+use bucketproof_trace::duration::SECOND;
+use bucketproof_trace::trace::{Acquire, Op};
 
 /// The stream number of the grid's traces (see [`sample::stream`]); fixed forever.
 const TRACE_STREAM: u64 = 0;
@@ -181,7 +181,7 @@ pub fn generate_trace(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::duration::YEAR;
+    use bucketproof_trace::duration::YEAR;
 
     #[test]
     fn traces_are_deterministic_monotone_and_inside_the_horizon() {

@@ -52,7 +52,7 @@ use std::collections::BTreeMap;
 
 use bucketproof_model::Integer;
 
-use crate::trace::Acquire;
+use bucketproof_trace::trace::Acquire;
 
 /// A breach of the arrival curve.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -312,7 +312,7 @@ fn breach(key: u64, curve: &KeyCurve, t: u64, slack: Integer) -> ArrivalBreach {
 mod tests {
     use super::*;
 
-    use crate::scenario::duration::SECOND;
+    use bucketproof_trace::duration::SECOND;
     const ONE_PER_SECOND: CurveConfig = CurveConfig {
         capacity: 2,
         rate_numer: 1,

@@ -3,7 +3,7 @@
 //! Decisions must agree on admit/deny, on the remaining balance (as rationals: a float subject's value
 //! is converted bit for bit, so any rounding shows), on `retry_after` and `reset_after` to the
 //! nanosecond, on replays, and on the kind of error. A subject that reports no wait is not judged on
-//! it, nor one that reports no balance ([`crate::subject::Amount::UNREPORTED`]) on the balance: its
+//! it, nor one that reports no balance ([`bucketproof_trace::subject::Amount::UNREPORTED`]) on the balance: its
 //! decisions, waits, replays and errors still are.
 //!
 //! For a key of several bandwidths the whole decision is judged as above (its binding part, its
@@ -15,8 +15,8 @@ use bucketproof_limiter::Wait;
 use bucketproof_model::{ModelError, Outcome};
 
 use super::{OracleKind, Violation};
-use crate::subject::{BandwidthObserved, Observed, SubjectError};
 use crate::subjects::model::{observe as observe_model, wait as model_wait};
+use bucketproof_trace::subject::{BandwidthObserved, Observed, SubjectError};
 
 /// Which way a decision differs from the model's.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,7 +9,7 @@
 use std::cmp::Ordering;
 
 use super::{OracleKind, Violation};
-use crate::subject::{Amount, Inspected, Observed, SubjectError};
+use bucketproof_trace::subject::{Amount, Inspected, Observed, SubjectError};
 
 fn violation(what: &str, expected: String, got: String) -> Option<Violation> {
     Some(Violation::new(OracleKind::Invariant, what, expected, got))

@@ -4,8 +4,8 @@
 //! is skipped for one that cannot).
 
 use super::{OracleKind, Violation};
-use crate::subject::Subject;
-use crate::trace::Acquire;
+use bucketproof_trace::subject::Subject;
+use bucketproof_trace::trace::Acquire;
 
 /// What one retry-after check came to.
 #[derive(Clone, Debug, PartialEq, Eq)]

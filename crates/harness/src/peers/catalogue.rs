@@ -117,7 +117,7 @@ impl Catalogue {
         };
         let catalogue: Catalogue = toml::from_str(text).map_err(|error| {
             let offset = error.span().map_or(0, |span| span.start);
-            let (line, column) = crate::scenario::line_column(text, offset);
+            let (line, column) = bucketproof_trace::location::line_column(text, offset);
             parse_error(format!("{line}:{column}: {}", error.message()))
         })?;
         for peer in &catalogue.peers {

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::catalogue::Peer;
 use super::findings::{Found, PeerFindings, PropertyState};
-use crate::trace::Op;
+use bucketproof_trace::trace::Op;
 
 /// One checkable fact about a counterexample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
@@ -202,7 +202,7 @@ pub fn contradictions(findings: &PeerFindings) -> Vec<Contradiction> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{Acquire, ConfigSpec, Setup};
+    use bucketproof_trace::trace::{Acquire, ConfigSpec, Setup};
 
     fn found(ops: &[(u64, u64)], expected: &str, got: &str) -> Found {
         Found {

@@ -10,8 +10,8 @@ use super::catalogue::{PROPERTIES, Peer};
 use crate::engine::{RunResult, Status};
 use crate::gate::Counts;
 use crate::oracle::OracleKind;
-use crate::profile::Profile;
-use crate::trace::{Op, Setup};
+use bucketproof_trace::profile::Profile;
+use bucketproof_trace::trace::{Op, Setup};
 
 /// One peer's findings.
 #[derive(Clone, Debug, Serialize)]

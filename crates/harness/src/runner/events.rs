@@ -6,8 +6,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::scenario::duration::YEAR;
 use bucketproof_model::{ModelError, ModelWait, Outcome, cmp_whole};
+use bucketproof_trace::duration::YEAR;
 
 /// Event names a scenario may require (see `scenarios/README.md`), in the order of the private
 /// `Event` enum, which indexes the counters.

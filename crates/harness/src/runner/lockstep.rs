@@ -22,9 +22,9 @@ use crate::oracle::arrival::{Allowance, ArrivalCurve, CurveConfig};
 use crate::oracle::differential::compare_acquire;
 use crate::oracle::replay::Replays;
 use crate::oracle::{OracleKind, OracleSet, Violation};
-use crate::profile::Rounding;
-use crate::subject::{Inspection, Observed, Subject, SubjectError};
-use crate::trace::{Acquire, ConfigSpec, Op, PolicySpec, Settle, Setup};
+use bucketproof_trace::profile::Rounding;
+use bucketproof_trace::subject::{Inspection, Observed, Subject, SubjectError};
+use bucketproof_trace::trace::{Acquire, ConfigSpec, Op, PolicySpec, Settle, Setup};
 
 mod follow;
 mod oracles;

@@ -23,8 +23,8 @@ use serde::Serialize;
 pub use self::events::EVENTS;
 use self::lockstep::{Lockstep, Stop, SubjectSlot};
 use crate::oracle::{OracleSet, Violation};
-use crate::subject::{Subject, SubjectError};
-use crate::trace::{Op, Setup, Trace};
+use bucketproof_trace::subject::{Subject, SubjectError};
+use bucketproof_trace::trace::{Op, Setup, Trace};
 
 /// What to check and what to keep.
 #[derive(Clone, Debug)]
@@ -307,7 +307,7 @@ mod tests {
     /// only on denials, and this trace has none, so it passes exactly when it is followed like the core.
     #[test]
     fn a_wrapper_that_shows_its_state_is_followed_when_a_reconfigure_creates_a_key() {
-        use crate::scenario::duration::SECOND;
+        use bucketproof_trace::duration::SECOND;
         let setup = Setup::new(ConfigSpec::new(3, "1/s"));
         // The eviction horizon is per shard: the recreated key must share key 0's.
         let placement = CoreSubject::new(&setup).unwrap();
@@ -356,7 +356,7 @@ mod tests {
     /// recreation.
     #[test]
     fn the_core_passes_expiry_under_a_rolled_back_clock() {
-        use crate::scenario::duration::SECOND;
+        use bucketproof_trace::duration::SECOND;
         let at = |key, cost, now, request_id| {
             Op::Acquire(Acquire {
                 key,

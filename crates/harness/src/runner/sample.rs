@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use bucketproof_model::Model;
 
 use super::Sample;
-use crate::subject::Amount;
-use crate::trace::Acquire;
+use bucketproof_trace::subject::Amount;
+use bucketproof_trace::trace::Acquire;
 
 /// The series of one key.
 pub(super) struct Sampler {

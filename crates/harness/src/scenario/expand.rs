@@ -22,15 +22,15 @@ use std::collections::{BTreeMap, VecDeque};
 
 use rand_chacha::ChaCha8Rng;
 
-use super::duration::SECOND;
 use super::sample::{self, Chance, WeightedTable};
 use super::{
     ATTACKER_KEY_BASE, ArrivalPattern, BoundaryOffset, CostRange, CostValue, IdSpace,
     KeyDistribution, Scenario, ScheduledReconfig,
 };
-use crate::boundary::Boundaries;
-use crate::pressure::Phase;
-use crate::trace::{Acquire, Op, Settle};
+use bucketproof_trace::boundary::Boundaries;
+use bucketproof_trace::duration::SECOND;
+use bucketproof_trace::pressure::Phase;
+use bucketproof_trace::trace::{Acquire, Op, Settle};
 
 /// Stream numbers: one per aspect, fixed forever (changing one changes every seed's meaning).
 mod streams {

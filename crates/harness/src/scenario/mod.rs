@@ -16,7 +16,6 @@
 //! `file:line:column: what is wrong`, never a panic and never a silently ignored typo; a request
 //! beyond a cap is refused with the reason before any work starts.
 
-pub mod duration;
 pub mod expand;
 mod parse;
 pub mod sample;
@@ -29,16 +28,15 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-pub use self::duration::DurationNs;
 pub use self::expand::Expansion;
-pub use self::parse::{line_column, load_all};
+pub use self::parse::load_all;
 pub use self::tables::{
     ATTACKER_KEY_BASE, ArrivalPattern, Arrivals, BoundaryOffset, Clock, CostChoice, CostRange,
     IdSpace, Jump, KeyDistribution, Keys, Maintenance, Reconfigure, RequestIds, Rollback,
     ScheduledReconfig, SetupSpec, SummaryPressure, Tier,
 };
 pub use self::values::{ConfigValue, CostValue, EventName, Probability};
-use crate::trace::{Op, Setup};
+use bucketproof_trace::trace::{Op, Setup};
 
 /// The most ops one seed's trace may have (tier setup included, after any scaling). At the harness's
 /// speed (about a million checked steps a second) that is minutes per run, and a failing run keeps

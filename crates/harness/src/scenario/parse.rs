@@ -13,19 +13,7 @@ use toml::Spanned;
 
 use super::validate::{self, Segment};
 use super::{Scenario, ScenarioError};
-
-/// 1-based line and column of byte `offset` in `text` (a column counts characters, not bytes).
-pub fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let mut offset = offset.min(text.len());
-    while !text.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    let before = &text[..offset];
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    let column = before[line_start..].chars().count() + 1;
-    (line, column)
-}
+use bucketproof_trace::location::line_column;
 
 impl Scenario {
     /// Parses scenario text; `path` names it in errors and gives the default name.
@@ -195,7 +183,7 @@ impl<'de> Deserialize<'de> for Tree {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::ConfigSpec;
+    use bucketproof_trace::trace::ConfigSpec;
 
     const MINIMAL: &str = r#"
 length = 10

@@ -8,9 +8,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::duration::{DurationNs, SECOND};
 use super::values::{ConfigValue, CostValue, Probability};
-use crate::trace::{BandwidthSpec, ConfigSpec, PolicySpec, Setup};
+use bucketproof_trace::duration::{DurationNs, SECOND};
+use bucketproof_trace::trace::{BandwidthSpec, ConfigSpec, PolicySpec, Setup};
 
 /// `[setup]`: the default config and the limiter's knobs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

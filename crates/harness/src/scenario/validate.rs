@@ -223,7 +223,7 @@ fn check_tables(s: &Scenario) -> Result<(), Broken> {
     let every = s.pressure.every;
     if every > 0 {
         let setup = &s.setup.0;
-        let Some(phase) = crate::pressure::Phase::of(setup) else {
+        let Some(phase) = bucketproof_trace::pressure::Phase::of(setup) else {
             return Err(broken(
                 &[Key("pressure"), Key("every")],
                 "pressure.every needs setup.policy = \"evict_keeping_deficit\" (no other policy keeps \
@@ -240,8 +240,8 @@ fn check_tables(s: &Scenario) -> Result<(), Broken> {
                     setup.max_keys,
                     phase.len(),
                     phase.keys(),
-                    crate::pressure::VICTIMS_PER_SLOT,
-                    crate::pressure::summary_slots(setup),
+                    bucketproof_trace::pressure::VICTIMS_PER_SLOT,
+                    bucketproof_trace::pressure::summary_slots(setup),
                 ),
             ));
         }

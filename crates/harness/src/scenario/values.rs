@@ -12,7 +12,8 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::sample;
 use crate::runner::EVENTS;
-use crate::trace::{BandwidthSpec, ConfigSpec};
+use bucketproof_trace::duration::whole;
+use bucketproof_trace::trace::{BandwidthSpec, ConfigSpec};
 
 /// A probability in `[0, 1]`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Default)]
@@ -118,11 +119,6 @@ pub enum CostValue {
     Capacity,
     /// The key's capacity plus one.
     OverCapacity,
-}
-
-/// A TOML integer (always signed) as a whole number; `what` names it in the error.
-pub(super) fn whole<E: serde::de::Error>(v: i64, what: &str) -> Result<u64, E> {
-    u64::try_from(v).map_err(|_| E::custom(format!("{what} cannot be negative ({v})")))
 }
 
 impl<'de> Deserialize<'de> for CostValue {

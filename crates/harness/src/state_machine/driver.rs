@@ -18,8 +18,8 @@ use proptest_state_machine::Sequential;
 use super::reference::Reference;
 use super::{Build, Error, Options, Outcome, transitions};
 use crate::runner::{Failure, RunOptions, Stepper, Verdict};
-use crate::subject::SubjectError;
-use crate::trace::{Op, Setup, Trace};
+use bucketproof_trace::subject::SubjectError;
+use bucketproof_trace::trace::{Op, Setup, Trace};
 
 /// Runs the state-machine property of `options` against the subjects `build` makes: persisted
 /// regressions first, then `options.cases` generated cases; on a failure, shrinks it and returns the
@@ -185,10 +185,10 @@ fn judge(
 mod tests {
     use super::*;
     use crate::state_machine::OpKinds;
-    use crate::subject::{Observed, Subject};
     use crate::subjects::CoreSubject;
     use crate::subjects::broken::{Bug, Classic};
-    use crate::trace::{Acquire, ConfigSpec};
+    use bucketproof_trace::subject::{Observed, Subject};
+    use bucketproof_trace::trace::{Acquire, ConfigSpec};
 
     fn classic(bug: Bug) -> impl Fn(&Setup) -> Result<Box<dyn Subject>, SubjectError> {
         move |setup| Ok(Box::new(Classic::new(bug, setup)?))

@@ -72,10 +72,10 @@ use std::fmt;
 use std::ops::Range;
 
 pub use self::driver::run;
-use crate::boundary::Boundaries;
 use crate::runner::{Failure, RunOptions};
-use crate::subject::{Subject, SubjectError};
-use crate::trace::{ConfigSpec, InvalidConfigSpec, Setup, Trace};
+use bucketproof_trace::boundary::Boundaries;
+use bucketproof_trace::subject::{Subject, SubjectError};
+use bucketproof_trace::trace::{ConfigSpec, InvalidConfigSpec, Setup, Trace};
 
 /// Builds the subject under test for a setup, once per case (a closure, a [`Registry`](crate::Registry)
 /// lookup: `|setup| registry.build("core", setup)`).
@@ -131,7 +131,7 @@ pub struct ExtraValues {
 }
 
 impl ExtraValues {
-    /// The boundary values of `config`'s own arithmetic ([`crate::boundary::Boundaries`]): the gaps
+    /// The boundary values of `config`'s own arithmetic ([`bucketproof_trace::boundary::Boundaries`]): the gaps
     /// at which its refill products cross the 2^53, 2^62, 2^64 and 2^128 lines, instants at the end
     /// of the clock, costs at and around the capacity and the unit lines.
     pub fn boundaries_of(config: &ConfigSpec) -> Result<ExtraValues, InvalidConfigSpec> {
@@ -192,7 +192,7 @@ impl Options {
     pub fn new(setup: Setup) -> Options {
         // An invalid config has no boundaries; `check` refuses it by name before any case runs.
         let extra = ExtraValues::boundaries_of(&setup.config).unwrap_or_default();
-        let pressure = crate::pressure::Phase::of(&setup).is_some();
+        let pressure = bucketproof_trace::pressure::Phase::of(&setup).is_some();
         Options {
             setup,
             pressure,
@@ -233,7 +233,7 @@ impl Options {
             return invalid("cases", "must be at least 1".into());
         }
         for rate in &self.tier_rates {
-            let tier = crate::trace::ConfigSpec::new(1, rate.clone());
+            let tier = bucketproof_trace::trace::ConfigSpec::new(1, rate.clone());
             if let Err(e) = tier.to_model() {
                 return invalid("tier_rates", e.to_string());
             }

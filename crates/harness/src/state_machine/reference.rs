@@ -5,9 +5,9 @@
 
 use bucketproof_model::{Model, Rational};
 
-use crate::pressure::Phase;
 use crate::scenario::ATTACKER_KEY_BASE;
-use crate::trace::{Acquire, Op, Setup};
+use bucketproof_trace::pressure::Phase;
+use bucketproof_trace::trace::{Acquire, Op, Setup};
 
 /// The model after the ops generated so far, and the last time one of them carried.
 #[derive(Clone, Debug)]
@@ -127,8 +127,8 @@ impl Reference {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::ConfigSpec;
     use bucketproof_model::ModelWait;
+    use bucketproof_trace::trace::ConfigSpec;
 
     /// The boundary is exact: admitted at it, denied 1 ns before it.
     #[test]

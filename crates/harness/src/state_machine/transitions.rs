@@ -14,7 +14,7 @@
 //!
 //! Pressure ([`Options::pressure`], on by default under `EvictKeepingDeficit`): the first op of an
 //! eviction-summary pressure phase ([`crate::pressure`]) is on the menu; once drawn, the phase owns
-//! the steps until its last op, each one [`Phase::gap`](crate::pressure::Phase::gap) after the
+//! the steps until its last op, each one [`Phase::gap`](bucketproof_trace::pressure::Phase::gap) after the
 //! previous, so a case of a few dozen ops drops more distinct victims than the summary holds
 //! before they return.
 
@@ -23,8 +23,8 @@ use proptest::strategy::Union;
 
 use super::reference::Reference;
 use super::{ExtraValues, Options};
-use crate::scenario::duration::{SECOND, YEAR};
-use crate::trace::{Acquire, BandwidthSpec, ConfigSpec, Op, Settle};
+use bucketproof_trace::duration::{SECOND, YEAR};
+use bucketproof_trace::trace::{Acquire, BandwidthSpec, ConfigSpec, Op, Settle};
 
 /// The initial state: the model of `options.setup` with the clock at zero, anywhere in the first
 /// thousand seconds, or three seconds before the end of time.

@@ -13,8 +13,10 @@ use bucketproof_limiter::{BucketState, Config};
 
 use super::CoreSubject;
 use super::core::observe;
-use crate::subject::{Amount, Inspection, Observed, Subject, SubjectError, SubjectFactory};
-use crate::trace::{Acquire, ConfigSpec, Setup};
+use bucketproof_trace::subject::{
+    Amount, Inspection, Observed, Subject, SubjectError, SubjectFactory,
+};
+use bucketproof_trace::trace::{Acquire, ConfigSpec, Setup};
 
 /// `broken:charges-denials`: the core limiter, except that a denial *reports* one token less than the
 /// bucket holds, as if the denied request had been charged. Caught by the model oracle at the first
@@ -88,7 +90,7 @@ pub struct Classic {
 impl Classic {
     /// An empty table of `setup`'s config with `bug` planted.
     pub fn new(bug: Bug, setup: &Setup) -> Result<Classic, SubjectError> {
-        let config = crate::subjects::one_bandwidth(&setup.config)?;
+        let config = bucketproof_trace::subject::one_bandwidth(&setup.config)?;
         Ok(Classic {
             bug,
             config,

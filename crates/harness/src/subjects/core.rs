@@ -5,15 +5,12 @@ use bucketproof_limiter::{
     AcquireError, Acquired, Bandwidths, Decision, Decisions, Limiter, Request, SettleError,
 };
 
-use crate::subject::{
+use bucketproof_trace::subject::{
     Amount, BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError,
 };
-use crate::trace::{Acquire, ConfigSpec, Settle, Setup};
+use bucketproof_trace::trace::{Acquire, ConfigSpec, Settle, Setup};
 
-/// The core subject's shard count: fixed (not the machine's CPU count), so that which keys share a
-/// shard, and so a shard's key bound and deficit array, are the same on every machine. Its key
-/// bound is `max_keys` rounded up to a multiple of it.
-pub const SHARDS: usize = 4;
+use bucketproof_trace::pressure::SHARDS;
 
 /// The product under test.
 pub struct CoreSubject {
@@ -28,7 +25,9 @@ impl CoreSubject {
     /// A limiter configured as `setup` says.
     pub fn new(setup: &Setup) -> Result<CoreSubject, SubjectError> {
         let config = setup.config.to_bandwidths().map_err(build_error)?;
-        if config.len() > 1 && setup.policy == crate::trace::PolicySpec::EvictKeepingDeficit {
+        if config.len() > 1
+            && setup.policy == bucketproof_trace::trace::PolicySpec::EvictKeepingDeficit
+        {
             // The oracles follow a bucket that came back owing from the state the subject shows,
             // which is its first bandwidth's only.
             return Err(SubjectError::Unsupported(
@@ -230,5 +229,27 @@ impl Subject for CoreSubject {
 
     fn may_evict(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bucketproof_trace::pressure::summary_slots;
+
+    /// Pressure's formula for the summary's slots is the core's own array: 12 bytes a slot (an
+    /// instant and a tag).
+    #[test]
+    fn the_summary_slots_are_the_cores_deficit_arrays() {
+        for max_keys in [1, 2, 5, 8, 100] {
+            let setup = Setup {
+                max_keys,
+                policy: bucketproof_trace::trace::PolicySpec::EvictKeepingDeficit,
+                ..Setup::new(ConfigSpec::new(3, "3/s"))
+            };
+            let core = CoreSubject::new(&setup).unwrap();
+            let bytes = core.limiter().deficit_bytes() as u64;
+            assert_eq!(summary_slots(&setup) * 12, bytes, "max_keys {max_keys}");
+        }
     }
 }

@@ -5,8 +5,8 @@ use bucketproof_float::{
 };
 use bucketproof_limiter::Wait;
 
-use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
-use crate::trace::{Acquire, Setup};
+use bucketproof_trace::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
+use bucketproof_trace::trace::{Acquire, Setup};
 
 fn observe(decision: FloatDecision) -> Observed {
     let wait = |ns: Option<u64>| Some(ns.map_or(Wait::Never, Wait::After));
@@ -45,7 +45,7 @@ pub type FloatGoSubject = FloatSubject<GoStyleBucket>;
 
 /// The setup's default config as the float constructors take it: `(capacity, p, q)`.
 fn float_parts(setup: &Setup) -> Result<(u64, u64, u64), SubjectError> {
-    let config = crate::subjects::one_bandwidth(&setup.config)?;
+    let config = bucketproof_trace::subject::one_bandwidth(&setup.config)?;
     Ok((
         config.capacity(),
         config.rate().numer(),

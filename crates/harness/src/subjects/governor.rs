@@ -40,8 +40,8 @@ use governor::{NotUntil, Quota, RateLimiter};
 
 use bucketproof_limiter::Wait;
 
-use crate::subject::{Amount, Observed, Subject, SubjectError};
-use crate::trace::{Acquire, Setup};
+use bucketproof_trace::subject::{Amount, Observed, Subject, SubjectError};
+use bucketproof_trace::trace::{Acquire, Setup};
 
 /// The latest `now` this adapter accepts (2^62 ns, about 146 years). governor's `Nanos` additions do
 /// not check for overflow; with this bound and [`MAX_BURST_SPAN_NS`] they cannot overflow.
@@ -71,7 +71,7 @@ impl GovernorSubject {
     /// Built from the setup's default config (see the module doc for what is refused).
     pub fn new(setup: &Setup) -> Result<GovernorSubject, SubjectError> {
         let build = |why: String| SubjectError::Build(format!("governor: {why}"));
-        let config = crate::subjects::one_bandwidth(&setup.config)?;
+        let config = bucketproof_trace::subject::one_bandwidth(&setup.config)?;
         let (numer, denom) = (config.rate().numer(), config.rate().denom());
         if numer == 0 {
             return Err(build("a zero rate (no refill) has no GCRA interval".into()));
@@ -200,8 +200,8 @@ impl Subject for GovernorSubject {
 mod tests {
     use super::*;
     use crate::runner::{RunOptions, run_trace};
-    use crate::trace::{Acquire, ConfigSpec, Op};
     use bucketproof_model::Rational;
+    use bucketproof_trace::trace::{Acquire, ConfigSpec, Op};
 
     fn subject(capacity: u64, rate: &str) -> GovernorSubject {
         GovernorSubject::new(&Setup::new(ConfigSpec::new(capacity, rate))).unwrap()

@@ -24,22 +24,8 @@ pub use self::float::{FloatGoSubject, FloatTextbookSubject};
 pub use self::governor::GovernorSubject;
 pub use self::model::ModelSubject;
 
-use bucketproof_limiter::Config;
-
-use crate::subject::{Subject, SubjectError, SubjectFactory};
-use crate::trace::{ConfigSpec, Setup};
-
-/// The one bandwidth of `config`, for a subject that holds one bandwidth per key: a config of several
-/// (or of one named bandwidth) is [`SubjectError::Unsupported`], so the run is skipped visibly rather than
-/// judged on a config the subject cannot hold; an invalid one is [`SubjectError::Build`].
-pub fn one_bandwidth(config: &ConfigSpec) -> Result<Config, SubjectError> {
-    if config.single().is_none() {
-        return Err(SubjectError::Unsupported("several bandwidths per key"));
-    }
-    config
-        .to_config()
-        .map_err(|e| SubjectError::Build(e.to_string()))
-}
+use bucketproof_trace::subject::{Subject, SubjectError, SubjectFactory};
+use bucketproof_trace::trace::Setup;
 
 /// Builds the subjects of this crate: `core`, `model`, `float-textbook`, `float-go`, `float-go-2019`
 /// (Go before the golang/go#34861 fix), `governor` (feature `governor`), `redis` (feature `redis`,

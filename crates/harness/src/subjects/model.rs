@@ -6,10 +6,10 @@ use bucketproof_model::Rational;
 use bucketproof_model::{Model, ModelDecision, ModelError, ModelWait, Outcome};
 
 use crate::oracle::differential::subject_error_of;
-use crate::subject::{
+use bucketproof_trace::subject::{
     Amount, BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError,
 };
-use crate::trace::{Acquire, ConfigSpec, Settle, Setup};
+use bucketproof_trace::trace::{Acquire, ConfigSpec, Settle, Setup};
 
 /// The model behind the subject interface.
 pub struct ModelSubject {

@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bucketproof_limiter::{Request, defaults};
 use bucketproof_postgres::{PgAcquireError, PgLimiter};
 
-use crate::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
 use crate::subjects::core::{
     observe_acquired, observe_set, settle_error, settle_request, subject_error,
 };
-use crate::trace::{Acquire, ConfigSpec, PolicySpec, Settle, Setup};
+use bucketproof_trace::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};
+use bucketproof_trace::trace::{Acquire, ConfigSpec, PolicySpec, Settle, Setup};
 
 /// Distinguishes subjects made by one process; the process id distinguishes processes.
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
@@ -155,7 +155,7 @@ impl Subject for PostgresSubject {
                 "reconfigure of a key of several bandwidths on PostgreSQL",
             ));
         }
-        let config = crate::subjects::one_bandwidth(config)?;
+        let config = bucketproof_trace::subject::one_bandwidth(config)?;
         self.runtime
             .block_on(
                 self.limiter()

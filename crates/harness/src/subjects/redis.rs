@@ -17,11 +17,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bucketproof_limiter::Bandwidths;
 use bucketproof_redis::{RedisAcquireError, RedisLimiter, RedisSettleError};
 
-use crate::subject::{Observed, Subject, SubjectError};
 use crate::subjects::core::{
     observe_acquired, observe_set, request, settle_error, settle_request, subject_error,
 };
-use crate::trace::{Acquire, ConfigSpec, Settle, Setup};
+use bucketproof_trace::subject::{Observed, Subject, SubjectError};
+use bucketproof_trace::trace::{Acquire, ConfigSpec, Settle, Setup};
 
 /// Distinguishes subjects made by one process; the process id distinguishes processes.
 static INSTANCE: AtomicU64 = AtomicU64::new(0);
@@ -145,7 +145,7 @@ impl Subject for RedisSubject {
                 "reconfigure of a key of several bandwidths on Redis",
             ));
         }
-        let config = crate::subjects::one_bandwidth(config)?;
+        let config = bucketproof_trace::subject::one_bandwidth(config)?;
         exact_on_redis(&Bandwidths::from(config))?;
         self.runtime
             .block_on(
@@ -187,5 +187,25 @@ impl Subject for RedisSubject {
     /// Keys expire by TTL only: the script has no key bound.
     fn has_key_bound(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bucketproof_trace::boundary::{REDIS_EXACT_LIMIT, REDIS_TIME_HEADROOM, configs};
+
+    /// The boundary menu's Redis exactness line (the vocabulary crate knows no Redis) is the
+    /// script's own.
+    #[test]
+    fn the_redis_lines_are_the_scripts() {
+        assert_eq!(REDIS_EXACT_LIMIT, bucketproof_redis::EXACT_LIMIT);
+        assert_eq!(
+            REDIS_TIME_HEADROOM as u128,
+            bucketproof_redis::range::TIME_HEADROOM
+        );
+        let specs = configs();
+        let config = |index: usize| specs[index].to_config().unwrap();
+        assert!(bucketproof_redis::check_exact(&config(5)).is_ok());
+        assert!(bucketproof_redis::check_exact(&config(6)).is_err());
     }
 }

@@ -5,7 +5,7 @@ use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_harness::scenario::sample::{self, below};
 use bucketproof_harness::{Acquire, BandwidthSpec, ConfigSpec, Op, Setup, Subject};
 
-pub use bucketproof_harness::scenario::duration::SECOND;
+pub use bucketproof_trace::duration::SECOND;
 
 /// A deterministic mixed trace: a few keys, awkward time steps, rollbacks, invalid costs, request ids.
 /// Drawn with the harness's own sampler, like every generator, so a seed means the same trace forever.

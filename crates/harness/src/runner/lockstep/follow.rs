@@ -10,8 +10,8 @@ use super::Lockstep;
 use crate::oracle::eviction::{Creation, Dropped, Refusal};
 use crate::oracle::{OracleKind, Violation};
 use crate::runner::events::Event;
-use crate::subject::{Inspected, Observed};
-use crate::trace::{Acquire, PolicySpec};
+use bucketproof_trace::subject::{Inspected, Observed};
+use bucketproof_trace::trace::{Acquire, PolicySpec};
 
 impl Lockstep<'_> {
     /// A settle the subject answered `UnknownRequest`: legal where the model still holds the record

@@ -12,8 +12,8 @@ use crate::oracle::replay::Retry;
 use crate::oracle::retry_after::Probed;
 use crate::oracle::{OracleKind, Violation, invariants, retry_after};
 use crate::runner::events::Before;
-use crate::subject::{Inspection, Observed, SubjectError};
-use crate::trace::Acquire;
+use bucketproof_trace::subject::{Inspection, Observed, SubjectError};
+use bucketproof_trace::trace::Acquire;
 
 impl Lockstep<'_> {
     /// The differential oracle: the model decides the same acquire; the divergence statistics and the
@@ -230,7 +230,7 @@ impl Lockstep<'_> {
 
     /// A decision's reported balance lies in `[0, capacity]` (under every profile: a subject that says
     /// it holds more than a full bucket, or less than nothing, is wrong whatever it rounds). A balance
-    /// the subject does not report ([`crate::subject::Amount::UNREPORTED`]) is not judged, nor is an
+    /// the subject does not report ([`bucketproof_trace::subject::Amount::UNREPORTED`]) is not judged, nor is an
     /// infinite one, which has no exact value to compare.
     pub(super) fn check_remaining_within_capacity(
         &mut self,

@@ -12,10 +12,6 @@ use std::io::{self, BufRead};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The longest protocol line accepted when a subject file sets none: replies and the handshake
-/// are well under a kilobyte, so this leaves ample room and still bounds a runaway child.
-pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024;
-
 /// What to do with the part of a line past the cap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Overflow {

@@ -16,7 +16,6 @@ pub mod lines;
 pub mod pool;
 pub mod process;
 pub mod serve;
-pub mod spec;
 mod subject;
 pub mod wire;
 
@@ -26,10 +25,10 @@ use std::sync::Arc;
 
 use self::pool::Pool;
 use self::process::Process;
-pub use self::spec::{Command, EXEC_PREFIX, ExecSpec, FileKind, Readiness, SpecError};
 pub use self::subject::{ExecSubject, bandwidths};
-use crate::subject::{Subject, SubjectError, SubjectFactory};
-use crate::trace::Setup;
+use bucketproof_trace::subject::{Subject, SubjectError, SubjectFactory};
+use bucketproof_trace::subject_file::{self as spec, EXEC_PREFIX, ExecSpec, FileKind, SpecError};
+use bucketproof_trace::trace::Setup;
 
 /// Builds `exec:<command line>` subjects (run in a given directory), the subjects of a project's
 /// `subjects/*.toml` files (by file stem), and exec subject files named by path (`./my.toml`).

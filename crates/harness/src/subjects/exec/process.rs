@@ -20,9 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::lines::{Line, LineReader, Overflow};
-use super::spec::Command;
 use super::wire::{Capabilities, Reply, Request, VERSIONS};
-use crate::profile::Profile;
+use bucketproof_trace::profile::Profile;
+use bucketproof_trace::subject_file::Command;
 
 /// Stderr lines kept for messages.
 const STDERR_LINES: usize = 20;

@@ -10,15 +10,16 @@ use std::io::{BufReader, Read, Write};
 
 use bucketproof_limiter::Wait;
 
-use super::lines::{DEFAULT_MAX_LINE_BYTES, Line, LineReader, Overflow};
+use super::lines::{Line, LineReader, Overflow};
 use super::wire::{
     Capabilities, Reply, Request, RetryProbe, VERSIONS, WireAmount, WireError, WirePart, WireState,
     WireWait,
 };
-use crate::profile::Profile;
-use crate::subject::{Inspection, Observed, Subject, SubjectError};
 use crate::subjects::Registry;
-use crate::trace::{Acquire, BandwidthSpec, ConfigSpec, Settle, Setup};
+use bucketproof_trace::profile::Profile;
+use bucketproof_trace::subject::{Inspection, Observed, Subject, SubjectError};
+use bucketproof_trace::subject_file::DEFAULT_MAX_LINE_BYTES;
+use bucketproof_trace::trace::{Acquire, BandwidthSpec, ConfigSpec, Settle, Setup};
 
 /// The server stopped on a request it cannot read, or its pipes failed.
 #[derive(Debug, thiserror::Error)]

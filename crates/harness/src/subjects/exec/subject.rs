@@ -20,13 +20,13 @@ use bucketproof_limiter::Wait;
 
 use super::pool::Pool;
 use super::process::{Broken, Process};
-use super::spec::ExecSpec;
 use super::wire::{Bandwidth, Reply, Request, WireState, WireWait};
-use crate::profile::Profile;
-use crate::subject::{
+use bucketproof_trace::profile::Profile;
+use bucketproof_trace::subject::{
     Amount, BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError,
 };
-use crate::trace::{Acquire, ConfigSpec, Op, Settle, Setup};
+use bucketproof_trace::subject_file::ExecSpec;
+use bucketproof_trace::trace::{Acquire, ConfigSpec, Op, Settle, Setup};
 
 /// A request written and the op it came from; its reply once read.
 struct Sent {
@@ -110,7 +110,7 @@ impl ExecSubject {
             .map_err(broken)?;
         let reply = process.read(&request).map_err(broken)?;
         let retry_slack_ns = match profile.retry_after_rounding {
-            crate::profile::Rounding::Up => 0,
+            bucketproof_trace::profile::Rounding::Up => 0,
             _ if profile.is_safety() => profile.time_resolution.ns(),
             _ => 0,
         };

@@ -8,8 +8,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::profile::Profile;
-use crate::subject::Amount;
+use bucketproof_trace::profile::Profile;
+use bucketproof_trace::subject::Amount;
 
 /// The protocol versions this harness speaks.
 pub const VERSIONS: [u32; 1] = [1];
@@ -49,7 +49,7 @@ pub enum Request {
         /// The key bound.
         max_keys: u64,
         /// What happens at it.
-        policy: crate::trace::PolicySpec,
+        policy: bucketproof_trace::trace::PolicySpec,
         /// The amortized sweep's hint.
         sweep_per_op: u64,
         /// Request-id window.
@@ -201,7 +201,7 @@ impl WireAmount {
     /// The amount, or `None` if it is not one.
     pub fn to_amount(&self) -> Option<Amount> {
         match self {
-            WireAmount::Text(text) => crate::profile::parse_amount(text),
+            WireAmount::Text(text) => bucketproof_trace::profile::parse_amount(text),
             WireAmount::Number(number) => match number.as_u64() {
                 Some(whole) => Some(Amount::Exact {
                     numer: u128::from(whole),

@@ -7,7 +7,7 @@
 //! placeholders, [`reply`] the reply mapping, [`ScriptSubject`] one trace on Redis, and
 //! [`ScriptSubjects`] the factory the registry uses: `redis-script:<file.toml>`, and the project's
 //! `subjects/<name>.toml` files that have a `[script]` table (found by the same discovery as exec
-//! subject files, `crate::subjects::exec::spec::discover`).
+//! subject files, `bucketproof_trace::subject_file::discover`).
 //!
 //! Promise: a description that does not parse, a script that cannot be found or loaded, and a
 //! Redis that cannot be reached are harness errors naming the file (or `REDIS_URL`); a config or op
@@ -26,9 +26,9 @@ use std::sync::{Arc, Mutex};
 
 pub use self::spec::{SCRIPT_PREFIX, ScriptSpec, TimeMode};
 pub use self::subject::{DEADLINE, PIPELINE, ScriptSubject, redis_url};
-use crate::subject::{Subject, SubjectError, SubjectFactory};
-use crate::subjects::exec::spec::{FileKind, SpecError, discover, kind_of_file, named_file};
-use crate::trace::Setup;
+use bucketproof_trace::subject::{Subject, SubjectError, SubjectFactory};
+use bucketproof_trace::subject_file::{FileKind, SpecError, discover, kind_of_file, named_file};
+use bucketproof_trace::trace::Setup;
 
 /// A description with its script text, ready to load into Redis.
 #[derive(Debug)]

@@ -11,7 +11,7 @@ use bucketproof_limiter::Wait;
 use redis::Value;
 use serde::Deserialize;
 
-use crate::subject::{Amount, Observed};
+use bucketproof_trace::subject::{Amount, Observed};
 
 /// A time unit of a reply's waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]

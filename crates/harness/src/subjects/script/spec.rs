@@ -12,9 +12,9 @@ use serde::Deserialize;
 
 use super::args::{self, Configs};
 use super::reply::{Allowed, Decimal, RemainingMap, ReplyMap, TimeUnit, WaitMap};
-use crate::profile::{Profile, Resolution};
-use crate::subjects::exec::SpecError;
-use crate::subjects::exec::spec::{ProfileField, parse_toml};
+use bucketproof_trace::profile::{Profile, Resolution};
+use bucketproof_trace::subject_file::SpecError;
+use bucketproof_trace::subject_file::{ProfileField, parse_toml};
 
 /// The prefix of a subject given as a description file.
 pub const SCRIPT_PREFIX: &str = "redis-script:";
@@ -152,7 +152,7 @@ impl ScriptSpec {
         })?;
         let at = |needle: &str, message: String| {
             let offset = text.find(needle).unwrap_or(0);
-            let (line, column) = crate::scenario::line_column(text, offset);
+            let (line, column) = bucketproof_trace::location::line_column(text, offset);
             SpecError::At {
                 path: path.to_path_buf(),
                 line,

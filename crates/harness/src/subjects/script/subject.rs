@@ -35,9 +35,9 @@ use super::Loaded;
 use super::args::{Context, OpValues, Unsupported};
 use super::prelude::time_args;
 use super::spec::TimeMode;
-use crate::profile::Profile;
-use crate::subject::{Observed, Subject, SubjectError};
-use crate::trace::{Acquire, Op, Setup};
+use bucketproof_trace::profile::Profile;
+use bucketproof_trace::subject::{Observed, Subject, SubjectError};
+use bucketproof_trace::trace::{Acquire, Op, Setup};
 
 /// The most EVALSHA calls sent in one pipeline. Past a few hundred the round trip is no longer
 /// what costs; more would only run further past a failing op, whose later replies nobody reads.
@@ -103,7 +103,7 @@ impl ScriptSubject {
                 "a key bound below the default (a script on Redis has none)",
             ));
         }
-        let config = crate::subjects::one_bandwidth(&setup.config)?;
+        let config = bucketproof_trace::subject::one_bandwidth(&setup.config)?;
         let context = Context {
             capacity: config.capacity(),
             rate_numer: config.rate().numer(),

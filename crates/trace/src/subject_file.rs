@@ -12,9 +12,13 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::lines::DEFAULT_MAX_LINE_BYTES;
+use crate::duration::DurationNs;
+use crate::location::line_column;
 use crate::profile::{Profile, ProfileName};
-use crate::scenario::DurationNs;
+
+/// The longest protocol line accepted when a subject file sets none: replies and the handshake
+/// are well under a kilobyte, so this leaves ample room and still bounds a runaway child.
+pub const DEFAULT_MAX_LINE_BYTES: usize = 64 * 1024;
 
 /// The prefix of a subject given as a command line.
 pub const EXEC_PREFIX: &str = "exec:";
@@ -149,7 +153,7 @@ impl ExecSpec {
 
 /// `path` taken from `dir`, without a `./.` where either is the current directory (paths show
 /// in messages and counterexample files).
-pub(crate) fn within(dir: &Path, path: &Path) -> PathBuf {
+pub fn within(dir: &Path, path: &Path) -> PathBuf {
     if dir == Path::new(".") || dir.as_os_str().is_empty() {
         path.to_path_buf()
     } else if path == Path::new(".") {
@@ -160,7 +164,7 @@ pub(crate) fn within(dir: &Path, path: &Path) -> PathBuf {
 }
 
 /// A directory for messages: the empty path (the current directory) as `.`.
-pub(crate) fn display_dir(dir: &Path) -> String {
+pub fn display_dir(dir: &Path) -> String {
     if dir.as_os_str().is_empty() {
         ".".into()
     } else {
@@ -295,17 +299,16 @@ struct SubjectFile {
 /// files and in Redis script descriptions.
 #[derive(Deserialize)]
 #[serde(untagged)]
-pub(crate) enum ProfileField {
+pub enum ProfileField {
+    /// A profile's name alone, with the defaults of its other fields.
     Name(ProfileName),
+    /// A whole profile.
     Full(Profile),
 }
 
 impl ProfileField {
     /// The profile written, checked (its tolerance parses); `path` names the file in errors.
-    pub(crate) fn resolve(
-        field: Option<ProfileField>,
-        path: &Path,
-    ) -> Result<Option<Profile>, SpecError> {
+    pub fn resolve(field: Option<ProfileField>, path: &Path) -> Result<Option<Profile>, SpecError> {
         let profile = match field {
             None => None,
             Some(ProfileField::Name(name)) => Some(Profile {
@@ -327,13 +330,10 @@ impl ProfileField {
 }
 
 /// Deserializes TOML `text` as `T`; an error names `path:line:column`.
-pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(
-    text: &str,
-    path: &Path,
-) -> Result<T, SpecError> {
+pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str, path: &Path) -> Result<T, SpecError> {
     toml::from_str(text).map_err(|error| {
         let offset = error.span().map_or(0, |span| span.start);
-        let (line, column) = crate::scenario::line_column(text, offset);
+        let (line, column) = line_column(text, offset);
         SpecError::At {
             path: path.to_path_buf(),
             line,
@@ -344,7 +344,7 @@ pub(crate) fn parse_toml<T: serde::de::DeserializeOwned>(
 }
 
 /// What a subject file describes: a child process (`command = ...`) or a Redis Lua script (a
-/// `[script]` table, `crate::subjects::script`). A file with a top-level `script` key is a script
+/// `[script]` table, the Redis script subjects). A file with a top-level `script` key is a script
 /// description; every other file is an exec subject file (and refused as one if it is not).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FileKind {

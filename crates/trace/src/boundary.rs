@@ -422,17 +422,4 @@ mod tests {
         let over = config(&specs[6]).capacity_units() + REDIS_TIME_HEADROOM as u128;
         assert!(over > REDIS_EXACT_LIMIT);
     }
-
-    #[cfg(feature = "redis")]
-    #[test]
-    fn the_redis_lines_are_the_scripts() {
-        assert_eq!(REDIS_EXACT_LIMIT, bucketproof_redis::EXACT_LIMIT);
-        assert_eq!(
-            REDIS_TIME_HEADROOM as u128,
-            bucketproof_redis::range::TIME_HEADROOM
-        );
-        let specs = configs();
-        assert!(bucketproof_redis::check_exact(&config(&specs[5])).is_ok());
-        assert!(bucketproof_redis::check_exact(&config(&specs[6])).is_err());
-    }
 }

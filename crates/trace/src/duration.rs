@@ -12,6 +12,11 @@ use std::fmt;
 use bucketproof_limiter::{NANOS_PER_SECOND, Nanos};
 use serde::{Deserialize, Deserializer, Serialize};
 
+/// A TOML integer (always signed) as a whole number; `what` names it in the error.
+pub fn whole<E: serde::de::Error>(v: i64, what: &str) -> Result<u64, E> {
+    u64::try_from(v).map_err(|_| E::custom(format!("{what} cannot be negative ({v})")))
+}
+
 /// One second.
 pub const SECOND: Nanos = NANOS_PER_SECOND;
 /// One minute.
@@ -120,7 +125,7 @@ impl<'de> Deserialize<'de> for DurationNs {
                 f.write_str("a duration: an integer of nanoseconds or a string like \"250ms\"")
             }
             fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<DurationNs, E> {
-                super::values::whole(v, "a duration").map(DurationNs)
+                whole(v, "a duration").map(DurationNs)
             }
             fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<DurationNs, E> {
                 Ok(DurationNs(v))

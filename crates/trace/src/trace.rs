@@ -218,7 +218,7 @@ impl ConfigSpec {
 
     /// The limiter's config of a spec of one unnamed bandwidth; an error for any other set (a
     /// subject that supports one bandwidth per key asks for this, see
-    /// [`crate::subjects::one_bandwidth`]).
+    /// [`crate::subject::one_bandwidth`]).
     pub fn to_config(&self) -> Result<Config, InvalidConfigSpec> {
         match self.single() {
             Some(one) => one
@@ -384,10 +384,9 @@ pub struct Acquire {
     pub request_id: Option<u64>,
 }
 
-#[cfg(test)]
 impl Acquire {
-    /// For this crate's unit tests: `cost` on key 0 at `now`, without a request id.
-    pub(crate) fn on_key_0(cost: u64, now: u64) -> Acquire {
+    /// `cost` on key 0 at `now`, without a request id: the acquire most unit tests step.
+    pub fn on_key_0(cost: u64, now: u64) -> Acquire {
         Acquire {
             key: 0,
             cost,

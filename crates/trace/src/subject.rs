@@ -9,7 +9,7 @@ use bucketproof_model::Integer;
 use bucketproof_model::Rational;
 
 use crate::profile::Profile;
-use crate::subjects::exec::ExecSpec;
+use crate::subject_file::ExecSpec;
 use crate::trace::{Acquire, ConfigSpec, Op, Settle, Setup};
 
 /// A token amount as a subject reports it.
@@ -319,8 +319,8 @@ pub trait Subject {
     }
 
     /// True if the subject enforces the setup's key bound (`max_keys` and its policy). A scenario
-    /// with a key bound below the default is skipped on a subject without one (the engine's one
-    /// rule, [`crate::engine`]): it could never reach the bound's events, and that proves nothing
+    /// with a key bound below the default is skipped on a subject without one (the scenario
+    /// engine's one rule): it could never reach the bound's events, and that proves nothing
     /// about it. Default: a subject that may evict ([`Subject::may_evict`]) has one.
     fn has_key_bound(&self) -> bool {
         self.may_evict()
@@ -329,7 +329,7 @@ pub trait Subject {
     /// True if the subject can show a key's state ([`Subject::inspect`] answers). Under
     /// `EvictKeepingDeficit` a bucket the subject recreated may start owing, and the runner learns
     /// its first balance only from the state shown, so a bounded setup of that policy on a subject
-    /// that evicts and shows nothing is skipped (the engine's rule, [`crate::engine`]). Default: true.
+    /// that evicts and shows nothing is skipped (the scenario engine's rule). Default: true.
     fn shows_state(&self) -> bool {
         true
     }
@@ -363,8 +363,8 @@ pub trait Subject {
     }
 }
 
-/// Builds a subject for a setup. Implemented by the subject registry (see [`crate::subjects`]) and by
-/// crates that add subjects (Redis, mutants).
+/// Builds a subject for a setup. Implemented by each crate that adds subjects (the in-process ones, the
+/// external stores, child processes, mutants); a registry searches several in order.
 pub trait SubjectFactory {
     /// Names this factory builds.
     fn names(&self) -> Vec<String>;
@@ -391,6 +391,18 @@ pub trait SubjectFactory {
             Err(error) => Err(error.to_string()),
         })
     }
+}
+
+/// The one bandwidth of `config`, for a subject that holds one bandwidth per key: a config of several
+/// (or of one named bandwidth) is [`SubjectError::Unsupported`], so the run is skipped visibly rather than
+/// judged on a config the subject cannot hold; an invalid one is [`SubjectError::Build`].
+pub fn one_bandwidth(config: &ConfigSpec) -> Result<bucketproof_limiter::Config, SubjectError> {
+    if config.single().is_none() {
+        return Err(SubjectError::Unsupported("several bandwidths per key"));
+    }
+    config
+        .to_config()
+        .map_err(|e| SubjectError::Build(e.to_string()))
 }
 
 #[cfg(test)]
