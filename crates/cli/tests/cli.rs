@@ -28,8 +28,7 @@ fn check_passes_on_main_with_one_junit_case_per_scenario_seed_and_fresh_reports(
         text(&out.stdout),
         text(&out.stderr)
     );
-    let scenarios =
-        bucketproof_harness::scenario::load_all(&workspace().join("scenarios")).unwrap();
+    let scenarios = bucketproof_scenario::load_all(&workspace().join("scenarios")).unwrap();
     let expected: usize = scenarios
         .iter()
         .map(|s| s.seeds.len() * s.subjects.len())

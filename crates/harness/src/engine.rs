@@ -21,10 +21,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::oracle::{OracleSet, Violation};
 use crate::runner::{Failure, RunOptions, RunReport, Verdict, failure_of, run_trace};
-use crate::scenario::Scenario;
 use crate::shrink::{ShrinkBudget, shrink};
 use crate::subjects::Registry;
 use crate::subjects::exec::ExecSubjects;
+use bucketproof_scenario::Scenario;
 use bucketproof_trace::profile::Profile;
 use bucketproof_trace::subject::{Subject, SubjectError};
 use bucketproof_trace::subject_file::ExecSpec;
@@ -489,7 +489,7 @@ gap = "100ms"
         let mut scenario = scenario();
         scenario
             .reach
-            .push(crate::scenario::EventName("near_clock_end".into()));
+            .push(bucketproof_scenario::EventName("near_clock_end".into()));
         let registry = Registry::default();
         let result = Engine::new(&registry, EngineOptions::default()).run(&scenario, 1, "core");
         assert_eq!(

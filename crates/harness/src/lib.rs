@@ -21,7 +21,6 @@ pub mod oracle;
 pub mod peers;
 pub mod report;
 pub mod runner;
-pub mod scenario;
 pub mod shrink;
 #[cfg(feature = "state-machine")]
 pub mod state_machine;

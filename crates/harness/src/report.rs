@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::engine::{RunResult, Status};
 use crate::runner::{Divergence, Sample};
-use crate::scenario::Scenario;
+use bucketproof_scenario::Scenario;
 use bucketproof_trace::trace::Setup;
 
 /// One run in a report.

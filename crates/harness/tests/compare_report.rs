@@ -104,7 +104,7 @@ fn the_go_scenario_files_pass_on_the_core_and_fail_on_go() {
     use bucketproof_harness::Registry;
     use bucketproof_harness::engine::{Engine, EngineOptions, Status};
     use bucketproof_harness::runner::{RunOptions, run_trace};
-    use bucketproof_harness::scenario::Scenario;
+    use bucketproof_scenario::Scenario;
 
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
     let registry = Registry::default();

@@ -11,8 +11,8 @@ use bucketproof_harness::engine::{Counterexample, Replayed, replay};
 use bucketproof_harness::gate::{
     Counts, Gate, GateError, GateOptions, MAX_COUNTEREXAMPLE_OPS, Saved, Verdict,
 };
-use bucketproof_harness::scenario::Scenario;
 use bucketproof_harness::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
+use bucketproof_scenario::Scenario;
 
 const SCENARIO: &str = r#"
 seeds = [1, 2]

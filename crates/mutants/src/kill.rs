@@ -27,9 +27,9 @@ use std::time::{Duration, Instant};
 use bucketproof_harness::engine::{Engine, EngineOptions, Status};
 use bucketproof_harness::oracle::{OracleKind, OracleSet, Violation};
 use bucketproof_harness::runner::{Failure, RunOptions, failure_of};
-use bucketproof_harness::scenario::{Scenario, load_all};
 use bucketproof_harness::shrink::{ShrinkBudget, shrink};
 use bucketproof_harness::{Registry, Subject, SubjectError, SubjectFactory, Trace};
+use bucketproof_scenario::{Scenario, load_all};
 
 use crate::race::{hunt_race, racy_acquire};
 use crate::traces::{Family, generate};

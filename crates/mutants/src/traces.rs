@@ -2,7 +2,7 @@
 //! seed give the same [`Trace`] on every machine and every version of the `rand` crates.
 //!
 //! The stream is the harness's ChaCha8 stream for the seed, one stream number per family, and every
-//! draw is the harness's own unbiased integer sampling (`bucketproof_harness::scenario::sample`, not a
+//! draw is the harness's own unbiased integer sampling (`bucketproof_scenario::sample`, not a
 //! library distribution, whose algorithm may change between releases; design.md section 7), so a seed
 //! in a report replays next year.
 //!
@@ -22,10 +22,10 @@
 
 use std::collections::BTreeMap;
 
-use bucketproof_harness::scenario::sample;
 use bucketproof_harness::{
     Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Settle, Setup, Trace,
 };
+use bucketproof_scenario::sample;
 use bucketproof_trace::boundary::{self, Boundaries};
 use bucketproof_trace::duration::{SECOND, YEAR};
 use rand_chacha::ChaCha8Rng;

@@ -6,8 +6,8 @@
 
 use bucketproof_harness::state_machine::{self, OpKinds, Options, Outcome};
 use bucketproof_harness::{BandwidthSpec, ConfigSpec, Registry, Setup};
-use bucketproof_trace::boundary;
 use bucketproof_mutants::MutantSubjects;
+use bucketproof_trace::boundary;
 use bucketproof_trace::duration::SECOND;
 
 /// The mistakes a single value on an arithmetic line reveals. `packed-line-off-by-one` and

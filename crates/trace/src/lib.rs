@@ -18,6 +18,7 @@
 
 pub mod boundary;
 pub mod duration;
+pub mod events;
 pub mod location;
 pub mod pressure;
 pub mod profile;

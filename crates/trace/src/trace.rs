@@ -396,6 +396,10 @@ impl Acquire {
     }
 }
 
+/// The first key handed to attackers (fresh ids, by the scenario engine and the state machine): far
+/// above any population, so a fresh id is never a real key.
+pub const ATTACKER_KEY_BASE: u64 = 1 << 40;
+
 /// One settle: the request `request_id` admitted on `key` really cost `actual` whole tokens,
 /// reconciled at `now` (docs/semantics.md, "settle"). One value for the same reason as [`Acquire`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -21,7 +21,7 @@
 //! use std::path::Path;
 //!
 //! use bucketproof_harness::gate::{Gate, GateOptions, Verdict};
-//! use bucketproof_harness::scenario::Scenario;
+//! use bucketproof_scenario::Scenario;
 //! use bucketproof_harness::subjects::CoreSubject;
 //! use bucketproof_harness::{Registry, Setup, Subject, SubjectError, SubjectFactory};
 //!
@@ -81,8 +81,8 @@ pub use self::plan::{known_subjects, load_scenarios, ready_subject};
 
 use crate::engine::{Engine, EngineOptions, RunResult};
 use crate::report::ScenarioReport;
-use crate::scenario::Scenario;
 use crate::subjects::Registry;
+use bucketproof_scenario::Scenario;
 
 /// The largest shrunk counterexample a caught bug may have: the gate's tests and the mutation
 /// self-test hold the shrinker to it.

@@ -23,8 +23,8 @@ pub use self::findings::PeerFindings;
 
 use crate::gate::{Gate, GateError, GateOptions, Observer, each_oracle};
 use crate::oracle::OracleSet;
-use crate::scenario::Scenario;
 use crate::subjects::Registry;
+use bucketproof_scenario::Scenario;
 
 /// The peers report: every peer's findings, in catalogue order.
 #[derive(Clone, Debug)]

@@ -8,38 +8,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bucketproof_model::{ModelError, ModelWait, Outcome, cmp_whole};
 use bucketproof_trace::duration::YEAR;
-
-/// Event names a scenario may require (see `scenarios/README.md`), in the order of the private
-/// `Event` enum, which indexes the counters.
-pub const EVENTS: &[&str] = &[
-    "allowed",
-    "denied",
-    "invalid_cost",
-    "replayed",
-    "rollback",
-    "frozen_clock",
-    "saturated",
-    "denied_at_boundary",
-    "allowed_at_boundary",
-    "long_idle",
-    "near_clock_end",
-    "retry_never",
-    "evicted",
-    "key_limit",
-    "reconfigured_up",
-    "reconfigured_down",
-    "forgotten",
-    "swept",
-    "new_key",
-    "shared_request_id",
-    "wide_credit",
-    "partial_denial",
-    "created_owing",
-    "refunded",
-    "extra_charged",
-    "extra_denied",
-    "settle_refused",
-];
+use bucketproof_trace::events::EVENTS;
 
 /// What a run counts; `EVENTS[event as usize]` is its name. Counted in a plain array, since a step
 /// counts several of them.

@@ -9,7 +9,7 @@
 //! oracle state and a bounded sample of one key's balance are kept); a failure names its step, so the
 //! caller can regenerate the prefix (traces are deterministic) and shrink it; a report contains no
 //! timings, so the same trace gives the same report bytes. Besides verdicts a run counts *events*
-//! (see [`EVENTS`]), the things a scenario declares it must reach, so that no scenario passes
+//! (see [`bucketproof_trace::events::EVENTS`]), the things a scenario declares it must reach, so that no scenario passes
 //! vacuously.
 
 mod events;
@@ -20,7 +20,6 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-pub use self::events::EVENTS;
 use self::lockstep::{Lockstep, Stop, SubjectSlot};
 use crate::oracle::{OracleSet, Violation};
 use bucketproof_trace::subject::{Subject, SubjectError};

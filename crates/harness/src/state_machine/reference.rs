@@ -5,8 +5,8 @@
 
 use bucketproof_model::{Model, Rational};
 
-use crate::scenario::ATTACKER_KEY_BASE;
 use bucketproof_trace::pressure::Phase;
+use bucketproof_trace::trace::ATTACKER_KEY_BASE;
 use bucketproof_trace::trace::{Acquire, Op, Setup};
 
 /// The model after the ops generated so far, and the last time one of them carried.

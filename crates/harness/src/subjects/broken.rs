@@ -240,8 +240,8 @@ mod tests {
 
     use super::*;
     use crate::engine::{Engine, EngineOptions, Status};
-    use crate::scenario::Scenario;
     use crate::subjects::Registry;
+    use bucketproof_scenario::Scenario;
 
     fn starter(name: &str) -> Scenario {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))

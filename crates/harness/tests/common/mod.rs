@@ -2,8 +2,8 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
-use bucketproof_harness::scenario::sample::{self, below};
 use bucketproof_harness::{Acquire, BandwidthSpec, ConfigSpec, Op, Setup, Subject};
+use bucketproof_scenario::sample::{self, below};
 
 pub use bucketproof_trace::duration::SECOND;
 

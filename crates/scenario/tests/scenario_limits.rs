@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use bucketproof_harness::scenario::{MAX_OPS_PER_SEED, MAX_SEEDS, Scenario, ScenarioError};
+use bucketproof_scenario::{MAX_OPS_PER_SEED, MAX_SEEDS, Scenario, ScenarioError};
 
 /// A valid scenario with `top` added to its top-level keys and `tables` after `[setup]`.
 fn text(top: &str, tables: &str) -> String {

@@ -136,9 +136,6 @@ impl Default for Keys {
     }
 }
 
-/// The first key handed to attackers: far above any population, so a fresh id is never a real key.
-pub const ATTACKER_KEY_BASE: u64 = 1 << 40;
-
 /// Arrival patterns (the true time between consecutive ops).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]

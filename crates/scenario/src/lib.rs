@@ -1,15 +1,15 @@
-//! Scenarios: the declarative TOML workloads of `scenarios/*.toml`.
+//! # bucketproof-scenario: the declarative TOML workloads of `scenarios/*.toml`
 //!
 //! A scenario says what traffic to generate (keys, arrivals, costs, clock behaviour, reconfigurations,
 //! request ids, sweeps), how long, with which seeds, against which subjects, and which events the run
-//! must *reach* ([`crate::runner::EVENTS`]), so that no scenario passes vacuously.
+//! must *reach* ([`bucketproof_trace::events::EVENTS`]), so that no scenario passes vacuously.
 //!
-//! This file owns the [`Scenario`] type, its error type and the requests made of a loaded scenario
+//! This crate owns the [`Scenario`] type, its error type and the requests made of a loaded scenario
 //! (its seeds, a scaled copy, its op stream), with the caps on how much work those may ask for. The
 //! other jobs have their own files: `parse` (text to a scenario, and where an error is),
-//! `validate` (rules across tables), `tables` and `values` (the format's parts), [`duration`]
-//! (the one duration parser), [`expand`] (a scenario and a seed to ops) and [`sample`] (the one
-//! sampler of the determinism rule).
+//! `validate` (rules across tables), `tables` and `values` (the format's parts), [`expand`] (a scenario and a seed to ops) and [`sample`] (the one
+//! sampler of the determinism rule). Durations are the vocabulary's ([`bucketproof_trace::duration`]).
+//! It depends on the vocabulary alone: it builds traces, never runs one.
 //!
 //! Promises: a loaded scenario is valid (every rule of `scenarios/README.md` holds, including the
 //! caps [`MAX_OPS_PER_SEED`] and [`MAX_SEEDS`]); every error in a file is reported as
@@ -31,9 +31,9 @@ use serde::{Deserialize, Serialize};
 pub use self::expand::Expansion;
 pub use self::parse::load_all;
 pub use self::tables::{
-    ATTACKER_KEY_BASE, ArrivalPattern, Arrivals, BoundaryOffset, Clock, CostChoice, CostRange,
-    IdSpace, Jump, KeyDistribution, Keys, Maintenance, Reconfigure, RequestIds, Rollback,
-    ScheduledReconfig, SetupSpec, SummaryPressure, Tier,
+    ArrivalPattern, Arrivals, BoundaryOffset, Clock, CostChoice, CostRange, IdSpace, Jump,
+    KeyDistribution, Keys, Maintenance, Reconfigure, RequestIds, Rollback, ScheduledReconfig,
+    SetupSpec, SummaryPressure, Tier,
 };
 pub use self::values::{ConfigValue, CostValue, EventName, Probability};
 use bucketproof_trace::trace::{Op, Setup};

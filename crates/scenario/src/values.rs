@@ -11,8 +11,8 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::sample;
-use crate::runner::EVENTS;
 use bucketproof_trace::duration::whole;
+use bucketproof_trace::events::EVENTS;
 use bucketproof_trace::trace::{BandwidthSpec, ConfigSpec};
 
 /// A probability in `[0, 1]`.

@@ -24,12 +24,13 @@ use rand_chacha::ChaCha8Rng;
 
 use super::sample::{self, Chance, WeightedTable};
 use super::{
-    ATTACKER_KEY_BASE, ArrivalPattern, BoundaryOffset, CostRange, CostValue, IdSpace,
-    KeyDistribution, Scenario, ScheduledReconfig,
+    ArrivalPattern, BoundaryOffset, CostRange, CostValue, IdSpace, KeyDistribution, Scenario,
+    ScheduledReconfig,
 };
 use bucketproof_trace::boundary::Boundaries;
 use bucketproof_trace::duration::SECOND;
 use bucketproof_trace::pressure::Phase;
+use bucketproof_trace::trace::ATTACKER_KEY_BASE;
 use bucketproof_trace::trace::{Acquire, Op, Settle};
 
 /// Stream numbers: one per aspect, fixed forever (changing one changes every seed's meaning).

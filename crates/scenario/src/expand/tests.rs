@@ -94,7 +94,11 @@ fn boundary_steps_leap_by_the_configs_boundary_gaps() {
          configs = [{ capacity = 5000000000, rate = \"1000000000/s\" }]\n",
     );
     let menu = boundary_gaps(&s);
-    let wide = Boundaries::of(&crate::ConfigSpec::new(5_000_000_000, "1000000000/s")).unwrap();
+    let wide = Boundaries::of(&bucketproof_trace::ConfigSpec::new(
+        5_000_000_000,
+        "1000000000/s",
+    ))
+    .unwrap();
     // The wide config's 2^64 line: ceil(2^64 / 10^9) ns.
     assert!(menu.contains(&18_446_744_074) && wide.gaps.contains(&18_446_744_074));
     assert!(menu.iter().all(|&gap| gap < u64::MAX));
