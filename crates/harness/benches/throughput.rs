@@ -12,7 +12,8 @@
 use std::hint::black_box;
 use std::path::Path;
 
-use bucketproof_harness::{Registry, RunOptions, run_trace};
+use bucketproof_check::{RunOptions, run_trace};
+use bucketproof_harness::Registry;
 use bucketproof_scenario::Scenario;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 

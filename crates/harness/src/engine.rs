@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::oracle::{OracleSet, Violation};
-use crate::runner::{Failure, RunOptions, RunReport, Verdict, failure_of, run_trace};
-use crate::shrink::{ShrinkBudget, shrink};
 use crate::subjects::Registry;
 use crate::subjects::exec::ExecSubjects;
+use bucketproof_check::oracle::{OracleSet, Violation};
+use bucketproof_check::runner::{Failure, RunOptions, RunReport, Verdict, failure_of, run_trace};
+use bucketproof_check::shrink::{ShrinkBudget, shrink};
 use bucketproof_scenario::Scenario;
 use bucketproof_trace::profile::Profile;
 use bucketproof_trace::subject::{Subject, SubjectError};
@@ -458,7 +458,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
+    use bucketproof_check::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
 
     const SCENARIO: &str = r#"
 length = 400

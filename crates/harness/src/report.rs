@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::engine::{RunResult, Status};
-use crate::runner::{Divergence, Sample};
+use bucketproof_check::runner::{Divergence, Sample};
 use bucketproof_scenario::Scenario;
 use bucketproof_trace::trace::Setup;
 

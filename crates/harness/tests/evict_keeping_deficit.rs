@@ -11,22 +11,24 @@
 //! The state machine then runs with keys 0-3 against a bound of one or two keys under this policy,
 //! with settles and reconfigures on, against the core and every reference adapter (the Rust one
 //! too, `subjects/rust-core.toml`, once built): every case passes. Its cases include
-//! eviction-summary pressure phases (`bucketproof_harness::pressure`), and the Python adapter with
+//! eviction-summary pressure phases (`bucketproof_trace::pressure`), and the Python adapter with
 //! a summary that forgets its early victims (`--bug forget-deficits`) fails them.
 //!
 //! An adapter whose interpreter is missing (or the Rust one, not built) is skipped with a loud line,
 //! and `BUCKETPROOF_REQUIRE_ADAPTERS=1` (CI sets it, and builds the Rust adapter first) turns that
 //! skip into a failure.
 
+// The shared helpers live with the check crate's tests, which own the traces they draw.
+#[path = "../../check/tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
 
-use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
-use bucketproof_harness::state_machine::{self, OpKinds, Options, Outcome};
-use bucketproof_harness::subjects::CoreSubject;
+use bucketproof_check::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_check::state_machine::{self, OpKinds, Options, Outcome};
+use bucketproof_check::subjects::CoreSubject;
 use bucketproof_harness::subjects::exec::ExecSubjects;
-use bucketproof_harness::{
+use bucketproof_trace::{
     Acquire, ConfigSpec, Op, PolicySpec, Settle, Setup, Subject, SubjectError, SubjectFactory,
 };
 use common::{SECOND, available, program_available};

@@ -6,11 +6,13 @@
 //! needs what it lacks is skipped, never judged. Needs `DATABASE_URL`; without it the test prints a loud SKIP line
 //! and passes, unless `BUCKETPROOF_REQUIRE_POSTGRES=1` (CI), which makes the skip a failure.
 
+// The shared helpers live with the check crate's tests, which own the traces they draw.
+#[path = "../../check/tests/common/mod.rs"]
 mod common;
 
-use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_check::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_harness::subjects::postgres::PostgresSubject;
-use bucketproof_harness::{BandwidthSpec, ConfigSpec, Op, PolicySpec, Setup, Subject};
+use bucketproof_trace::{BandwidthSpec, ConfigSpec, Op, PolicySpec, Setup, Subject};
 use common::{SECOND, postgres_available};
 
 #[test]

@@ -3,12 +3,14 @@
 //! invalid costs. Needs `REDIS_URL`; without it the test prints a loud SKIP line and passes, unless
 //! `BUCKETPROOF_REQUIRE_REDIS=1` (CI), which makes the skip a failure.
 
+// The shared helpers live with the check crate's tests, which own the traces they draw.
+#[path = "../../check/tests/common/mod.rs"]
 mod common;
 
-use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_check::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_harness::subjects::redis::RedisSubject;
-use bucketproof_harness::{Acquire, ConfigSpec, Op, Setup, SubjectError};
 use bucketproof_trace::duration::YEAR;
+use bucketproof_trace::{Acquire, ConfigSpec, Op, Setup, SubjectError};
 use common::{SECOND, redis_available};
 
 #[test]
@@ -42,31 +44,31 @@ fn the_redis_script_survives_century_gaps_at_the_edge_of_its_range() {
     let setup = Setup::new(ConfigSpec::new(capacity, "1/s"));
     let century = 100 * YEAR;
     let ops = vec![
-        bucketproof_harness::Op::Acquire(Acquire {
+        bucketproof_trace::Op::Acquire(Acquire {
             key: 1,
             cost: capacity,
             now: SECOND,
             request_id: None,
         }),
-        bucketproof_harness::Op::Acquire(Acquire {
+        bucketproof_trace::Op::Acquire(Acquire {
             key: 1,
             cost: capacity,
             now: SECOND + century,
             request_id: None,
         }),
-        bucketproof_harness::Op::Acquire(Acquire {
+        bucketproof_trace::Op::Acquire(Acquire {
             key: 1,
             cost: 1,
             now: SECOND + century,
             request_id: None,
         }),
-        bucketproof_harness::Op::Acquire(Acquire {
+        bucketproof_trace::Op::Acquire(Acquire {
             key: 1,
             cost: 2,
             now: u64::MAX - 5,
             request_id: None,
         }),
-        bucketproof_harness::Op::Acquire(Acquire {
+        bucketproof_trace::Op::Acquire(Acquire {
             key: 1,
             cost: capacity,
             now: u64::MAX - 5,

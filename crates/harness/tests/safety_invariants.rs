@@ -7,18 +7,20 @@
 //! Each lie is planted in a wrapper around a correct subject; the same traces pass on the core, on
 //! the model and on the safety-profile reference adapter (`adapters/python/millitokens.py`).
 
+// The shared helpers live with the check crate's tests, which own the traces they draw.
+#[path = "../../check/tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
 
+use bucketproof_check::subjects::{CoreSubject, ModelSubject};
+use bucketproof_check::{RunOptions, Verdict, run_trace};
 use bucketproof_harness::subjects::exec::ExecSubjects;
-use bucketproof_harness::subjects::{CoreSubject, ModelSubject};
-use bucketproof_harness::{
-    Acquire, Amount, ConfigSpec, Observed, Op, RunOptions, Setup, Subject, SubjectError,
-    SubjectFactory, Verdict, run_trace,
-};
 use bucketproof_limiter::Wait;
 use bucketproof_trace::profile::Profile;
+use bucketproof_trace::{
+    Acquire, Amount, ConfigSpec, Observed, Op, Setup, Subject, SubjectError, SubjectFactory,
+};
 
 /// A correct subject, declaring the safety profile, with one way of lying planted.
 struct Lying {

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bucketproof_harness::subjects::script::{DEADLINE, ScriptSubjects};
-use bucketproof_harness::{Acquire, ConfigSpec, Op, Setup, Subject, SubjectError};
+use bucketproof_trace::{Acquire, ConfigSpec, Op, Setup, Subject, SubjectError};
 
 /// One RESP command (an array of bulk strings), or `None` at the end of the stream.
 fn command(reader: &mut impl BufRead) -> Option<Vec<String>> {

@@ -6,13 +6,15 @@
 //! op's now has refilled). Needs `REDIS_URL`; without it each test prints a loud SKIP line and
 //! passes, unless `BUCKETPROOF_REQUIRE_REDIS=1` (CI), which makes the skip a failure.
 
+// The shared helpers live with the check crate's tests, which own the traces they draw.
+#[path = "../../check/tests/common/mod.rs"]
 mod common;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use bucketproof_harness::subjects::script::{Loaded, ScriptSpec, ScriptSubjects, redis_url};
-use bucketproof_harness::{Acquire, ConfigSpec, Setup, Subject};
+use bucketproof_trace::{Acquire, ConfigSpec, Setup, Subject};
 use common::{SECOND, redis_available};
 
 fn workspace() -> PathBuf {
@@ -119,38 +121,34 @@ fn an_op_the_script_cannot_be_given_is_unsupported_not_a_verdict() {
     let thirds = Setup::new(ConfigSpec::new(3, "3/s"));
     assert!(matches!(
         ScriptSubjects::build_loaded("bucket", Arc::clone(&loaded), &thirds),
-        Err(bucketproof_harness::SubjectError::Unsupported(_))
+        Err(bucketproof_trace::SubjectError::Unsupported(_))
     ));
     let setup = Setup::new(ConfigSpec::new(3, "1/s"));
     let mut subject = ScriptSubjects::build_loaded("bucket", loaded, &setup).unwrap();
     // A time past 2^53 ns (the description's max_time) is refused, not rounded.
     let late = subject.acquire(acquire(1, u64::MAX));
     assert!(
-        matches!(late, Err(bucketproof_harness::SubjectError::Unsupported(_))),
+        matches!(late, Err(bucketproof_trace::SubjectError::Unsupported(_))),
         "{late:?}"
     );
     let mut with_id = acquire(1, 0);
     with_id.request_id = Some(1);
     assert!(matches!(
         subject.acquire(with_id),
-        Err(bucketproof_harness::SubjectError::Unsupported(
-            "request ids"
-        ))
+        Err(bucketproof_trace::SubjectError::Unsupported("request ids"))
     ));
 }
 
 /// Acquires only, without request ids (all a script subject runs), from the shared mixed trace:
 /// rollbacks, frozen clocks, invalid costs and costs above capacity on four keys.
-fn acquires(len: usize, seed: u64) -> Vec<bucketproof_harness::Op> {
+fn acquires(len: usize, seed: u64) -> Vec<bucketproof_trace::Op> {
     common::mixed_trace(len, seed)
         .into_iter()
         .filter_map(|op| match op {
-            bucketproof_harness::Op::Acquire(a) => {
-                Some(bucketproof_harness::Op::Acquire(Acquire {
-                    request_id: None,
-                    ..a
-                }))
-            }
+            bucketproof_trace::Op::Acquire(a) => Some(bucketproof_trace::Op::Acquire(Acquire {
+                request_id: None,
+                ..a
+            })),
             _ => None,
         })
         .collect()
@@ -161,8 +159,8 @@ fn pipelined_calls_judge_exactly_as_lone_calls() {
     if !redis_available("pipelined_calls_judge_exactly_as_lone_calls") {
         return;
     }
+    use bucketproof_check::{RunOptions, Stepper, run_trace};
     use bucketproof_harness::subjects::script::PIPELINE;
-    use bucketproof_harness::{RunOptions, Stepper, run_trace};
     let loaded = bucket();
     let setup = Setup::new(ConfigSpec::new(5, "2/s"));
     let options = RunOptions {
@@ -212,7 +210,7 @@ fn a_script_flushed_before_a_pipeline_is_loaded_again_for_it() {
         acquire(1, 0),
         acquire(1, SECOND),
     ];
-    subject.upcoming(&ops.map(bucketproof_harness::Op::Acquire));
+    subject.upcoming(&ops.map(bucketproof_trace::Op::Acquire));
     let flushed: String = redis::cmd("SCRIPT")
         .arg("FLUSH")
         .query(&mut connection())
@@ -233,10 +231,10 @@ fn a_step_that_was_not_announced_next_is_a_harness_error() {
     let loaded = bucket();
     let setup = Setup::new(ConfigSpec::new(3, "1/s"));
     let mut subject = ScriptSubjects::build_loaded("bucket", loaded, &setup).unwrap();
-    subject.upcoming(&[acquire(1, 0), acquire(1, 5)].map(bucketproof_harness::Op::Acquire));
+    subject.upcoming(&[acquire(1, 0), acquire(1, 5)].map(bucketproof_trace::Op::Acquire));
     let stepped = subject.acquire(acquire(1, 5));
     assert!(
-        matches!(&stepped, Err(bucketproof_harness::SubjectError::Broken(m)) if m.contains("announced")),
+        matches!(&stepped, Err(bucketproof_trace::SubjectError::Broken(m)) if m.contains("announced")),
         "{stepped:?}"
     );
 }
@@ -255,7 +253,7 @@ fn a_config_the_scripts_caller_cannot_give_is_skipped() {
     let strict = Arc::new(Loaded::new(spec, &workspace()).unwrap());
     let refused = ScriptSubjects::build_loaded("bucket", Arc::clone(&strict), &five);
     assert!(
-        matches!(&refused, Err(bucketproof_harness::SubjectError::Unsupported(why)) if why.contains("capacity_at_least_rate")),
+        matches!(&refused, Err(bucketproof_trace::SubjectError::Unsupported(why)) if why.contains("capacity_at_least_rate")),
         "{:?}",
         refused.err()
     );

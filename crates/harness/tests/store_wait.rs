@@ -14,6 +14,8 @@
 //! without their URL, unless CI's `BUCKETPROOF_REQUIRE_*` makes the skip a failure.
 #![cfg(all(feature = "redis", feature = "postgres"))]
 
+// The shared helpers live with the check crate's tests, which own the traces they draw.
+#[path = "../../check/tests/common/mod.rs"]
 mod common;
 
 use std::cell::Cell;

@@ -22,12 +22,10 @@
 
 use std::collections::BTreeMap;
 
-use bucketproof_harness::{
-    Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Settle, Setup, Trace,
-};
 use bucketproof_scenario::sample;
 use bucketproof_trace::boundary::{self, Boundaries};
 use bucketproof_trace::duration::{SECOND, YEAR};
+use bucketproof_trace::{Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Settle, Setup, Trace};
 use rand_chacha::ChaCha8Rng;
 
 /// What a generated trace stresses.

@@ -2,7 +2,7 @@
 //! (byte-identical across runs and machines). A failure's counterexample is written where its replay
 //! command says.
 
-use bucketproof_harness::RunReport;
+use bucketproof_check::RunReport;
 use bucketproof_harness::engine::{Counterexample, Status};
 use bucketproof_harness::gate::{Counts, Gate, GateOptions, Saved};
 use serde::Serialize;

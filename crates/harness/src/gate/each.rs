@@ -11,8 +11,8 @@
 use serde::Serialize;
 
 use super::{Gate, GateError, GateOptions, GateOutcome, Observer, ReportMode, Verdict, summary};
-use crate::oracle::{OracleKind, OracleSet};
 use crate::subjects::Registry;
+use bucketproof_check::oracle::{OracleKind, OracleSet};
 use bucketproof_scenario::Scenario;
 
 /// What one gate per oracle found.

@@ -22,8 +22,9 @@
 //!
 //! use bucketproof_harness::gate::{Gate, GateOptions, Verdict};
 //! use bucketproof_scenario::Scenario;
-//! use bucketproof_harness::subjects::CoreSubject;
-//! use bucketproof_harness::{Registry, Setup, Subject, SubjectError, SubjectFactory};
+//! use bucketproof_check::subjects::CoreSubject;
+//! use bucketproof_harness::Registry;
+//! use bucketproof_trace::{Setup, Subject, SubjectError, SubjectFactory};
 //!
 //! /// Builds "mine": here the built-in core stands in for your limiter's `Subject` adapter.
 //! struct Mine;

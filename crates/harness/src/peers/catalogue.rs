@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::claims::Claim;
-use crate::oracle::OracleKind;
+use bucketproof_check::oracle::OracleKind;
 
 /// Every peer, in the order the report shows them.
 #[derive(Clone, Debug, Deserialize, Serialize)]

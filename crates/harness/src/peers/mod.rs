@@ -22,8 +22,8 @@ pub use self::catalogue::{Catalogue, CatalogueError, Note, NoteKind, Peer};
 pub use self::findings::PeerFindings;
 
 use crate::gate::{Gate, GateError, GateOptions, Observer, each_oracle};
-use crate::oracle::OracleSet;
 use crate::subjects::Registry;
+use bucketproof_check::oracle::OracleSet;
 use bucketproof_scenario::Scenario;
 
 /// The peers report: every peer's findings, in catalogue order.

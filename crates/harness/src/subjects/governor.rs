@@ -199,7 +199,7 @@ impl Subject for GovernorSubject {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::{RunOptions, run_trace};
+    use bucketproof_check::runner::{RunOptions, run_trace};
     use bucketproof_model::Rational;
     use bucketproof_trace::trace::{Acquire, ConfigSpec, Op};
 

@@ -1,16 +1,12 @@
-//! The built-in subjects and the registry that builds any subject by name.
+//! The subjects that need something outside this workspace, and the registry that builds any
+//! subject by name (the check crate's in-process subjects first).
 //!
 //! Each adapter is small: it maps [`crate::Subject`] calls onto one implementation. Names are stable
 //! because they appear in reports and replay commands.
 
-#[cfg(any(test, feature = "test-fixtures"))]
-pub mod broken;
-pub mod core;
 pub mod exec;
-pub mod float;
 #[cfg(feature = "governor")]
 pub mod governor;
-pub mod model;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 #[cfg(feature = "redis")]
@@ -18,56 +14,40 @@ pub mod redis;
 #[cfg(feature = "redis")]
 pub mod script;
 
-pub use self::core::CoreSubject;
-pub use self::float::{FloatGoSubject, FloatTextbookSubject};
 #[cfg(feature = "governor")]
 pub use self::governor::GovernorSubject;
-pub use self::model::ModelSubject;
 
+use bucketproof_check::subjects::BuiltinSubjects;
 use bucketproof_trace::subject::{Subject, SubjectError, SubjectFactory};
 use bucketproof_trace::trace::Setup;
 
-/// Builds the subjects of this crate: `core`, `model`, `float-textbook`, `float-go`, `float-go-2019`
-/// (Go before the golang/go#34861 fix), `governor` (feature `governor`), `redis` (feature `redis`,
-/// needs a Redis at `REDIS_URL`) and `postgres` (feature `postgres`, needs `DATABASE_URL`).
-pub struct BuiltinSubjects;
+/// Builds the subjects that need something outside this workspace: `governor` (feature `governor`),
+/// `redis` (feature `redis`, needs a Redis at `REDIS_URL`) and `postgres` (feature `postgres`,
+/// needs `DATABASE_URL`).
+pub struct ExternalSubjects;
 
-impl SubjectFactory for BuiltinSubjects {
+impl SubjectFactory for ExternalSubjects {
     fn names(&self) -> Vec<String> {
-        #[allow(unused_mut)] // pushed to only with the `governor` feature
-        let mut names = vec![
-            "core",
-            "model",
-            "float-textbook",
-            "float-go",
-            "float-go-2019",
+        let names: &[&str] = &[
+            #[cfg(feature = "governor")]
+            "governor",
+            #[cfg(feature = "redis")]
+            "redis",
+            #[cfg(feature = "postgres")]
+            "postgres",
         ];
-        #[cfg(feature = "governor")]
-        names.push("governor");
-        #[cfg(feature = "redis")]
-        names.push("redis");
-        #[cfg(feature = "postgres")]
-        names.push("postgres");
-        names.into_iter().map(String::from).collect()
+        names.iter().map(|name| String::from(*name)).collect()
     }
 
     fn build(&self, name: &str, setup: &Setup) -> Option<Result<Box<dyn Subject>, SubjectError>> {
+        #[allow(dead_code)] // called only with the subjects' features
         fn boxed<S: Subject + 'static>(
             subject: Result<S, SubjectError>,
         ) -> Result<Box<dyn Subject>, SubjectError> {
             subject.map(|s| Box::new(s) as Box<dyn Subject>)
         }
+        let _ = setup; // read only with the subjects' features
         Some(match name {
-            "core" => boxed(CoreSubject::new(setup)),
-            "model" => boxed(ModelSubject::new(setup)),
-            "float-textbook" => boxed(FloatTextbookSubject::new(setup)),
-            "float-go" => boxed(FloatGoSubject::new(setup)),
-            // Go's arithmetic before the golang/go#34861 fix, for the scenarios that reproduce it.
-            "float-go-2019" => boxed(FloatGoSubject::with_go_version(
-                setup,
-                "float-go-2019",
-                bucketproof_float::GoRateVersion::SecondsCapped,
-            )),
             #[cfg(feature = "governor")]
             "governor" => boxed(GovernorSubject::new(setup)),
             #[cfg(feature = "redis")]
@@ -87,7 +67,7 @@ pub struct Registry {
 impl Default for Registry {
     fn default() -> Self {
         Registry {
-            factories: vec![Box::new(BuiltinSubjects)],
+            factories: vec![Box::new(BuiltinSubjects), Box::new(ExternalSubjects)],
         }
     }
 }

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bucketproof_limiter::{Request, defaults};
 use bucketproof_postgres::{PgAcquireError, PgLimiter};
 
-use crate::subjects::core::{
+use bucketproof_check::subjects::core::{
     observe_acquired, observe_set, settle_error, settle_request, subject_error,
 };
 use bucketproof_trace::subject::{Amount, Inspected, Inspection, Observed, Subject, SubjectError};

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bucketproof_limiter::Bandwidths;
 use bucketproof_redis::{RedisAcquireError, RedisLimiter, RedisSettleError};
 
-use crate::subjects::core::{
+use bucketproof_check::subjects::core::{
     observe_acquired, observe_set, request, settle_error, settle_request, subject_error,
 };
 use bucketproof_trace::subject::{Observed, Subject, SubjectError};

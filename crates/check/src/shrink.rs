@@ -407,7 +407,7 @@ mod tests {
     use crate::runner::{RunOptions, failure_of};
     use crate::subjects::CoreSubject;
     use crate::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
-    use crate::{ConfigSpec, Setup, Subject, SubjectFactory};
+    use bucketproof_trace::{ConfigSpec, Setup, Subject, SubjectFactory};
 
     /// Runs `trace` on a fresh subject from `build`, counting the ops it is handed into `steps`.
     fn run_counted(
@@ -479,7 +479,10 @@ mod tests {
         fn name(&self) -> String {
             "claims-no-eviction".into()
         }
-        fn acquire(&mut self, acquire: Acquire) -> Result<crate::Observed, crate::SubjectError> {
+        fn acquire(
+            &mut self,
+            acquire: Acquire,
+        ) -> Result<bucketproof_trace::Observed, bucketproof_trace::SubjectError> {
             self.0.acquire(acquire)
         }
         fn reconfigure(
@@ -487,7 +490,7 @@ mod tests {
             key: u64,
             config: &ConfigSpec,
             now: u64,
-        ) -> Result<(), crate::SubjectError> {
+        ) -> Result<(), bucketproof_trace::SubjectError> {
             self.0.reconfigure(key, config, now)
         }
     }

@@ -1,9 +1,9 @@
 //! Trace generators shared by the integration tests.
 #![allow(dead_code)] // each test binary uses a different part
 
-use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
-use bucketproof_harness::{Acquire, BandwidthSpec, ConfigSpec, Op, Setup, Subject};
+use bucketproof_check::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_scenario::sample::{self, below};
+use bucketproof_trace::{Acquire, BandwidthSpec, ConfigSpec, Op, Setup, Subject};
 
 pub use bucketproof_trace::duration::SECOND;
 

@@ -1,12 +1,12 @@
 //! The runner and its oracles on hand-made traces: the core passes, broken subjects are caught by the
 //! oracle that should catch them, and the shrinker returns a small trace that fails the same way.
 
-use bucketproof_harness::oracle::OracleKind;
-use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
-use bucketproof_harness::shrink::{ShrinkBudget, shrink};
-use bucketproof_harness::subjects::CoreSubject;
-use bucketproof_harness::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
-use bucketproof_harness::{ConfigSpec, Setup, SubjectFactory, Trace};
+use bucketproof_check::oracle::OracleKind;
+use bucketproof_check::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_check::shrink::{ShrinkBudget, shrink};
+use bucketproof_check::subjects::CoreSubject;
+use bucketproof_check::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
+use bucketproof_trace::{ConfigSpec, Setup, SubjectFactory, Trace};
 
 mod common;
 use common::mixed_trace;

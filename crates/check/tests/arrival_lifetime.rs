@@ -7,16 +7,16 @@
 
 use std::collections::BTreeMap;
 
-use bucketproof_harness::oracle::{OracleKind, OracleSet};
-use bucketproof_harness::runner::{RunOptions, Verdict, failure_of, run_trace};
-use bucketproof_harness::subjects::core::observe;
-use bucketproof_harness::{
-    Acquire, Amount, ConfigSpec, Inspected, Inspection, Observed, Op, Setup, Subject, SubjectError,
-    Trace,
-};
+use bucketproof_check::oracle::{OracleKind, OracleSet};
+use bucketproof_check::runner::{RunOptions, Verdict, failure_of, run_trace};
+use bucketproof_check::subjects::core::observe;
 use bucketproof_limiter::internal::{Attempt, transition};
 use bucketproof_limiter::{AcquireError, BucketState, Config};
 use bucketproof_trace::duration::SECOND;
+use bucketproof_trace::{
+    Acquire, Amount, ConfigSpec, Inspected, Inspection, Observed, Op, Setup, Subject, SubjectError,
+    Trace,
+};
 
 /// Where a fresh bucket's cursor may start after a sweep dropped buckets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

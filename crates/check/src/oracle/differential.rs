@@ -15,7 +15,7 @@ use bucketproof_limiter::Wait;
 use bucketproof_model::{ModelError, Outcome};
 
 use super::{OracleKind, Violation};
-use crate::subjects::model::{observe as observe_model, wait as model_wait};
+use crate::subjects::model::{observe as observe_model, subject_error_of, wait as model_wait};
 use bucketproof_trace::subject::{BandwidthObserved, Observed, SubjectError};
 
 /// Which way a decision differs from the model's.
@@ -117,20 +117,6 @@ fn compare_parts(outcome: &Outcome, got: &[BandwidthObserved]) -> Option<String>
             };
             Some(format!("bandwidth {position}: {what} differ"))
         })
-}
-
-/// The subject's error that answers the model's: a refused cost or actual cost is `InvalidCost`,
-/// a settle's refusals are their own kinds.
-pub(crate) fn subject_error_of(error: &ModelError) -> SubjectError {
-    match error {
-        ModelError::InvalidCost { .. } | ModelError::InvalidActual { .. } => {
-            SubjectError::InvalidCost
-        }
-        ModelError::UnknownRequest => SubjectError::UnknownRequest,
-        ModelError::NotAdmitted => SubjectError::NotAdmitted,
-        ModelError::AlreadySettled { .. } => SubjectError::AlreadySettled,
-        other => SubjectError::Build(format!("{other:?}")),
-    }
 }
 
 /// Compares one acquire, or one settle (the same shape of answer). `expected` is the model's

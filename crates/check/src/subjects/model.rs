@@ -5,11 +5,24 @@ use bucketproof_limiter::Wait;
 use bucketproof_model::Rational;
 use bucketproof_model::{Model, ModelDecision, ModelError, ModelWait, Outcome};
 
-use crate::oracle::differential::subject_error_of;
 use bucketproof_trace::subject::{
     Amount, BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError,
 };
 use bucketproof_trace::trace::{Acquire, ConfigSpec, Settle, Setup};
+
+/// The subject's error that answers the model's: a refused cost or actual cost is `InvalidCost`,
+/// a settle's refusals are their own kinds.
+pub(crate) fn subject_error_of(error: &ModelError) -> SubjectError {
+    match error {
+        ModelError::InvalidCost { .. } | ModelError::InvalidActual { .. } => {
+            SubjectError::InvalidCost
+        }
+        ModelError::UnknownRequest => SubjectError::UnknownRequest,
+        ModelError::NotAdmitted => SubjectError::NotAdmitted,
+        ModelError::AlreadySettled { .. } => SubjectError::AlreadySettled,
+        other => SubjectError::Build(format!("{other:?}")),
+    }
+}
 
 /// The model behind the subject interface.
 pub struct ModelSubject {

@@ -28,9 +28,9 @@
 //! # Running it on your own subject
 //!
 //! ```
-//! use bucketproof_harness::state_machine::{self, OpKinds, Options, Outcome};
-//! use bucketproof_harness::subjects::core::observe;
-//! use bucketproof_harness::{Acquire, ConfigSpec, Observed, Setup, Subject, SubjectError};
+//! use bucketproof_check::state_machine::{self, OpKinds, Options, Outcome};
+//! use bucketproof_check::subjects::core::observe;
+//! use bucketproof_trace::{Acquire, ConfigSpec, Observed, Setup, Subject, SubjectError};
 //! use bucketproof_limiter::DirectLimiter;
 //!
 //! /// Your limiter behind the harness's one trait: here one bucket, so one key.

@@ -298,7 +298,7 @@ mod tests {
     use super::*;
     use crate::subjects::CoreSubject;
     use crate::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
-    use crate::{Acquire, ConfigSpec, SubjectFactory};
+    use bucketproof_trace::{Acquire, ConfigSpec, SubjectFactory};
 
     /// A reconfigure under a rolled-back clock creates a key the subject does not hold, with its
     /// cursor at the subject's eviction horizon rather than at `now`. The runner must follow that for
