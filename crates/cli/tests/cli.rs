@@ -6,7 +6,7 @@
 
 mod common;
 
-use bucketproof_harness::gate::MAX_COUNTEREXAMPLE_OPS;
+use bucketproof_harness::counterexample::MAX_COUNTEREXAMPLE_OPS;
 use common::{
     FAILING_SCENARIO, FAILING_SUBJECT, bucketproof, failing_check, scratch, text, workspace,
 };

@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use bucketproof_check::subjects::broken::{BrokenSubjects, GLOBAL_REQUEST_IDS};
+use bucketproof_harness::Registry;
 use bucketproof_harness::engine::{Engine, EngineOptions, Status};
-use bucketproof_harness::subjects::Registry;
 use bucketproof_scenario::Scenario;
 
 fn starter(name: &str) -> Scenario {

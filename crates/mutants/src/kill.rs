@@ -432,7 +432,7 @@ pub fn median_time_to_kill(kills: &[Kill]) -> Option<Duration> {
 }
 
 /// The largest shrunk counterexample a kill may have: the gate's own limit, under this crate's name.
-pub use bucketproof_harness::gate::MAX_COUNTEREXAMPLE_OPS as MAX_SHRUNK_OPS;
+pub use bucketproof_harness::counterexample::MAX_COUNTEREXAMPLE_OPS as MAX_SHRUNK_OPS;
 
 /// The cargo-mutants run over `crates/limiter`, recorded by hand in
 /// `crates/mutants/cargo-mutants.md`: it takes far longer than this report, so the report embeds

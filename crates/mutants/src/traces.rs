@@ -13,7 +13,7 @@
 //! of the arithmetic, and a mix of everything.
 //!
 //! Every family has the boundary values of its configs' arithmetic on its menu
-//! ([`bucketproof_harness::boundary`]): now and then a trace starts with (or reconfigures to) one of
+//! ([`bucketproof_trace::boundary`]): now and then a trace starts with (or reconfigures to) one of
 //! the configs that sit on the lines, a step is one of the key's boundary gaps or a jump to one of
 //! its boundary instants, and a cost one of its boundary costs. [`Family::Arithmetic`] draws them
 //! most of the time: uniform draws essentially never land on `ceil(2^64 / p)` ns or on a balance of

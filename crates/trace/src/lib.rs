@@ -16,6 +16,7 @@
 //! that only adds a subject depends on it alone.
 #![warn(missing_docs)]
 
+pub mod amount;
 pub mod boundary;
 pub mod duration;
 pub mod events;

@@ -13,7 +13,7 @@
 use bucketproof_model::Rational;
 use serde::{Deserialize, Serialize};
 
-use crate::subject::Amount;
+use crate::amount::Amount;
 
 /// The two profiles.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -5,7 +5,8 @@
 use std::path::PathBuf;
 
 use bucketproof_check::oracle::OracleSet;
-use bucketproof_harness::gate::{self, MAX_COUNTEREXAMPLE_OPS};
+use bucketproof_harness::counterexample::MAX_COUNTEREXAMPLE_OPS;
+use bucketproof_harness::gate;
 use bucketproof_mutants::kill;
 
 use crate::fatal::Fatal;

@@ -3,7 +3,8 @@
 //! command says.
 
 use bucketproof_check::RunReport;
-use bucketproof_harness::engine::{Counterexample, Status};
+use bucketproof_harness::counterexample::Counterexample;
+use bucketproof_harness::engine::Status;
 use bucketproof_harness::gate::{Counts, Gate, GateOptions, Saved};
 use serde::Serialize;
 

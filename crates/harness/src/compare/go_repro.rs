@@ -8,7 +8,7 @@
 use bucketproof_float::{GoRateVersion, GoStyleBucket};
 use serde::Serialize;
 
-use super::run::{SubjectCell, comparison_options};
+use super::cell::{SubjectCell, comparison_options};
 use bucketproof_check::runner::run_trace;
 use bucketproof_check::subjects::CoreSubject;
 use bucketproof_check::subjects::float::FloatSubject;

@@ -6,7 +6,8 @@
 
 use std::fmt::Write as _;
 
-use super::run::{SubjectCell, TIME_FLOOR_S};
+use super::cell::SubjectCell;
+use super::run::TIME_FLOOR_S;
 use super::{CompareError, CompareReport, REPORT_STEM, SUBJECTS};
 use bucketproof_trace::duration::{self, DAY, SECOND};
 

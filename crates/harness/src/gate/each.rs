@@ -11,7 +11,7 @@
 use serde::Serialize;
 
 use super::{Gate, GateError, GateOptions, GateOutcome, Observer, ReportMode, Verdict, summary};
-use crate::subjects::Registry;
+use crate::Registry;
 use bucketproof_check::oracle::{OracleKind, OracleSet};
 use bucketproof_scenario::Scenario;
 

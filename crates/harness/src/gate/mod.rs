@@ -15,7 +15,7 @@
 //! [`Subject`](crate::Subject), a [`SubjectFactory`](crate::SubjectFactory) that names and builds it,
 //! and the scenarios you choose (this crate's `scenarios/`, or your own). A limiter in another
 //! language is the same with `.with(ExecSubjects::new("."))` and a subject named `exec:<command
-//! line>` (`crate::subjects::exec`, docs/subject-protocol.md).
+//! line>` (`bucketproof-protocol`, docs/subject-protocol.md).
 //!
 //! ```
 //! use std::path::Path;
@@ -80,14 +80,10 @@ pub use self::error::GateError;
 pub use self::options::{GateOptions, ReportMode, writable};
 pub use self::plan::{known_subjects, load_scenarios, ready_subject};
 
+use crate::Registry;
 use crate::engine::{Engine, EngineOptions, RunResult};
 use crate::report::ScenarioReport;
-use crate::subjects::Registry;
 use bucketproof_scenario::Scenario;
-
-/// The largest shrunk counterexample a caught bug may have: the gate's tests and the mutation
-/// self-test hold the shrinker to it.
-pub const MAX_COUNTEREXAMPLE_OPS: usize = 6;
 
 /// Where a failing run's counterexample went.
 #[derive(Clone, Debug, PartialEq, Eq)]

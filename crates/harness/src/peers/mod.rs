@@ -21,8 +21,8 @@ use std::path::PathBuf;
 pub use self::catalogue::{Catalogue, CatalogueError, Note, NoteKind, Peer};
 pub use self::findings::PeerFindings;
 
+use crate::Registry;
 use crate::gate::{Gate, GateError, GateOptions, Observer, each_oracle};
-use crate::subjects::Registry;
 use bucketproof_check::oracle::OracleSet;
 use bucketproof_scenario::Scenario;
 

@@ -11,13 +11,13 @@ use std::io::{BufReader, Read, Write};
 use bucketproof_limiter::Wait;
 
 use super::lines::{Line, LineReader, Overflow};
+use super::reply::Reply;
 use super::wire::{
-    Capabilities, Reply, Request, RetryProbe, VERSIONS, WireAmount, WireError, WirePart, WireState,
+    Capabilities, Request, RetryProbe, VERSIONS, WireAmount, WireError, WirePart, WireState,
     WireWait,
 };
-use crate::subjects::Registry;
 use bucketproof_trace::profile::Profile;
-use bucketproof_trace::subject::{Inspection, Observed, Subject, SubjectError};
+use bucketproof_trace::subject::{Inspection, Observed, Subject, SubjectError, SubjectFactory};
 use bucketproof_trace::subject_file::DEFAULT_MAX_LINE_BYTES;
 use bucketproof_trace::trace::{Acquire, BandwidthSpec, ConfigSpec, Settle, Setup};
 
@@ -42,7 +42,7 @@ pub enum ServeError {
 
 /// Serves `name` from `registry` on `input` and `output` until `input` ends.
 pub fn serve(
-    registry: &Registry,
+    registry: &dyn SubjectFactory,
     name: &str,
     input: BufReader<impl Read>,
     mut output: impl Write,
@@ -112,7 +112,7 @@ pub fn serve(
                     dedupe_window_ns,
                     dedupe_per_key: to_usize(dedupe_per_key),
                 };
-                match registry.build(name, &setup) {
+                match build(registry, name, &setup) {
                     Ok(built) => {
                         subject = Some(built);
                         reply.ok = Some(true);
@@ -141,14 +141,25 @@ pub fn serve(
     }
 }
 
+/// `name` built by `registry`, or the error of a name it does not know.
+fn build(
+    registry: &dyn SubjectFactory,
+    name: &str,
+    setup: &Setup,
+) -> Result<Box<dyn Subject>, SubjectError> {
+    (registry.build(name, setup))
+        .unwrap_or_else(|| Err(SubjectError::Build(format!("unknown subject {name:?}"))))
+}
+
 /// What `name` declares in its hello: each capability found by trying it on a throwaway subject
 /// (an op the subject does not have answers `Unsupported`), so a child never declares a request it
 /// would refuse; and its profile.
-fn declared(registry: &Registry, name: &str) -> Result<(Capabilities, Profile), ServeError> {
+fn declared(
+    registry: &dyn SubjectFactory,
+    name: &str,
+) -> Result<(Capabilities, Profile), ServeError> {
     let build = |setup: &Setup| {
-        registry
-            .build(name, setup)
-            .map_err(|e| ServeError::Subject(e.to_string()))
+        build(registry, name, setup).map_err(|e| ServeError::Subject(e.to_string()))
     };
     let config = ConfigSpec::new(1, "1/s");
     let mut probe = build(&Setup::new(config.clone()))?;
@@ -404,7 +415,7 @@ mod tests {
 "#;
         let mut output = Vec::new();
         serve(
-            &Registry::default(),
+            &bucketproof_check::subjects::BuiltinSubjects,
             name,
             BufReader::new(&request[..]),
             &mut output,

@@ -15,8 +15,8 @@ use std::path::Path;
 
 use bucketproof_check::subjects::{CoreSubject, ModelSubject};
 use bucketproof_check::{RunOptions, Verdict, run_trace};
-use bucketproof_harness::subjects::exec::ExecSubjects;
 use bucketproof_limiter::Wait;
+use bucketproof_protocol::ExecSubjects;
 use bucketproof_trace::profile::Profile;
 use bucketproof_trace::{
     Acquire, Amount, ConfigSpec, Observed, Op, Setup, Subject, SubjectError, SubjectFactory,

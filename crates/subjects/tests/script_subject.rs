@@ -13,7 +13,7 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bucketproof_harness::subjects::script::{Loaded, ScriptSpec, ScriptSubjects, redis_url};
+use bucketproof_subjects::script::{Loaded, ScriptSpec, ScriptSubjects, redis_url};
 use bucketproof_trace::{Acquire, ConfigSpec, Setup, Subject};
 use common::{SECOND, redis_available};
 
@@ -160,7 +160,7 @@ fn pipelined_calls_judge_exactly_as_lone_calls() {
         return;
     }
     use bucketproof_check::{RunOptions, Stepper, run_trace};
-    use bucketproof_harness::subjects::script::PIPELINE;
+    use bucketproof_subjects::script::PIPELINE;
     let loaded = bucket();
     let setup = Setup::new(ConfigSpec::new(5, "2/s"));
     let options = RunOptions {

@@ -11,7 +11,7 @@
 mod common;
 
 use bucketproof_check::runner::{RunOptions, Verdict, run_trace};
-use bucketproof_harness::subjects::postgres::PostgresSubject;
+use bucketproof_subjects::postgres::PostgresSubject;
 use bucketproof_trace::{BandwidthSpec, ConfigSpec, Op, PolicySpec, Setup, Subject};
 use common::{SECOND, postgres_available};
 

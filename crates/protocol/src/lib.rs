@@ -1,12 +1,12 @@
-//! Exec subjects: any limiter, in any language, as a child process speaking the subject protocol
-//! (docs/subject-protocol.md) on its stdin and stdout.
+//! # bucketproof-protocol: any limiter, in any language, as a child process speaking the subject
+//! protocol (docs/subject-protocol.md) on its stdin and stdout; both ends
 //!
-//! Roles: [`spec`] says what to start (an `exec:` command line or a `subjects/<name>.toml` file),
-//! [`wire`] is the messages, [`process`] one running child and its pipes (its deadlines and caps),
+//! Roles: the vocabulary's [`bucketproof_trace::subject_file`] says what to start (an `exec:`
+//! command line or a `subjects/<name>.toml` file), [`wire`] is the messages, [`process`] one running child and its pipes (its deadlines and caps),
 //! [`lines`] the capped line reading both ends share, [`pool`] keeps healthy
 //! children between traces, and [`ExecSubject`] drives one trace through a child, batching ops
-//! without losing the probes the oracles ask for. [`ExecSubjects`] is the factory the registry
-//! uses.
+//! without losing the probes the oracles ask for. [`ExecSubjects`] is the factory a registry
+//! uses. [`serve`] is the other end: any in-process subject behind the protocol.
 //!
 //! Promise: a child that breaks the protocol is a harness error ([`SubjectError::Broken`], exit 2
 //! in the gate), never a verdict about the limiter; a profile asked of a subject is never stronger
@@ -15,6 +15,7 @@
 pub mod lines;
 pub mod pool;
 pub mod process;
+pub mod reply;
 pub mod serve;
 mod subject;
 pub mod wire;
@@ -62,18 +63,9 @@ impl ExecSubjects {
                     ExecSpec::load(&path, project)?;
                     self.files.insert(name, path);
                 }
-                // The script factory's (`crate::subjects::script`), which parses them.
-                #[cfg(feature = "redis")]
+                // The script factory's (`bucketproof_subjects::script`, feature `redis`), which
+                // parses them; a registry without it does not know their names.
                 FileKind::Script => {}
-                #[cfg(not(feature = "redis"))]
-                FileKind::Script => {
-                    return Err(SpecError::At {
-                        path,
-                        line: 1,
-                        column: 1,
-                        message: "a [script] subject needs the harness's `redis` feature".into(),
-                    });
-                }
             }
         }
         Ok(self)

@@ -20,7 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::lines::{Line, LineReader, Overflow};
-use super::wire::{Capabilities, Reply, Request, VERSIONS};
+use super::reply::Reply;
+use super::wire::{Capabilities, Request, VERSIONS};
 use bucketproof_trace::profile::Profile;
 use bucketproof_trace::subject_file::Command;
 

@@ -27,7 +27,7 @@ use std::path::Path;
 use bucketproof_check::runner::{RunOptions, Verdict, run_trace};
 use bucketproof_check::state_machine::{self, OpKinds, Options, Outcome};
 use bucketproof_check::subjects::CoreSubject;
-use bucketproof_harness::subjects::exec::ExecSubjects;
+use bucketproof_protocol::ExecSubjects;
 use bucketproof_trace::{
     Acquire, ConfigSpec, Op, PolicySpec, Settle, Setup, Subject, SubjectError, SubjectFactory,
 };

@@ -9,7 +9,7 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use bucketproof_harness::subjects::script::{DEADLINE, ScriptSubjects};
+use bucketproof_subjects::script::{DEADLINE, ScriptSubjects};
 use bucketproof_trace::{Acquire, ConfigSpec, Op, Setup, Subject, SubjectError};
 
 /// One RESP command (an array of bulk strings), or `None` at the end of the stream.

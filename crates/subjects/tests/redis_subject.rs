@@ -8,7 +8,7 @@
 mod common;
 
 use bucketproof_check::runner::{RunOptions, Verdict, run_trace};
-use bucketproof_harness::subjects::redis::RedisSubject;
+use bucketproof_subjects::redis::RedisSubject;
 use bucketproof_trace::duration::YEAR;
 use bucketproof_trace::{Acquire, ConfigSpec, Op, Setup, SubjectError};
 use common::{SECOND, redis_available};

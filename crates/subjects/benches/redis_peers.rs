@@ -38,13 +38,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use bucketproof_harness::subjects::script::args::{Context, OpValues};
-use bucketproof_harness::subjects::script::source::script_body;
-use bucketproof_harness::subjects::script::spec::ScriptSpec;
-use bucketproof_harness::subjects::script::{TimeMode, reply::ReplyMap};
 use bucketproof_limiter::{Config, Rate, Request};
 use bucketproof_redis::RedisLimiter;
 use bucketproof_redis::script::Reply;
+use bucketproof_subjects::script::args::{Context, OpValues};
+use bucketproof_subjects::script::source::script_body;
+use bucketproof_subjects::script::spec::ScriptSpec;
+use bucketproof_subjects::script::{TimeMode, reply::ReplyMap};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use redis::{Connection, Value};
