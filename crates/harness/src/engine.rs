@@ -8,7 +8,7 @@
 //! exists only for throughput lines on the terminal. One exception, which the counterexample states
 //! (`shrink_budget_exhausted`): a shrink cut short by the time part of its [`ShrinkBudget`] depends
 //! on the machine's speed. Pinned keys (tiers) that a subject's key bound cannot hold are a setup
-//! error ([`Status::Error`]) before the run ([`crate::Subject::check_pinned`]).
+//! error ([`Status::Error`]) before the run ([`bucketproof_trace::Subject::check_pinned`]).
 //!
 //! One skip rule for every subject: a setup or an op the subject cannot run or express
 //! ([`SubjectError::Unsupported`], [`SubjectError::Inexpressible`]: a key bound it has none of, a

@@ -14,7 +14,7 @@
 //! step. At each step the true time advances by the arrival pattern (and maybe jumps), the clock reading
 //! is derived from it (frozen, rolled back, jittered), then the op kind is chosen: a scheduled
 //! reconfiguration whose step has come, a sweep, a forget, a random reconfiguration, else an acquire.
-//! A step of an eviction-summary pressure phase (`[pressure]`, [`crate::pressure`]) is the phase's
+//! A step of an eviction-summary pressure phase (`[pressure]`, [`bucketproof_trace::pressure`]) is the phase's
 //! own: its op on fresh keys, the true time advanced by the phase's spacing instead of the arrival
 //! pattern (so that no victim is full again when it returns), the clock read as at any step.
 

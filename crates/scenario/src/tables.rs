@@ -304,7 +304,7 @@ pub struct Clock {
     /// Leaps of the true time.
     pub jump: Option<Jump>,
     /// With this probability per step, the true time also advances by one of the boundary gaps of
-    /// the scenario's configs ([`crate::boundary`]): the idle times at which a refill's arithmetic
+    /// the scenario's configs ([`bucketproof_trace::boundary`]): the idle times at which a refill's arithmetic
     /// crosses a line (`2^64` or `2^128`, the packed-balance line, the Redis exactness line, full).
     #[serde(default)]
     pub boundary: Probability,
@@ -434,7 +434,7 @@ pub struct Maintenance {
     pub forget: Probability,
 }
 
-/// `[pressure]`: eviction-summary pressure phases ([`crate::pressure`]) under
+/// `[pressure]`: eviction-summary pressure phases ([`bucketproof_trace::pressure`]) under
 /// `evict_keeping_deficit`: more distinct victims drained and dropped than the summary holds, then
 /// the early ones back before they are full.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Default)]

@@ -8,7 +8,7 @@
 //! is skipped visibly, never judged. Names are stable because they appear in reports and replay
 //! commands.
 //!
-//! Each adapter is small: it maps [`crate::Subject`] calls onto one implementation. Names are stable
+//! Each adapter is small: it maps [`bucketproof_trace::Subject`] calls onto one implementation. Names are stable
 //! because they appear in reports and replay commands.
 
 #[cfg(feature = "governor")]

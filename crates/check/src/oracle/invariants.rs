@@ -1,4 +1,4 @@
-//! State invariants, judged only from what a subject shows through [`crate::Subject::inspect`]:
+//! State invariants, judged only from what a subject shows through [`bucketproof_trace::Subject::inspect`]:
 //! `0 <= tokens <= capacity`; the cursor never moves back while the bucket lives; an error changes
 //! nothing; a denial leaves exactly the refilled balance (which is at least the balance before).
 //!

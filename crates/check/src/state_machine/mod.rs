@@ -77,7 +77,7 @@ use bucketproof_trace::boundary::Boundaries;
 use bucketproof_trace::subject::{Subject, SubjectError};
 use bucketproof_trace::trace::{ConfigSpec, InvalidConfigSpec, Setup, Trace};
 
-/// Builds the subject under test for a setup, once per case (a closure, a [`Registry`](crate::Registry)
+/// Builds the subject under test for a setup, once per case (a closure, a registry (the harness's `Registry`)
 /// lookup: `|setup| registry.build("core", setup)`).
 pub type Build<'a> = dyn Fn(&Setup) -> Result<Box<dyn Subject>, SubjectError> + 'a;
 
@@ -161,7 +161,7 @@ pub struct Options {
     pub ops: OpKinds,
     /// Caller-chosen gaps, instants and costs on the menu.
     pub extra: ExtraValues,
-    /// Eviction-summary pressure phases ([`crate::pressure`]) on the menu: only a setup whose
+    /// Eviction-summary pressure phases ([`bucketproof_trace::pressure`]) on the menu: only a setup whose
     /// policy keeps a summary (`EvictKeepingDeficit`) has one.
     pub pressure: bool,
     /// Ops per case.

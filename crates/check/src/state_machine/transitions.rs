@@ -13,7 +13,7 @@
 //! request id of the menu's, an actual cost in `0..=capacity + 1`, a time of the menu's.
 //!
 //! Pressure ([`Options::pressure`], on by default under `EvictKeepingDeficit`): the first op of an
-//! eviction-summary pressure phase ([`crate::pressure`]) is on the menu; once drawn, the phase owns
+//! eviction-summary pressure phase ([`bucketproof_trace::pressure`]) is on the menu; once drawn, the phase owns
 //! the steps until its last op, each one [`Phase::gap`](bucketproof_trace::pressure::Phase::gap) after the
 //! previous, so a case of a few dozen ops drops more distinct victims than the summary holds
 //! before they return.

@@ -12,7 +12,7 @@
 //! scenarios, seeds, subjects and options, so committed reports compare byte for byte.
 //!
 //! A gate over your own subject, from a `#[test]` of your repository: your limiter behind
-//! [`Subject`](crate::Subject), a [`SubjectFactory`](crate::SubjectFactory) that names and builds it,
+//! [`Subject`](bucketproof_trace::Subject), a [`SubjectFactory`](bucketproof_trace::SubjectFactory) that names and builds it,
 //! and the scenarios you choose (this crate's `scenarios/`, or your own). A limiter in another
 //! language is the same with `.with(ExecSubjects::new("."))` and a subject named `exec:<command
 //! line>` (`bucketproof-protocol`, docs/subject-protocol.md).
