@@ -19,7 +19,7 @@ use std::time::Duration;
 use bucketproof_harness::Registry;
 use bucketproof_harness::engine::{Engine, EngineOptions, Status};
 use bucketproof_harness::gate;
-use bucketproof_harness::subjects::exec::ExecSubjects;
+use bucketproof_protocol::ExecSubjects;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

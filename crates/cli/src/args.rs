@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use bucketproof_harness::oracle::OracleKind;
+use bucketproof_check::oracle::OracleKind;
 use clap::{Parser, Subcommand};
 
 /// `bucketproof`.

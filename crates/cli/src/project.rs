@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 
 use bucketproof_harness::Registry;
-use bucketproof_harness::scenario::{self, Scenario};
-use bucketproof_harness::subjects::exec::ExecSubjects;
-use bucketproof_harness::subjects::script::ScriptSubjects;
+use bucketproof_protocol::ExecSubjects;
+use bucketproof_scenario::{self as scenario, Scenario};
+use bucketproof_subjects::script::ScriptSubjects;
 
 use crate::fatal::Fatal;
 

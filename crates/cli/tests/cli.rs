@@ -6,7 +6,7 @@
 
 mod common;
 
-use bucketproof_harness::gate::MAX_COUNTEREXAMPLE_OPS;
+use bucketproof_harness::counterexample::MAX_COUNTEREXAMPLE_OPS;
 use common::{
     FAILING_SCENARIO, FAILING_SUBJECT, bucketproof, failing_check, scratch, text, workspace,
 };
@@ -28,8 +28,7 @@ fn check_passes_on_main_with_one_junit_case_per_scenario_seed_and_fresh_reports(
         text(&out.stdout),
         text(&out.stderr)
     );
-    let scenarios =
-        bucketproof_harness::scenario::load_all(&workspace().join("scenarios")).unwrap();
+    let scenarios = bucketproof_scenario::load_all(&workspace().join("scenarios")).unwrap();
     let expected: usize = scenarios
         .iter()
         .map(|s| s.seeds.len() * s.subjects.len())

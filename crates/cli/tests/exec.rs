@@ -9,9 +9,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use bucketproof_harness::state_machine::{self, Options};
-use bucketproof_harness::subjects::exec::ExecSubjects;
-use bucketproof_harness::{ConfigSpec, PolicySpec, Setup, Subject, SubjectError};
+use bucketproof_check::state_machine::{self, Options};
+use bucketproof_protocol::ExecSubjects;
+use bucketproof_trace::{ConfigSpec, PolicySpec, Setup, Subject, SubjectError};
 use common::{bucketproof, bucketproof_in, project, scratch, text, workspace};
 
 /// `exec:` + this test's binary serving `subject`.

@@ -12,8 +12,9 @@
 use std::hint::black_box;
 use std::path::Path;
 
-use bucketproof_harness::scenario::Scenario;
-use bucketproof_harness::{Registry, RunOptions, run_trace};
+use bucketproof_check::{RunOptions, run_trace};
+use bucketproof_harness::Registry;
+use bucketproof_scenario::Scenario;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 const SCENARIOS: [&str; 3] = ["rollback", "mixed-tiers", "attack-evict-full"];

@@ -1,6 +1,6 @@
 //! The scenario engine: runs scenario x seed x subject through [`run_trace`] (the reference model in
 //! lockstep and every oracle), checks the scenario's reach targets, and turns a violation into a
-//! shrunk, self-contained [`Counterexample`] that [`replay`] reproduces.
+//! shrunk, self-contained [`Counterexample`] that [`crate::counterexample::replay`] reproduces.
 //!
 //! Promises: the op stream is consumed lazily (memory flat in trace length; only a failure's prefix is
 //! materialized, to shrink it); everything a run returns except [`RunResult::elapsed`] is a function of
@@ -8,7 +8,7 @@
 //! exists only for throughput lines on the terminal. One exception, which the counterexample states
 //! (`shrink_budget_exhausted`): a shrink cut short by the time part of its [`ShrinkBudget`] depends
 //! on the machine's speed. Pinned keys (tiers) that a subject's key bound cannot hold are a setup
-//! error ([`Status::Error`]) before the run ([`crate::Subject::check_pinned`]).
+//! error ([`Status::Error`]) before the run ([`bucketproof_trace::Subject::check_pinned`]).
 //!
 //! One skip rule for every subject: a setup or an op the subject cannot run or express
 //! ([`SubjectError::Unsupported`], [`SubjectError::Inexpressible`]: a key bound it has none of, a
@@ -17,17 +17,17 @@
 
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::oracle::{OracleSet, Violation};
-use crate::profile::Profile;
-use crate::runner::{Failure, RunOptions, RunReport, Verdict, failure_of, run_trace};
-use crate::scenario::Scenario;
-use crate::shrink::{ShrinkBudget, shrink};
-use crate::subject::{Subject, SubjectError};
-use crate::subjects::Registry;
-use crate::subjects::exec::{ExecSpec, ExecSubjects};
-use crate::trace::{Op, PolicySpec, Setup, Trace};
+use crate::Registry;
+use crate::counterexample::{COUNTEREXAMPLE_FORMAT, Counterexample};
+use bucketproof_check::oracle::Violation;
+use bucketproof_check::runner::{Failure, RunOptions, RunReport, Verdict, failure_of, run_trace};
+use bucketproof_check::shrink::{ShrinkBudget, shrink};
+use bucketproof_scenario::Scenario;
+use bucketproof_trace::profile::Profile;
+use bucketproof_trace::subject::{Subject, SubjectError};
+use bucketproof_trace::trace::{PolicySpec, Setup, Trace};
 
 /// How a run ended, judged with the reach targets.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -83,72 +83,6 @@ impl Status {
             Status::Skipped { reason } => reason.clone(),
             Status::Error { message } => message.clone(),
         }
-    }
-}
-
-/// A minimal failing trace with everything needed to replay it, as written to `reports/failures/`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Counterexample {
-    /// File format version.
-    pub format: u32,
-    /// The scenario it came from.
-    pub scenario: String,
-    /// The seed that generated the original trace.
-    pub seed: u64,
-    /// The subject that failed.
-    pub subject: String,
-    /// Index of the failing op in the original trace.
-    pub original_step: u64,
-    /// How subjects are built.
-    pub setup: Setup,
-    /// The shrunk ops; the last one fails.
-    pub ops: Vec<Op>,
-    /// The oracle's verdict on the shrunk trace: what was expected and what the subject did.
-    pub violation: Violation,
-    /// The command that replays this file (relative to the directory `check` ran in).
-    pub replay: String,
-    /// Shrinking stopped at its budget: `ops` still fails this way but may not be minimal.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub shrink_budget_exhausted: bool,
-    /// The profile the subject was checked under (absent in older files: exact).
-    #[serde(default, skip_serializing_if = "is_exact")]
-    pub profile: Profile,
-    /// For a child-process subject, the command that starts it (and the profile), so `replay`
-    /// starts the same command without the subject file.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exec: Option<ExecSpec>,
-    /// The oracles that judged the run (absent: all), so a replay judges by the same ones.
-    #[serde(default, skip_serializing_if = "is_all")]
-    pub oracles: OracleSet,
-}
-
-fn is_all(oracles: &OracleSet) -> bool {
-    *oracles == OracleSet::ALL
-}
-
-fn is_exact(profile: &Profile) -> bool {
-    *profile == Profile::exact()
-}
-
-/// File format version of [`Counterexample`].
-pub const COUNTEREXAMPLE_FORMAT: u32 = 1;
-
-impl Counterexample {
-    /// A file name that names the case: `<scenario>-seed<seed>-<subject>.json`.
-    pub fn file_name(&self) -> String {
-        let subject: String = self
-            .subject
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-            .collect();
-        format!("{}-seed{}-{}.json", self.scenario, self.seed, subject)
-    }
-
-    /// Pretty JSON with a trailing newline (deterministic).
-    pub fn to_json(&self) -> String {
-        let mut text = serde_json::to_string_pretty(self).expect("plain data serializes");
-        text.push('\n');
-        text
     }
 }
 
@@ -398,66 +332,13 @@ pub fn first_failure(
     failure_of(trace, subject.as_mut(), options)
 }
 
-/// What replaying a counterexample showed.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Replayed {
-    /// It fails the same way as recorded.
-    Reproduced(Violation),
-    /// It fails, but differently.
-    Different(Violation),
-    /// It passes now (fixed, or the file was edited).
-    Passed,
-    /// The subject could not run it.
-    Incompatible(String),
-}
-
-/// Replays a counterexample against its subject: the recorded command for a child-process subject
-/// (with the recorded profile), else the registry's subject of that name.
-pub fn replay(registry: &Registry, counterexample: &Counterexample) -> Replayed {
-    let name = &counterexample.subject;
-    let setup = &counterexample.setup;
-    let built: Result<Box<dyn Subject>, SubjectError> = match &counterexample.exec {
-        Some(spec) => ExecSubjects::new(".")
-            .build_spec(name, spec, setup)
-            .map(|s| Box::new(s) as Box<dyn Subject>),
-        None => registry.build(name, setup),
-    };
-    let mut subject = match built {
-        Ok(subject) => subject,
-        Err(error) => return Replayed::Incompatible(error.to_string()),
-    };
-    let options = RunOptions {
-        oracles: counterexample.oracles,
-        ..RunOptions::default()
-    };
-    let report = match run_trace(
-        &counterexample.setup,
-        counterexample.ops.iter().cloned(),
-        subject.as_mut(),
-        &options,
-    ) {
-        Ok(report) => report,
-        Err(error) => return Replayed::Incompatible(error.to_string()),
-    };
-    match report.verdict {
-        Verdict::Pass => Replayed::Passed,
-        Verdict::Incompatible { reason, .. } => Replayed::Incompatible(reason),
-        Verdict::Broken { step, message } => {
-            Replayed::Incompatible(format!("the subject broke at op {step}: {message}"))
-        }
-        Verdict::Fail(failure) if failure.violation == counterexample.violation => {
-            Replayed::Reproduced(failure.violation)
-        }
-        Verdict::Fail(failure) => Replayed::Different(failure.violation),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
+    use crate::counterexample::{Replayed, replay};
+    use bucketproof_check::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
 
     const SCENARIO: &str = r#"
 length = 400
@@ -488,7 +369,7 @@ gap = "100ms"
         let mut scenario = scenario();
         scenario
             .reach
-            .push(crate::scenario::EventName("near_clock_end".into()));
+            .push(bucketproof_scenario::EventName("near_clock_end".into()));
         let registry = Registry::default();
         let result = Engine::new(&registry, EngineOptions::default()).run(&scenario, 1, "core");
         assert_eq!(
@@ -579,7 +460,7 @@ gap = "100ms"
         assert_eq!(result.status.word(), "fail");
         let counterexample = result.counterexample.expect("a counterexample");
         assert!(
-            counterexample.ops.len() <= crate::gate::MAX_COUNTEREXAMPLE_OPS,
+            counterexample.ops.len() <= crate::counterexample::MAX_COUNTEREXAMPLE_OPS,
             "{:?}",
             counterexample.ops
         );

@@ -1,41 +1,27 @@
-//! # bucketproof-harness: drive any limiter against the reference model and the oracles
+//! # bucketproof-harness: the gate, on top of the checking crates
 //!
-//! Vocabulary (design.md section 7):
-//! - a [`Subject`] is one implementation under test behind one small trait;
-//! - a [`Trace`] is a [`Setup`] plus [`Op`]s: plain data, serializable, replayable, shrinkable;
-//! - the [`oracle`]s judge every step: the reference model decision by decision, the invariants, the
-//!   arrival-curve bound (independently of the model), and retry-after tightness;
-//! - the [`runner`] streams a trace through subjects and the model in lockstep;
-//! - the [`shrink`]er reduces a failing trace to a minimal counterexample;
-//! - `state_machine` (feature `state-machine`) runs generated op sequences against any subject,
-//!   every oracle after every step.
+//! Owns what runs many checks and reports on them, over the crates below it
+//! (`bucketproof-trace`: the vocabulary; `bucketproof-scenario`: the scenario language;
+//! `bucketproof-check`: the oracles, the runner, the shrinker):
+//! - the [`engine`] runs scenario x seed x subject with reach targets and shrinking; a failure is
+//!   a [`counterexample`], which `replay` runs again;
+//! - the [`gate`] is what `bucketproof check` does, as a library: jobs, verdicts, JSON, JUnit, files;
+//! - [`compare`] (float versus rational), [`peers`] (the third-party report) and [`report`]
+//!   (scenario reports) render what the engine found;
+//! - the [`Registry`] builds any subject by name: the check crate's, the external ones
+//!   (`bucketproof-subjects`, each behind this crate's feature of the same name) and child
+//!   processes (`bucketproof-protocol`, feature `exec`) are registered by their factories.
 //!
-//! Nothing here reads a wall clock or iterates a hash map: the same trace gives the same verdict and the
-//! same report bytes on every machine.
+//! Nothing here reads a wall clock for a verdict or iterates a hash map: the same runs give the same
+//! report bytes on every machine.
 #![warn(missing_docs)]
 
-pub mod boundary;
 pub mod compare;
+pub mod counterexample;
 pub mod engine;
 pub mod gate;
-pub mod oracle;
 pub mod peers;
-pub mod pressure;
-pub mod profile;
+mod registry;
 pub mod report;
-pub mod runner;
-pub mod scenario;
-pub mod shrink;
-#[cfg(feature = "state-machine")]
-pub mod state_machine;
-pub mod subject;
-pub mod subjects;
-pub mod trace;
 
-pub use runner::{RunOptions, RunReport, Stepper, Verdict, run_trace};
-pub use subject::{
-    Amount, BandwidthObserved, Inspected, Inspection, Observed, Subject, SubjectError,
-    SubjectFactory,
-};
-pub use subjects::Registry;
-pub use trace::{Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Settle, Setup, Trace};
+pub use registry::Registry;

@@ -12,9 +12,9 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::engine::{RunResult, Status};
-use crate::runner::{Divergence, Sample};
-use crate::scenario::Scenario;
-use crate::trace::Setup;
+use bucketproof_check::runner::{Divergence, Sample};
+use bucketproof_scenario::Scenario;
+use bucketproof_trace::trace::Setup;
 
 /// One run in a report.
 #[derive(Clone, Debug, Serialize)]

@@ -101,10 +101,10 @@ fn the_committed_report_is_fresh() {
 /// is denied).
 #[test]
 fn the_go_scenario_files_pass_on_the_core_and_fail_on_go() {
+    use bucketproof_check::runner::{RunOptions, run_trace};
     use bucketproof_harness::Registry;
     use bucketproof_harness::engine::{Engine, EngineOptions, Status};
-    use bucketproof_harness::runner::{RunOptions, run_trace};
-    use bucketproof_harness::scenario::Scenario;
+    use bucketproof_scenario::Scenario;
 
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
     let registry = Registry::default();
@@ -112,7 +112,7 @@ fn the_go_scenario_files_pass_on_the_core_and_fail_on_go() {
     let engine = Engine::new(
         &registry,
         EngineOptions {
-            shrink_budget: bucketproof_harness::shrink::ShrinkBudget::runs(20),
+            shrink_budget: bucketproof_check::shrink::ShrinkBudget::runs(20),
             ..EngineOptions::default()
         },
     );

@@ -6,13 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
+use bucketproof_check::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
 use bucketproof_harness::Registry;
-use bucketproof_harness::engine::{Counterexample, Replayed, replay};
-use bucketproof_harness::gate::{
-    Counts, Gate, GateError, GateOptions, MAX_COUNTEREXAMPLE_OPS, Saved, Verdict,
+use bucketproof_harness::counterexample::{
+    Counterexample, MAX_COUNTEREXAMPLE_OPS, Replayed, replay,
 };
-use bucketproof_harness::scenario::Scenario;
-use bucketproof_harness::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
+use bucketproof_harness::gate::{Counts, Gate, GateError, GateOptions, Saved, Verdict};
+use bucketproof_scenario::Scenario;
 
 const SCENARIO: &str = r#"
 seeds = [1, 2]

@@ -1,16 +1,17 @@
-//! The state machine (`bucketproof_harness::state_machine`) against the project's own subjects: the
+//! The state machine (`bucketproof_check::state_machine`) against the project's own subjects: the
 //! core limiter, the Redis script, the PostgreSQL limiter, and broken fixtures that must be caught
 //! and shrunk.
 //!
 //! Regressions persist in `tests/state_machine.proptest-regressions` (committed). `PROPTEST_CASES`
 //! raises the case count (default: the library's CI-sized default).
 
-use bucketproof_harness::scenario::duration::SECOND;
-use bucketproof_harness::state_machine::{self, DEFAULT_CASES, OpKinds, Options, Outcome};
-use bucketproof_harness::subjects::broken::{Bug, Classic};
-use bucketproof_harness::subjects::{CoreSubject, broken::BrokenSubjects};
-use bucketproof_harness::{
-    BandwidthSpec, ConfigSpec, PolicySpec, Registry, Setup, Subject, SubjectError, SubjectFactory,
+use bucketproof_check::state_machine::{self, DEFAULT_CASES, OpKinds, Options, Outcome};
+use bucketproof_check::subjects::broken::{Bug, Classic};
+use bucketproof_check::subjects::{CoreSubject, broken::BrokenSubjects};
+use bucketproof_harness::Registry;
+use bucketproof_trace::duration::SECOND;
+use bucketproof_trace::{
+    BandwidthSpec, ConfigSpec, PolicySpec, Setup, Subject, SubjectError, SubjectFactory,
 };
 
 /// The project's setup: a small capacity, a rate whose refill boundaries fall between nanoseconds,

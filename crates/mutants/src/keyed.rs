@@ -20,13 +20,13 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use bucketproof_harness::subjects::one_bandwidth;
-use bucketproof_harness::{
+use bucketproof_limiter::internal::state_from_parts;
+use bucketproof_limiter::{BucketState, Config, Nanos, Wait};
+use bucketproof_trace::subject::one_bandwidth;
+use bucketproof_trace::{
     Acquire, Amount, ConfigSpec, Inspected, Inspection, Observed, Settle, Setup, Subject,
     SubjectError,
 };
-use bucketproof_limiter::internal::state_from_parts;
-use bucketproof_limiter::{BucketState, Config, Nanos, Wait};
 
 /// The steps of one acquire that a mutant may get wrong. Every default is the exact rule; a mutant
 /// overrides one of them.

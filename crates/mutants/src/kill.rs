@@ -24,12 +24,13 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use bucketproof_check::oracle::{OracleKind, OracleSet, Violation};
+use bucketproof_check::runner::{Failure, RunOptions, failure_of};
+use bucketproof_check::shrink::{ShrinkBudget, shrink};
+use bucketproof_harness::Registry;
 use bucketproof_harness::engine::{Engine, EngineOptions, Status};
-use bucketproof_harness::oracle::{OracleKind, OracleSet, Violation};
-use bucketproof_harness::runner::{Failure, RunOptions, failure_of};
-use bucketproof_harness::scenario::{Scenario, load_all};
-use bucketproof_harness::shrink::{ShrinkBudget, shrink};
-use bucketproof_harness::{Registry, Subject, SubjectError, SubjectFactory, Trace};
+use bucketproof_scenario::{Scenario, load_all};
+use bucketproof_trace::{Subject, SubjectError, SubjectFactory, Trace};
 
 use crate::race::{hunt_race, racy_acquire};
 use crate::traces::{Family, generate};
@@ -132,7 +133,7 @@ impl Kill {
 fn build(
     factory: &dyn SubjectFactory,
     name: &str,
-    setup: &bucketproof_harness::Setup,
+    setup: &bucketproof_trace::Setup,
 ) -> Result<Box<dyn Subject>, KillError> {
     match factory.build(name, setup) {
         None => Err(KillError::UnknownSubject(name.to_owned())),
@@ -431,7 +432,7 @@ pub fn median_time_to_kill(kills: &[Kill]) -> Option<Duration> {
 }
 
 /// The largest shrunk counterexample a kill may have: the gate's own limit, under this crate's name.
-pub use bucketproof_harness::gate::MAX_COUNTEREXAMPLE_OPS as MAX_SHRUNK_OPS;
+pub use bucketproof_harness::counterexample::MAX_COUNTEREXAMPLE_OPS as MAX_SHRUNK_OPS;
 
 /// The cargo-mutants run over `crates/limiter`, recorded by hand in
 /// `crates/mutants/cargo-mutants.md`: it takes far longer than this report, so the report embeds
@@ -585,7 +586,7 @@ fn render_alone(out: &mut String, kills: &[Kill]) {
     let _ = writeln!(
         out,
         "Every mutant again, on the same generated traces, with one oracle switched on and the \
-         others off (`bucketproof_harness::oracle::OracleSet::only`). The model oracle is the \
+         others off (`bucketproof_check::oracle::OracleSet::only`). The model oracle is the \
          decision-by-decision comparison and eviction legality (both judge against the model's \
          state). `racy-rmw` is hunted by threads, whose one oracle is the arrival curve. Deterministic. \
          A mutant only the model kills is flagged: a limiter checked without the model (one that does \

@@ -1,7 +1,7 @@
 //! # bucketproof-mutants: broken token buckets the harness must kill
 //!
 //! A verification harness earns trust by catching real bugs. This crate keeps a catalogue of the
-//! classic token-bucket mistakes, each one a [`bucketproof_harness::Subject`] that deviates
+//! classic token-bucket mistakes, each one a [`bucketproof_trace::Subject`] that deviates
 //! from the exact transition in exactly one place, and a kill runner ([`kill`]) that proves the
 //! harness catches every one: which oracle fires, how fast, and how small the shrunk counterexample
 //! is.
@@ -32,8 +32,8 @@ pub mod race;
 pub mod sets;
 pub mod traces;
 
-use bucketproof_harness::subjects::FloatTextbookSubject;
-use bucketproof_harness::{Setup, Subject, SubjectError, SubjectFactory};
+use bucketproof_check::subjects::FloatTextbookSubject;
+use bucketproof_trace::{Setup, Subject, SubjectError, SubjectFactory};
 
 use crate::keyed::{Keyed, Mistake};
 use crate::mistakes::*;
@@ -340,7 +340,7 @@ impl SubjectFactory for MutantSubjects {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bucketproof_harness::ConfigSpec;
+    use bucketproof_trace::ConfigSpec;
 
     #[test]
     fn every_catalogue_name_builds_and_unknown_names_are_not_ours() {

@@ -5,7 +5,7 @@
 use bucketproof_limiter::internal::state_from_parts;
 use bucketproof_limiter::{BucketState, Config, Nanos, Wait};
 
-use bucketproof_harness::boundary::PACKED_LIMIT;
+use bucketproof_trace::boundary::PACKED_LIMIT;
 
 use crate::keyed::{Mistake, exact_wait, wait_from};
 

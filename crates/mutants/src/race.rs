@@ -15,7 +15,7 @@
 //! [`hunt_race`] is that run. Two real threads, started together by a barrier, each make 256
 //! acquires of cost 1 on a fresh key of capacity 256 with no refill (rate 0), at interleaved per-op
 //! times; the main thread then feeds every admitted acquire to the arrival-curve oracle
-//! ([`bucketproof_harness::oracle::arrival::ArrivalCurve`]): with no refill at most 256 tokens may be
+//! ([`bucketproof_check::oracle::arrival::ArrivalCurve`]): with no refill at most 256 tokens may be
 //! admitted, in whatever order the calls took the lock, so more is a breach no linearizable limiter
 //! can produce. Rounds repeat (the key is forgotten between rounds) until a breach or the budget runs
 //! out. The witness is two admitted acquires reporting the same remaining balance: they read the
@@ -36,12 +36,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use bucketproof_harness::oracle::arrival::{ArrivalCurve, CurveConfig};
-use bucketproof_harness::oracle::{OracleKind, Violation};
-use bucketproof_harness::subjects::CoreSubject;
-use bucketproof_harness::{
-    Acquire, ConfigSpec, Inspection, Observed, Setup, Subject, SubjectError,
-};
+use bucketproof_check::oracle::arrival::{ArrivalCurve, CurveConfig};
+use bucketproof_check::oracle::{OracleKind, Violation};
+use bucketproof_check::subjects::CoreSubject;
+use bucketproof_trace::{Acquire, ConfigSpec, Inspection, Observed, Setup, Subject, SubjectError};
 use std::collections::HashMap;
 use std::sync::{MutexGuard, PoisonError};
 

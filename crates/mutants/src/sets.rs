@@ -12,12 +12,12 @@
 //! Each holds one bandwidth per key as well (then it is the real limiter, or a chain of one), and only
 //! a trace of several bandwidths shows the mistake ([`crate::traces::Family::Bandwidths`]).
 
-use bucketproof_harness::subjects::CoreSubject;
-use bucketproof_harness::{
+use bucketproof_check::subjects::CoreSubject;
+use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Wait};
+use bucketproof_trace::{
     Acquire, Amount, BandwidthObserved, ConfigSpec, Inspection, Observed, Setup, Subject,
     SubjectError,
 };
-use bucketproof_limiter::{Bandwidth, Bandwidths, Config, Wait};
 
 fn build_error(error: impl std::fmt::Display) -> SubjectError {
     SubjectError::Build(error.to_string())

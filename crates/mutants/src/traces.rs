@@ -2,7 +2,7 @@
 //! seed give the same [`Trace`] on every machine and every version of the `rand` crates.
 //!
 //! The stream is the harness's ChaCha8 stream for the seed, one stream number per family, and every
-//! draw is the harness's own unbiased integer sampling (`bucketproof_harness::scenario::sample`, not a
+//! draw is the harness's own unbiased integer sampling (`bucketproof_scenario::sample`, not a
 //! library distribution, whose algorithm may change between releases; design.md section 7), so a seed
 //! in a report replays next year.
 //!
@@ -13,7 +13,7 @@
 //! of the arithmetic, and a mix of everything.
 //!
 //! Every family has the boundary values of its configs' arithmetic on its menu
-//! ([`bucketproof_harness::boundary`]): now and then a trace starts with (or reconfigures to) one of
+//! ([`bucketproof_trace::boundary`]): now and then a trace starts with (or reconfigures to) one of
 //! the configs that sit on the lines, a step is one of the key's boundary gaps or a jump to one of
 //! its boundary instants, and a cost one of its boundary costs. [`Family::Arithmetic`] draws them
 //! most of the time: uniform draws essentially never land on `ceil(2^64 / p)` ns or on a balance of
@@ -22,12 +22,10 @@
 
 use std::collections::BTreeMap;
 
-use bucketproof_harness::boundary::{self, Boundaries};
-use bucketproof_harness::scenario::duration::{SECOND, YEAR};
-use bucketproof_harness::scenario::sample;
-use bucketproof_harness::{
-    Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Settle, Setup, Trace,
-};
+use bucketproof_scenario::sample;
+use bucketproof_trace::boundary::{self, Boundaries};
+use bucketproof_trace::duration::{SECOND, YEAR};
+use bucketproof_trace::{Acquire, BandwidthSpec, ConfigSpec, Op, PolicySpec, Settle, Setup, Trace};
 use rand_chacha::ChaCha8Rng;
 
 /// What a generated trace stresses.

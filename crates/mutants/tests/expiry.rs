@@ -5,12 +5,12 @@
 //! differential oracle on the product bugs' traces. And the control: the wrapper sweeping before
 //! every acquire, with no mistake, passes every trace the kill runner tries.
 
-use bucketproof_harness::runner::{RunOptions, failure_of};
-use bucketproof_harness::{Acquire, ConfigSpec, Op, Setup, Trace};
+use bucketproof_check::runner::{RunOptions, failure_of};
 use bucketproof_mutants::keyed::{CallerTimeRecords, Exact, Keyed, Mistake};
 use bucketproof_mutants::kill::{KillOptions, MAX_SHRUNK_OPS, first_violation, kill};
 use bucketproof_mutants::traces::{Family, generate};
 use bucketproof_mutants::{MutantSubjects, catalogue};
+use bucketproof_trace::{Acquire, ConfigSpec, Op, Setup, Trace};
 
 const SECOND: u64 = 1_000_000_000;
 

@@ -12,14 +12,14 @@
 //! one and refused when it comes back), and the refusals the eviction-legality check must still
 //! reject.
 
-use bucketproof_harness::runner::{RunOptions, Verdict, run_trace};
-use bucketproof_harness::subjects::CoreSubject;
-use bucketproof_harness::{
-    Acquire, ConfigSpec, Inspection, Observed, Op, PolicySpec, Registry, Setup, Subject,
-    SubjectError, Trace,
-};
+use bucketproof_check::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_check::subjects::CoreSubject;
+use bucketproof_harness::Registry;
 use bucketproof_mutants::kill::KillOptions;
 use bucketproof_mutants::traces::{Family, generate};
+use bucketproof_trace::{
+    Acquire, ConfigSpec, Inspection, Observed, Op, PolicySpec, Setup, Subject, SubjectError, Trace,
+};
 
 /// Seeds per family and length: the kill runner's default unless the environment asks for more.
 fn seeds() -> u64 {

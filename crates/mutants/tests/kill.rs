@@ -9,9 +9,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bucketproof_harness::runner::{EVENTS, RunOptions, Verdict, run_trace};
-use bucketproof_harness::subjects::CoreSubject;
-use bucketproof_harness::{Setup, Subject, SubjectError, SubjectFactory, Trace};
+use bucketproof_check::runner::{RunOptions, Verdict, run_trace};
+use bucketproof_check::subjects::CoreSubject;
 use bucketproof_mutants::keyed::{Keyed, Mistake, control};
 use bucketproof_mutants::kill::{
     KillError, KillOptions, MAX_SHRUNK_OPS, first_violation, kill, kill_all, load_scenarios,
@@ -20,6 +19,8 @@ use bucketproof_mutants::kill::{
 use bucketproof_mutants::race::{RacySubject, exact_acquire, hunt_race};
 use bucketproof_mutants::traces::{Family, generate};
 use bucketproof_mutants::{KillBy, Mutant, MutantSubjects};
+use bucketproof_trace::events::EVENTS;
+use bucketproof_trace::{Setup, Subject, SubjectError, SubjectFactory, Trace};
 
 /// Every trace the kill runner may try, in its order.
 fn search_space(options: &KillOptions) -> impl Iterator<Item = (String, Trace)> + '_ {

@@ -4,10 +4,12 @@
 //! of the work here: the state machine already jumps by years and to the end of the clock, so on
 //! these configs an empty menu kills the same three.)
 
-use bucketproof_harness::scenario::duration::SECOND;
-use bucketproof_harness::state_machine::{self, OpKinds, Options, Outcome};
-use bucketproof_harness::{BandwidthSpec, ConfigSpec, Registry, Setup, boundary};
+use bucketproof_check::state_machine::{self, OpKinds, Options, Outcome};
+use bucketproof_harness::Registry;
 use bucketproof_mutants::MutantSubjects;
+use bucketproof_trace::boundary;
+use bucketproof_trace::duration::SECOND;
+use bucketproof_trace::{BandwidthSpec, ConfigSpec, Setup};
 
 /// The mistakes a single value on an arithmetic line reveals. `packed-line-off-by-one` and
 /// `clock-end-exclusive` need two ops in a row on their lines (empty the bucket, then land exactly on

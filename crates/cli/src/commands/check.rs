@@ -2,8 +2,8 @@
 //! [`Gate`] with a terminal [`Progress`], prints its summary (text or JSON) and returns the
 //! verdict's exit code.
 
+use bucketproof_check::oracle::OracleSet;
 use bucketproof_harness::gate::{self, Gate, GateOptions, ReportMode, Verdict};
-use bucketproof_harness::oracle::OracleSet;
 
 use crate::args::CheckArgs;
 use crate::fatal::Fatal;

@@ -4,8 +4,9 @@
 
 use std::path::PathBuf;
 
-use bucketproof_harness::gate::{self, MAX_COUNTEREXAMPLE_OPS};
-use bucketproof_harness::oracle::OracleSet;
+use bucketproof_check::oracle::OracleSet;
+use bucketproof_harness::counterexample::MAX_COUNTEREXAMPLE_OPS;
+use bucketproof_harness::gate;
 use bucketproof_mutants::kill;
 
 use crate::fatal::Fatal;

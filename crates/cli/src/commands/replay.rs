@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use bucketproof_harness::engine::{Counterexample, Replayed, replay};
+use bucketproof_harness::counterexample::{Counterexample, Replayed, replay};
 use bucketproof_harness::gate::known_subjects;
 
 use crate::fatal::Fatal;

@@ -2,8 +2,9 @@
 //! (byte-identical across runs and machines). A failure's counterexample is written where its replay
 //! command says.
 
-use bucketproof_harness::RunReport;
-use bucketproof_harness::engine::{Counterexample, Status};
+use bucketproof_check::RunReport;
+use bucketproof_harness::counterexample::Counterexample;
+use bucketproof_harness::engine::Status;
 use bucketproof_harness::gate::{Counts, Gate, GateOptions, Saved};
 use serde::Serialize;
 

@@ -3,7 +3,7 @@
 
 use std::io::{BufReader, BufWriter};
 
-use bucketproof_harness::subjects::exec::serve::serve as serve_protocol;
+use bucketproof_protocol::serve::serve as serve_protocol;
 
 use crate::fatal::Fatal;
 use crate::project;

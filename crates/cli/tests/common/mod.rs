@@ -89,7 +89,7 @@ pub fn assert_replays(dir: &Path, file: &Path) {
 
 /// `bucketproof check [SCENARIO] --subject SUBJECT` (from the workspace, files under a scratch
 /// directory named `name`) fails (exit 1), its shortest counterexample has at most the gate's
-/// [`MAX_COUNTEREXAMPLE_OPS`](bucketproof_harness::gate::MAX_COUNTEREXAMPLE_OPS) ops, and replays
+/// [`MAX_COUNTEREXAMPLE_OPS`](bucketproof_harness::counterexample::MAX_COUNTEREXAMPLE_OPS) ops, and replays
 /// from the workspace. Returns what `check` printed (stdout and stderr) and the counterexample.
 pub fn assert_caught_small(scenario: Option<&str>, subject: &str, name: &str) -> (String, PathBuf) {
     let reports = scratch(name).join("reports");
@@ -100,7 +100,7 @@ pub fn assert_caught_small(scenario: Option<&str>, subject: &str, name: &str) ->
     let printed = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{subject}: {printed}");
     let (ops, file) = smallest_counterexample(&reports);
-    let max = bucketproof_harness::gate::MAX_COUNTEREXAMPLE_OPS;
+    let max = bucketproof_harness::counterexample::MAX_COUNTEREXAMPLE_OPS;
     assert!(ops <= max, "{subject}: {ops} ops in {}", file.display());
     assert_replays(&workspace(), &file);
     (printed, file)

@@ -8,13 +8,13 @@
 use bucketproof_float::{GoRateVersion, GoStyleBucket};
 use serde::Serialize;
 
-use super::run::{SubjectCell, comparison_options};
-use crate::runner::run_trace;
-use crate::scenario::duration::{HOUR, SECOND};
-use crate::subject::Subject;
-use crate::subjects::CoreSubject;
-use crate::subjects::float::FloatSubject;
-use crate::trace::{Acquire, ConfigSpec, Op, Setup, Trace};
+use super::cell::{SubjectCell, comparison_options};
+use bucketproof_check::runner::run_trace;
+use bucketproof_check::subjects::CoreSubject;
+use bucketproof_check::subjects::float::FloatSubject;
+use bucketproof_trace::duration::{HOUR, SECOND};
+use bucketproof_trace::subject::Subject;
+use bucketproof_trace::trace::{Acquire, ConfigSpec, Op, Setup, Trace};
 
 /// A named reproduction of a published float failure.
 #[derive(Clone, Debug, PartialEq, Serialize)]

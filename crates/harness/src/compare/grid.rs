@@ -10,8 +10,8 @@ use bucketproof_limiter::Nanos;
 use serde::Serialize;
 
 use super::{CompareError, FULL_ENV};
-use crate::scenario::duration::{self, DAY, HOUR, MINUTE, SECOND, YEAR};
-use crate::trace::ConfigSpec;
+use bucketproof_trace::duration::{self, DAY, HOUR, MINUTE, SECOND, YEAR};
+use bucketproof_trace::trace::ConfigSpec;
 
 /// One rate of the grid: the exact fraction (as a config string) and the `f64` the float subjects use.
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -14,19 +14,21 @@
 
 use std::path::{Path, PathBuf};
 
+mod cell;
 mod go_repro;
 mod grid;
 mod render;
 mod run;
 mod traces;
 
+pub use self::cell::SubjectCell;
 pub use self::go_repro::{
     GO_34861_RATE, GO_46579_RATE, GO_46579_TOKENS, NamedScenario, ScenarioResult,
     named_scenario_defs, named_scenarios,
 };
 pub use self::grid::{CompareOptions, DEFAULT_RATES, GridRate, parse_horizon};
 pub use self::render::{render_files, render_json, render_markdown, render_svg, summary};
-pub use self::run::{Cell, CompareReport, ErrorPoint, SubjectCell, SubjectTotals, run};
+pub use self::run::{Cell, CompareReport, ErrorPoint, SubjectTotals, run};
 pub use self::traces::generate_trace;
 
 /// The subjects every cell runs, in report order.

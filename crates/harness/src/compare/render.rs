@@ -6,9 +6,10 @@
 
 use std::fmt::Write as _;
 
-use super::run::{SubjectCell, TIME_FLOOR_S};
+use super::cell::SubjectCell;
+use super::run::TIME_FLOOR_S;
 use super::{CompareError, CompareReport, REPORT_STEM, SUBJECTS};
-use crate::scenario::duration::{self, DAY, SECOND};
+use bucketproof_trace::duration::{self, DAY, SECOND};
 
 fn fmt_opt_ns(ns: Option<u64>) -> String {
     ns.map_or_else(|| "-".to_owned(), fmt_time)

@@ -2,7 +2,7 @@
 //!
 //! Owns [`generate_trace`] and the per-cell seed. Promises: the same cell and base seed give the same
 //! trace on every machine, forever (a ChaCha8 stream and the harness's own integer sampling, from
-//! [`crate::scenario::sample`], no wall clock); times are monotone (every difference the comparison
+//! [`bucketproof_scenario::sample`], no wall clock); times are monotone (every difference the comparison
 //! finds is arithmetic, not clock handling) and inside the horizon; the patterns are bursts, polling
 //! clients, arrivals exactly at and 1 ns around the instant an exact bucket reaches the cost, and idle
 //! gaps sized so the ops spread over the whole horizon (sparse ops over 100 simulated years).
@@ -10,9 +10,9 @@
 use rand_chacha::ChaCha8Rng;
 
 use super::GridRate;
-use crate::scenario::duration::SECOND;
-use crate::scenario::sample::{self, below};
-use crate::trace::{Acquire, Op};
+use bucketproof_scenario::sample::{self, below};
+use bucketproof_trace::duration::SECOND;
+use bucketproof_trace::trace::{Acquire, Op};
 
 /// The stream number of the grid's traces (see [`sample::stream`]); fixed forever.
 const TRACE_STREAM: u64 = 0;
@@ -181,7 +181,7 @@ pub fn generate_trace(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenario::duration::YEAR;
+    use bucketproof_trace::duration::YEAR;
 
     #[test]
     fn traces_are_deterministic_monotone_and_inside_the_horizon() {

@@ -109,8 +109,8 @@ mod tests {
         let statuses = [
             Status::Pass,
             Status::Fail {
-                violation: crate::oracle::Violation::new(
-                    crate::oracle::OracleKind::Model,
+                violation: bucketproof_check::oracle::Violation::new(
+                    bucketproof_check::oracle::OracleKind::Model,
                     "a wrong answer",
                     "allowed",
                     "denied",

@@ -11,9 +11,9 @@
 use serde::Serialize;
 
 use super::{Gate, GateError, GateOptions, GateOutcome, Observer, ReportMode, Verdict, summary};
-use crate::oracle::{OracleKind, OracleSet};
-use crate::scenario::Scenario;
-use crate::subjects::Registry;
+use crate::Registry;
+use bucketproof_check::oracle::{OracleKind, OracleSet};
+use bucketproof_scenario::Scenario;
 
 /// What one gate per oracle found.
 #[derive(Debug)]

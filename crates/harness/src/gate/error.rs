@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::scenario::ScenarioError;
+use bucketproof_scenario::ScenarioError;
 
 /// A problem with the gate's inputs or outputs.
 #[derive(Debug, thiserror::Error)]

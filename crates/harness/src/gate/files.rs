@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{GateError, GateOptions, ReportMode, plots};
-use crate::engine::Counterexample;
+use crate::counterexample::Counterexample;
 use crate::report::ScenarioReport;
 
 /// Writes `text` to `path`.

@@ -12,18 +12,19 @@
 //! scenarios, seeds, subjects and options, so committed reports compare byte for byte.
 //!
 //! A gate over your own subject, from a `#[test]` of your repository: your limiter behind
-//! [`Subject`](crate::Subject), a [`SubjectFactory`](crate::SubjectFactory) that names and builds it,
+//! [`Subject`](bucketproof_trace::Subject), a [`SubjectFactory`](bucketproof_trace::SubjectFactory) that names and builds it,
 //! and the scenarios you choose (this crate's `scenarios/`, or your own). A limiter in another
 //! language is the same with `.with(ExecSubjects::new("."))` and a subject named `exec:<command
-//! line>` (`crate::subjects::exec`, docs/subject-protocol.md).
+//! line>` (`bucketproof-protocol`, docs/subject-protocol.md).
 //!
 //! ```
 //! use std::path::Path;
 //!
 //! use bucketproof_harness::gate::{Gate, GateOptions, Verdict};
-//! use bucketproof_harness::scenario::Scenario;
-//! use bucketproof_harness::subjects::CoreSubject;
-//! use bucketproof_harness::{Registry, Setup, Subject, SubjectError, SubjectFactory};
+//! use bucketproof_scenario::Scenario;
+//! use bucketproof_check::subjects::CoreSubject;
+//! use bucketproof_harness::Registry;
+//! use bucketproof_trace::{Setup, Subject, SubjectError, SubjectFactory};
 //!
 //! /// Builds "mine": here the built-in core stands in for your limiter's `Subject` adapter.
 //! struct Mine;
@@ -79,14 +80,10 @@ pub use self::error::GateError;
 pub use self::options::{GateOptions, ReportMode, writable};
 pub use self::plan::{known_subjects, load_scenarios, ready_subject};
 
+use crate::Registry;
 use crate::engine::{Engine, EngineOptions, RunResult};
 use crate::report::ScenarioReport;
-use crate::scenario::Scenario;
-use crate::subjects::Registry;
-
-/// The largest shrunk counterexample a caught bug may have: the gate's tests and the mutation
-/// self-test hold the shrinker to it.
-pub const MAX_COUNTEREXAMPLE_OPS: usize = 6;
+use bucketproof_scenario::Scenario;
 
 /// Where a failing run's counterexample went.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,8 +7,8 @@
 use std::path::PathBuf;
 
 use super::{GateError, GateOptions, joined};
-use crate::scenario::{self, Scenario};
-use crate::subjects::Registry;
+use crate::Registry;
+use bucketproof_scenario::{self as scenario, Scenario};
 
 /// Loads every scenario under `paths` (files or directories), in order; refuses duplicate names and
 /// an empty result.

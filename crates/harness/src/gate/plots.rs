@@ -4,7 +4,7 @@
 //! tick labels are formatted by plotters from the same `f64`s, and text is emitted as `<text>` elements
 //! (no font files are read: plotters estimates text extents itself without its `ttf` feature).
 
-use crate::runner::Sample;
+use bucketproof_check::runner::Sample;
 use plotters::prelude::*;
 
 const SIZE: (u32, u32) = (720, 360);

@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::claims::Claim;
-use crate::oracle::OracleKind;
+use bucketproof_check::oracle::OracleKind;
 
 /// Every peer, in the order the report shows them.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -117,7 +116,7 @@ impl Catalogue {
         };
         let catalogue: Catalogue = toml::from_str(text).map_err(|error| {
             let offset = error.span().map_or(0, |span| span.start);
-            let (line, column) = crate::scenario::line_column(text, offset);
+            let (line, column) = bucketproof_trace::location::line_column(text, offset);
             parse_error(format!("{line}:{column}: {}", error.message()))
         })?;
         for peer in &catalogue.peers {
@@ -157,6 +156,32 @@ pub const PROPERTIES: [OracleKind; 6] = [
 /// The property named `name`.
 pub fn property(name: &str) -> Option<OracleKind> {
     PROPERTIES.into_iter().find(|kind| kind.name() == name)
+}
+
+/// One checkable fact about a counterexample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Claim {
+    /// Some op's time is earlier than an earlier op's.
+    ClockStepsBack,
+    /// No op's time is earlier than an earlier op's.
+    ClockNeverStepsBack,
+    /// More was admitted than the exact bucket allows: an arrival-curve counterexample whose
+    /// admitted units are above the bound.
+    AdmitsMore,
+    /// The peer reported a balance above the capacity.
+    ReportsAboveCapacity,
+    /// The peer reported a balance below zero.
+    ReportsBelowZero,
+    /// The failing op (the last) asks for more than the capacity.
+    CostAboveCapacity,
+    /// The failing op (the last) asks for 0 tokens, which the spec refuses.
+    CostZero,
+    /// The capacity is above 2^53, past the integers a double holds exactly.
+    #[serde(rename = "capacity-above-2^53")]
+    CapacityAbove2Pow53,
+    /// The peer raised an error instead of deciding.
+    RaisesError,
 }
 
 #[cfg(test)]

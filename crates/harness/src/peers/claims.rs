@@ -10,37 +10,9 @@
 //! the oracle expected and what the peer did), never against the note's words; a note beside a
 //! counterexample states at least one claim (the catalogue refuses one that states none).
 
-use serde::{Deserialize, Serialize};
-
-use super::catalogue::Peer;
+use super::catalogue::{Claim, Peer};
 use super::findings::{Found, PeerFindings, PropertyState};
-use crate::trace::Op;
-
-/// One checkable fact about a counterexample.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Claim {
-    /// Some op's time is earlier than an earlier op's.
-    ClockStepsBack,
-    /// No op's time is earlier than an earlier op's.
-    ClockNeverStepsBack,
-    /// More was admitted than the exact bucket allows: an arrival-curve counterexample whose
-    /// admitted units are above the bound.
-    AdmitsMore,
-    /// The peer reported a balance above the capacity.
-    ReportsAboveCapacity,
-    /// The peer reported a balance below zero.
-    ReportsBelowZero,
-    /// The failing op (the last) asks for more than the capacity.
-    CostAboveCapacity,
-    /// The failing op (the last) asks for 0 tokens, which the spec refuses.
-    CostZero,
-    /// The capacity is above 2^53, past the integers a double holds exactly.
-    #[serde(rename = "capacity-above-2^53")]
-    CapacityAbove2Pow53,
-    /// The peer raised an error instead of deciding.
-    RaisesError,
-}
+use bucketproof_trace::trace::Op;
 
 impl Claim {
     /// The name written in the catalogue.
@@ -202,7 +174,7 @@ pub fn contradictions(findings: &PeerFindings) -> Vec<Contradiction> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{Acquire, ConfigSpec, Setup};
+    use bucketproof_trace::trace::{Acquire, ConfigSpec, Setup};
 
     fn found(ops: &[(u64, u64)], expected: &str, got: &str) -> Found {
         Found {

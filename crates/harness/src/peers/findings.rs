@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use super::catalogue::{PROPERTIES, Peer};
 use crate::engine::{RunResult, Status};
 use crate::gate::Counts;
-use crate::oracle::OracleKind;
-use crate::profile::Profile;
-use crate::trace::{Op, Setup};
+use bucketproof_check::oracle::OracleKind;
+use bucketproof_trace::profile::Profile;
+use bucketproof_trace::trace::{Op, Setup};
 
 /// One peer's findings.
 #[derive(Clone, Debug, Serialize)]
@@ -253,7 +253,7 @@ fn state_of(kind: OracleKind, results: &[RunResult]) -> PropertyState {
 /// Why a property no run violated was never actually put to the test, if it was not: "held" would
 /// claim what nothing checked.
 fn vacuous(kind: OracleKind, results: &[RunResult]) -> Option<&'static str> {
-    let total = |count: fn(&crate::runner::Divergence) -> u64| -> u64 {
+    let total = |count: fn(&bucketproof_check::runner::Divergence) -> u64| -> u64 {
         results
             .iter()
             .filter_map(|r| r.report.as_ref())

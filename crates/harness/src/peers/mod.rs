@@ -21,10 +21,10 @@ use std::path::PathBuf;
 pub use self::catalogue::{Catalogue, CatalogueError, Note, NoteKind, Peer};
 pub use self::findings::PeerFindings;
 
+use crate::Registry;
 use crate::gate::{Gate, GateError, GateOptions, Observer, each_oracle};
-use crate::oracle::OracleSet;
-use crate::scenario::Scenario;
-use crate::subjects::Registry;
+use bucketproof_check::oracle::OracleSet;
+use bucketproof_scenario::Scenario;
 
 /// The peers report: every peer's findings, in catalogue order.
 #[derive(Clone, Debug)]

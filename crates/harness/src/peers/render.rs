@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::PeersReport;
 use super::catalogue::NoteKind;
 use super::findings::{PeerFindings, PropertyState};
-use crate::gate::MAX_COUNTEREXAMPLE_OPS;
+use crate::counterexample::MAX_COUNTEREXAMPLE_OPS;
 
 /// The Markdown report.
 pub(super) fn markdown(report: &PeersReport) -> String {
