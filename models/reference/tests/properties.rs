@@ -919,3 +919,46 @@ fn prop_keyed_traces_replay_whole_decisions_errors_change_nothing_and_every_band
     SET_REPLAYS.at_least(20, "a replayed decision of several bandwidths");
     SWEPT.at_least(15, "a sweep that dropped a key");
 }
+
+/// Over random keyed traces (reconfigurations, which pin a key; forgets, which unpin it; sweeps and
+/// followed evictions, which keep its override; acquires): `holds_pinned` (kept as a count) says
+/// whether any key is pinned, the walk over every key it stands for.
+#[test]
+fn prop_holds_pinned_is_whether_any_key_is_pinned() {
+    fn prop(t: Trace) -> bool {
+        let mut m = Model::new(t.default, t.window, t.per_key);
+        let mut now = t.start;
+        for op in &t.ops {
+            match op {
+                Op::Acquire { key, step, cost, id } => {
+                    now = apply(now, *step);
+                    let _ = m.acquire(*key, now, *cost, *id);
+                }
+                Op::Reconfigure { key, step, set } => {
+                    now = apply(now, *step);
+                    m.reconfigure(*key, set.clone(), now);
+                }
+                Op::Forget(key) => {
+                    m.forget(*key);
+                }
+                Op::Sweep(step) => {
+                    now = apply(now, *step);
+                    m.sweep(now);
+                    if let Some(&key) = m.keys().first() {
+                        m.evict(key);
+                    }
+                }
+            }
+            if m.holds_pinned() != (0..3).any(|k| m.is_pinned(k)) {
+                return false;
+            }
+            if m.holds_pinned() {
+                PINNED.hit();
+            }
+        }
+        true
+    }
+    static PINNED: Coverage = Coverage::new();
+    check(prop as fn(Trace) -> bool);
+    PINNED.at_least(100, "a model holding a pinned key");
+}
