@@ -532,7 +532,10 @@ impl Model {
     /// fresh." The config version goes with the override (back to 0). Returns whether anything was held.
     pub fn forget(&mut self, key: u64) -> bool {
         let removed = self.entries.remove(&key);
-        if removed.as_ref().is_some_and(|e| e.override_config.is_some()) {
+        if removed
+            .as_ref()
+            .is_some_and(|e| e.override_config.is_some())
+        {
             self.pinned -= 1;
         }
         removed.is_some()

@@ -930,7 +930,12 @@ fn prop_holds_pinned_is_whether_any_key_is_pinned() {
         let mut now = t.start;
         for op in &t.ops {
             match op {
-                Op::Acquire { key, step, cost, id } => {
+                Op::Acquire {
+                    key,
+                    step,
+                    cost,
+                    id,
+                } => {
                     now = apply(now, *step);
                     let _ = m.acquire(*key, now, *cost, *id);
                 }
