@@ -2,10 +2,8 @@
 //! request-id replays, the arrival curve, retry-after tightness and the capacity checks. Each judges
 //! from the subject's own reports and returns its first violation; the statistics count them all.
 
-use std::cmp::Ordering;
-
 use bucketproof_limiter::Wait;
-use bucketproof_model::cmp_whole;
+use bucketproof_model::{Rational, cmp_whole};
 
 use super::Lockstep;
 use crate::oracle::arrival::{ArrivalBreach, ArrivalCurve, Recreation};
@@ -256,11 +254,10 @@ impl Lockstep<'_> {
             std::iter::once(whole)
                 .chain(parts)
                 .find(|&(amount, capacity)| {
-                    // Compared exactly without building a rational (`Amount::compare_whole`). An
-                    // unreported balance (`Amount::UNREPORTED`, NaN) and an infinite one have no
-                    // value to compare: unjudged.
-                    amount.compare_whole(0) == Some(Ordering::Less)
-                        || amount.compare_whole(capacity) == Some(Ordering::Greater)
+                    // An unreported balance (`Amount::UNREPORTED`, NaN) has no value: unjudged.
+                    amount.to_rational().is_some_and(|value| {
+                        value < Rational::ZERO || value > Rational::from(capacity)
+                    })
                 })?;
         self.divergence.other_violations += 1;
         Some(Violation::new(
