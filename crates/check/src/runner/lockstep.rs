@@ -377,7 +377,7 @@ impl<'a> Lockstep<'a> {
             return Err(stop);
         }
         if got == Err(SubjectError::UnknownRequest) {
-            self.follow_lost_records(key, now);
+            self.follow_lost_records(key, settle.request_id, now);
         }
         let oracles = self.options.oracles;
         let expected = (self.model).settle(key, now, settle.request_id, settle.actual);

@@ -300,6 +300,86 @@ mod tests {
     use crate::subjects::broken::{BrokenSubjects, CHARGES_DENIALS};
     use bucketproof_trace::{Acquire, ConfigSpec, SubjectFactory};
 
+    /// A subject that may evict on its own and cannot show its state (Redis, whose keys live by
+    /// their TTL): its "unknown request" for an id nobody ever recorded is no evidence that it
+    /// dropped the key, so the key's other records stay live in the model too. Found by the state
+    /// machine on the Redis script: a settle of a never-recorded id at a time the key was evictable
+    /// made the runner forget the key's records, and the next, legal settle of a recorded id
+    /// (under a rolled-back clock) was judged "unknown request".
+    #[test]
+    fn an_unknown_id_is_no_evidence_of_a_drop() {
+        use crate::subjects::model::ModelSubject;
+        use bucketproof_trace::duration::SECOND;
+        use bucketproof_trace::subject::Observed;
+        use bucketproof_trace::trace::Settle;
+
+        /// The model, claiming it may evict and showing nothing.
+        struct Opaque(ModelSubject);
+        impl Subject for Opaque {
+            fn name(&self) -> String {
+                "opaque model".into()
+            }
+            fn acquire(&mut self, acquire: Acquire) -> Result<Observed, SubjectError> {
+                self.0.acquire(acquire)
+            }
+            fn settle(&mut self, settle: Settle) -> Result<Observed, SubjectError> {
+                self.0.settle(settle)
+            }
+            fn may_evict(&self) -> bool {
+                true
+            }
+        }
+
+        let mut setup = Setup::new(ConfigSpec::new(4, "3/2s"));
+        setup.dedupe_window_ns = 5 * SECOND;
+        let t = 100 * SECOND;
+        let settle = |request_id, now| {
+            Op::Settle(Settle {
+                key: 0,
+                request_id,
+                actual: 0,
+                now,
+            })
+        };
+        let ops = vec![
+            Op::Acquire(Acquire {
+                key: 0,
+                cost: 1,
+                now: t,
+                request_id: Some(1),
+            }),
+            // Full and without a live record an hour later: evictable, but the id is unknown anyway.
+            settle(0, t + 3600 * SECOND),
+            // Back in the record's window: it is live, and the settle refunds the token.
+            settle(1, t + 3 * SECOND),
+        ];
+        let acquire = |request_id, now| {
+            Op::Acquire(Acquire {
+                key: 0,
+                cost: 1,
+                now,
+                request_id: Some(request_id),
+            })
+        };
+        // A record past its window is unknown on both sides too: the key's other, live record stays.
+        let dead_record = vec![
+            acquire(1, 0),
+            acquire(2, t),
+            settle(1, t + 3600 * SECOND),
+            // Under a rolled-back clock the key's effective time is still `t`: record 2 replays.
+            acquire(2, SECOND),
+        ];
+        for ops in [ops, dead_record] {
+            let trace = Trace {
+                setup: setup.clone(),
+                ops,
+            };
+            let mut subject = Opaque(ModelSubject::new(&trace.setup).unwrap());
+            let failure = failure_of(&trace, &mut subject, &RunOptions::default());
+            assert_eq!(failure, None);
+        }
+    }
+
     /// A reconfigure under a rolled-back clock creates a key the subject does not hold, with its
     /// cursor at the subject's eviction horizon rather than at `now`. The runner must follow that for
     /// every subject that shows its state, wrappers of the core included: the fixture's bug shows

@@ -21,8 +21,21 @@ impl Lockstep<'_> {
     /// key), and the subject shows no state for it. The model then forgets the key's records too,
     /// and keeps its bucket: what a later recreation of the key is judged against (under
     /// `EvictKeepingDeficit` it may come back owing, never fuller; `follow_owing`).
-    pub(super) fn follow_lost_records(&mut self, key: u64, at: u64) {
-        if self.model.state(key).is_none() || !self.subject.may_evict() {
+    ///
+    /// Only the loss of a record the model holds live is evidence of a drop: an id the model never
+    /// recorded, or whose record is past its window, is unknown on both sides, and a subject that
+    /// cannot show its state (whose key may still be there, holding other ids' live records) has
+    /// dropped nothing by saying so.
+    pub(super) fn follow_lost_records(&mut self, key: u64, request_id: u64, at: u64) {
+        let Some((_, last_refill)) = self.model.state(key) else {
+            return;
+        };
+        // Settle step 2's liveness, at the key's effective time.
+        let effective = u128::from(at.max(last_refill));
+        let window = u128::from(self.model.dedupe_window_ns());
+        let holds_live = (self.model.records(key).iter())
+            .any(|&(id, stamped)| id == request_id && effective < u128::from(stamped) + window);
+        if !holds_live || !self.subject.may_evict() {
             return;
         }
         let latest = self.events.latest().unwrap_or(at);
