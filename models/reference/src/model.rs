@@ -154,6 +154,9 @@ pub struct Model {
     dedupe_per_key: usize,
     /// Per-key state, ordered by key for determinism.
     entries: BTreeMap<u64, Entry>,
+    /// How many entries hold an override config ([`Model::holds_pinned`] without walking every entry: the
+    /// harness asks at each key-bound refusal, and attack scenarios refuse thousands of keys among thousands).
+    pinned: usize,
 }
 
 /// Step 2: a record stamped at `r` "is live at a later operation iff that operation's effective time `t' =
@@ -178,6 +181,7 @@ impl Model {
             dedupe_window_ns,
             dedupe_per_key,
             entries: BTreeMap::new(),
+            pinned: 0,
         }
     }
 
@@ -234,7 +238,7 @@ impl Model {
     /// Whether any key is pinned ([`Model::is_pinned`]). Only then may the lossy `EvictLeastRecent` refuse a
     /// new key: it drops any other key to make room, so it rejects only when the keys it sees are all pinned.
     pub fn holds_pinned(&self) -> bool {
-        self.entries.values().any(|e| e.override_config.is_some())
+        self.pinned > 0
     }
 
     /// The key's state "`tokens` ... and `last_refill`", or `None` if the key holds no bucket (it then behaves as
@@ -494,7 +498,9 @@ impl Model {
         );
         entry.dropped_at = None;
         entry.bucket = Some(after);
-        entry.override_config = Some(new_config);
+        if entry.override_config.replace(new_config).is_none() {
+            self.pinned += 1;
+        }
         entry.version = entry.version.saturating_add(1);
         let version = entry.version;
         self.check_invariants(key);
@@ -523,7 +529,14 @@ impl Model {
     /// forget(key): "Drops the key's bucket, its override config and its request-id records. The next access is
     /// fresh." The config version goes with the override (back to 0). Returns whether anything was held.
     pub fn forget(&mut self, key: u64) -> bool {
-        self.entries.remove(&key).is_some()
+        let removed = self.entries.remove(&key);
+        if removed
+            .as_ref()
+            .is_some_and(|e| e.override_config.is_some())
+        {
+            self.pinned -= 1;
+        }
+        removed.is_some()
     }
 
     /// [`Entry::check_invariants`] for `key`, after a mutation.

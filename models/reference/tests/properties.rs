@@ -919,3 +919,35 @@ fn prop_keyed_traces_replay_whole_decisions_errors_change_nothing_and_every_band
     SET_REPLAYS.at_least(20, "a replayed decision of several bandwidths");
     SWEPT.at_least(15, "a sweep that dropped a key");
 }
+
+/// `holds_pinned` (kept as a count) says whether any key holds an override config, after every mix of the ops
+/// that set, keep or drop one: reconfigure pins, forget unpins, acquires, evictions, lost records and sweeps keep
+/// the override.
+#[test]
+fn prop_holds_pinned_is_whether_any_key_is_pinned_after_every_op() {
+    fn prop(ops: Vec<(u8, u8)>) -> bool {
+        let config = ModelConfig::new(4, 1, 1).expect("valid config");
+        let mut model = Model::new(config.clone(), 5_000_000_000, 2);
+        for (step, (kind, key)) in ops.into_iter().enumerate() {
+            let (key, now) = (u64::from(key % 4), step as u64 * 1_000_000_000);
+            match kind % 6 {
+                0 => drop(model.reconfigure(key, config.clone(), now)),
+                1 => drop(model.forget(key)),
+                2 => drop(model.acquire(key, now, 1, Some(step as u64))),
+                3 => drop(model.evict(key)),
+                4 => drop(model.lose_records(key)),
+                _ => drop(model.sweep(now)),
+            }
+            if model.holds_pinned() != (0..4).any(|key| model.is_pinned(key)) {
+                return false;
+            }
+            if model.holds_pinned() {
+                PINNED.hit();
+            }
+        }
+        true
+    }
+    static PINNED: Coverage = Coverage::new();
+    check(prop as fn(Vec<(u8, u8)>) -> bool);
+    PINNED.at_least(50, "a pinned key");
+}
