@@ -2,8 +2,10 @@
 //! request-id replays, the arrival curve, retry-after tightness and the capacity checks. Each judges
 //! from the subject's own reports and returns its first violation; the statistics count them all.
 
+use std::cmp::Ordering;
+
 use bucketproof_limiter::Wait;
-use bucketproof_model::{Rational, cmp_whole};
+use bucketproof_model::cmp_whole;
 
 use super::Lockstep;
 use crate::oracle::arrival::{ArrivalBreach, ArrivalCurve, Recreation};
@@ -254,10 +256,10 @@ impl Lockstep<'_> {
             std::iter::once(whole)
                 .chain(parts)
                 .find(|&(amount, capacity)| {
-                    // An unreported balance (`Amount::UNREPORTED`, NaN) has no value: unjudged.
-                    amount.to_rational().is_some_and(|value| {
-                        value < Rational::ZERO || value > Rational::from(capacity)
-                    })
+                    // An unreported balance (`Amount::UNREPORTED`, NaN) compares as nothing:
+                    // unjudged. Compared with whole numbers, without building a rational per step.
+                    amount.compare_whole(0) == Some(Ordering::Less)
+                        || amount.compare_whole(capacity) == Some(Ordering::Greater)
                 })?;
         self.divergence.other_violations += 1;
         Some(Violation::new(
