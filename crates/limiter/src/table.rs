@@ -430,8 +430,11 @@ mod tests {
     /// `keyed/eviction.rs` does) sees every entry, although removals move entries back.
     #[test]
     fn a_walk_that_revisits_after_a_removal_sees_every_entry() {
+        // Under Miri a tenth of the keys (still several resizes, and removals that shift entries
+        // back): the walk over 5,000 took two of Miri's three minutes in CI.
+        let keys: u64 = if cfg!(miri) { 500 } else { 5_000 };
         let mut map = Map::with_hasher(hasher());
-        for key in 0..5_000u64 {
+        for key in 0..keys {
             map.insert_new(map.hasher.hash_one(key), key, Value(key));
         }
         let mut seen = std::collections::HashSet::new();
@@ -450,9 +453,9 @@ mod tests {
             }
             pos += 1;
         }
-        assert_eq!(seen.len(), 5_000);
-        assert_eq!(map.len(), 5_000usize.div_ceil(3));
-        let model = (0..5_000u64)
+        assert_eq!(seen.len() as u64, keys);
+        assert_eq!(map.len() as u64, keys.div_ceil(3));
+        let model = (0..keys)
             .filter(|key| key % 3 == 0)
             .map(|key| (key, key))
             .collect();

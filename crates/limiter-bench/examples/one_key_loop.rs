@@ -10,7 +10,7 @@
 //! how many were allowed, so the decision mix can be compared.
 //!
 //! ```text
-//! cargo build --release -p bucketproof-limiter --example one_key_loop
+//! cargo build --release -p bucketproof-limiter-bench --example one_key_loop
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/one_key_loop direct 1000000
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/one_key_loop direct 0
 //! ```

@@ -37,7 +37,7 @@
 //!   refills to full. `ours_no_sweep` shows the amortized sweep's cost; `proto_flat_table`
 //!   (benches/common, evidence, not the product) the same transition over hashbrown tables.
 //!
-//! Run: `cargo bench -p bucketproof-limiter --bench limiter`. Instruction counts of the one-key paths
+//! Run: `cargo bench -p bucketproof-limiter-bench --bench limiter`. Instruction counts of the one-key paths
 //! come from `examples/one_key_loop.rs` under callgrind (reports/bench-limiter.md); bytes per key from
 //! the `memory` bench target.
 

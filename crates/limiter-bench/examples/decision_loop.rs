@@ -10,7 +10,7 @@
 //! their allowed count, which is the same.
 //!
 //! ```text
-//! cargo build --release -p bucketproof-limiter --example decision_loop
+//! cargo build --release -p bucketproof-limiter-bench --example decision_loop
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/decision_loop 1 1
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/decision_loop 1 1 governor
 //! ```

@@ -10,7 +10,7 @@
 //! percent between runs, because each run's random hasher seed deals the keys to the shards a little
 //! differently and each shard's table grows on its own.
 //!
-//! Run: `cargo bench -p bucketproof-limiter --bench memory`. `BUCKETPROOF_BENCH_SMOKE=1` (CI, through
+//! Run: `cargo bench -p bucketproof-limiter-bench --bench memory`. `BUCKETPROOF_BENCH_SMOKE=1` (CI, through
 //! `cargo test --benches`): 1,000 keys and no sweep, figures meaningless, the code still run.
 
 mod common;
