@@ -274,6 +274,15 @@ impl Model {
             .map(|(k, _)| *k)
     }
 
+    /// Whether the key holds a record of `request_id` that is live at `now` (acquire and settle step 2, judged at
+    /// the key's effective time): what a settle of that id would find (inspection only).
+    pub fn holds_live_record(&self, key: u64, request_id: u64, now: u64) -> bool {
+        (self.entries.get(&key)).is_some_and(|e| {
+            e.live_record(request_id, self.dedupe_window_ns, now)
+                .is_some()
+        })
+    }
+
     /// The key's request-id records as `(request_id, stamped_at)`, oldest first (inspection only).
     pub fn records(&self, key: u64) -> Vec<(u64, u64)> {
         self.entries.get(&key).map_or_else(Vec::new, |e| {

@@ -27,15 +27,8 @@ impl Lockstep<'_> {
     /// cannot show its state (whose key may still be there, holding other ids' live records) has
     /// dropped nothing by saying so.
     pub(super) fn follow_lost_records(&mut self, key: u64, request_id: u64, at: u64) {
-        let Some((_, last_refill)) = self.model.state(key) else {
-            return;
-        };
-        // Settle step 2's liveness, at the key's effective time.
-        let effective = u128::from(at.max(last_refill));
-        let window = u128::from(self.model.dedupe_window_ns());
-        let holds_live = (self.model.records(key).iter())
-            .any(|&(id, stamped)| id == request_id && effective < u128::from(stamped) + window);
-        if !holds_live || !self.subject.may_evict() {
+        let holds_live = self.model.holds_live_record(key, request_id, at);
+        if self.model.state(key).is_none() || !holds_live || !self.subject.may_evict() {
             return;
         }
         let latest = self.events.latest().unwrap_or(at);
